@@ -1,0 +1,315 @@
+/* gradus.h — the public API.
+ *
+ * The shape of a program:
+ *
+ *     gd_ctx *ctx;  gd_ctx_create(&ctx, NULL);            // finds backends
+ *     gd_graph *g = gd_graph_new(ctx);
+ *     gd_tensor *x = gd_input(g, "x", GD_F32, 2, (int64_t[]){128, 784});
+ *     gd_tensor *w = gd_param(g, "w", GD_F32, 2, (int64_t[]){10, 784});
+ *     gd_tensor *loss = gd_cross_entropy(gd_linear(x, w, NULL), labels, -1);
+ *     gd_backward(g, loss);                                // appends the backward graph
+ *     gd_optimizer_adamw(g, &(gd_adamw_config){.lr = 1e-3}); // appends in-place updates
+ *     gd_program *step = gd_compile(g, 1, &loss, GD_COMPILE_UPDATES);
+ *     ... gd_tensor_write(x, ...); gd_program_run(step); gd_tensor_read(loss, ...);
+ *
+ * Errors. Every call that can fail returns a status (GD_OK = 0) or NULL, and leaves a
+ * message in the context: gd_ctx_error(ctx). Builders take NULL inputs and return NULL
+ * without touching the message, so a chain of builders can be checked once at its end
+ * and the message names the first thing that went wrong. Nothing here prints to stdout
+ * or ends the process.
+ *
+ * Shapes are row-major; images are NCHW; the attention layout is (B, heads, T, head_dim).
+ */
+#ifndef GRADUS_H
+#define GRADUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GD_VERSION "0.1.0"
+#define GD_MAX_DIMS 8
+
+typedef struct gd_ctx gd_ctx;
+typedef struct gd_graph gd_graph;
+typedef struct gd_tensor gd_tensor;
+typedef struct gd_program gd_program;
+
+typedef int gd_status;
+enum {
+    GD_OK = 0,
+    GD_ERR_INVALID = 1,     /* bad argument */
+    GD_ERR_UNSUPPORTED = 2, /* valid request this build or backend cannot do */
+    GD_ERR_NOMEM = 3,
+    GD_ERR_DEVICE = 4,      /* a backend failed */
+    GD_ERR_VERSION = 5,
+    GD_ERR_NODEVICE = 6,
+    GD_ERR_SHAPE = 7,       /* shapes or dtypes of operands do not fit the op */
+    GD_ERR_IO = 8,          /* file could not be read or written */
+    GD_ERR_FORMAT = 9,      /* file contents are corrupt or not what was expected */
+    GD_ERR_STRICT = 10      /* strict mode: a node had no kernel on the chosen backend */
+};
+
+/* Values match gdp_dtype in gradus_plugin.h. */
+typedef enum gd_dtype {
+    GD_F32 = 0, GD_F16 = 1, GD_BF16 = 2, GD_I32 = 3, GD_I64 = 4,
+    GD_U8 = 5, GD_I8 = 6, GD_BOOL = 7, GD_F64 = 8
+} gd_dtype;
+
+const char *gd_dtype_name(gd_dtype dt);      /* "f32", ... ; "?" when unknown */
+size_t gd_dtype_size(gd_dtype dt);
+const char *gd_status_name(gd_status s);
+
+/* ---- context ------------------------------------------------------------------------ */
+
+typedef struct gd_ctx_options {
+    size_t size;              /* sizeof(gd_ctx_options) */
+    int no_plugins;           /* 1: use only the CPU reference (and built-in backends) */
+    int strict;               /* 1: a node with no kernel on the preferred backend is an error */
+    const char *plugin_path;  /* extra plugin directory; NULL: GRADUS_PLUGIN_PATH */
+    int trace;                /* 1: log where every node ran (also GRADUS_TRACE=1) */
+} gd_ctx_options;
+
+/* Creates a context: the op registry, the CPU reference and any backends found.
+ * opt may be NULL. On failure *out is NULL and the status says why. */
+gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt);
+void gd_ctx_free(gd_ctx *ctx);
+/* The message of the last failure, "" if none. */
+const char *gd_ctx_error(const gd_ctx *ctx);
+void gd_ctx_clear_error(gd_ctx *ctx);
+/* Where log lines go (default: stderr). */
+void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *user, const char *line), void *user);
+/* Threads the CPU backends may use (0: all cores, or GRADUS_THREADS). */
+void gd_ctx_set_threads(gd_ctx *ctx, int n);
+int gd_ctx_threads(const gd_ctx *ctx);
+
+/* Backends. Index 0 is always the CPU reference ("ref"). */
+int gd_backend_count(const gd_ctx *ctx);
+const char *gd_backend_name(const gd_ctx *ctx, int i);
+/* Makes backend `name` the preferred one for new programs (default: highest priority).
+ * Returns GD_ERR_INVALID if there is no such backend. */
+gd_status gd_ctx_use_backend(gd_ctx *ctx, const char *name);
+
+/* ---- graphs and tensors -------------------------------------------------------------- */
+
+gd_graph *gd_graph_new(gd_ctx *ctx);
+void gd_graph_free(gd_graph *g);
+gd_ctx *gd_graph_ctx(const gd_graph *g);
+
+/* Leaves. An input is written before each run; a parameter is trainable and keeps its
+ * value across runs; a state keeps its value across runs and is not trained (optimizer
+ * moments, step counters). Parameters and states start at zero. */
+gd_tensor *gd_input(gd_graph *g, const char *name, gd_dtype dt, int ndim, const int64_t *shape);
+gd_tensor *gd_param(gd_graph *g, const char *name, gd_dtype dt, int ndim, const int64_t *shape);
+gd_tensor *gd_state(gd_graph *g, const char *name, gd_dtype dt, int ndim, const int64_t *shape);
+
+gd_graph *gd_tensor_graph(const gd_tensor *t);
+int gd_tensor_ndim(const gd_tensor *t);
+int64_t gd_tensor_dim(const gd_tensor *t, int axis); /* negative axis counts from the end */
+int64_t gd_tensor_numel(const gd_tensor *t);
+gd_dtype gd_tensor_dtype(const gd_tensor *t);
+const char *gd_tensor_name(const gd_tensor *t);
+/* Writes a readable "f32[128, 784]" into buf. */
+const char *gd_tensor_describe(const gd_tensor *t, char *buf, size_t cap);
+
+/* Data in and out, always in host memory; bytes must equal numel * dtype size.
+ * Inputs, parameters and states can be written; those and any target of the last run of a
+ * program can be read. */
+gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes);
+gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes);
+/* Parameters in creation order (for checkpoints and optimizers). */
+int gd_graph_param_count(const gd_graph *g);
+gd_tensor *gd_graph_param(const gd_graph *g, int i);
+gd_tensor *gd_graph_find(const gd_graph *g, const char *name);
+
+/* ---- ops: the generic builder --------------------------------------------------------- */
+
+typedef enum gd_attr_kind { GD_ATTR_INT = 0, GD_ATTR_FLOAT = 1, GD_ATTR_INTS = 2 } gd_attr_kind;
+typedef struct gd_attr {
+    const char *name;
+    gd_attr_kind kind;
+    int n;                     /* count of ints for GD_ATTR_INTS */
+    int64_t i;
+    double f;
+    int64_t ints[GD_MAX_DIMS];
+} gd_attr;
+gd_attr gd_attr_i(const char *name, int64_t v);
+gd_attr gd_attr_f(const char *name, double v);
+gd_attr gd_attr_is(const char *name, int n, const int64_t *v);
+
+/* Adds a node of a registered op; returns its (first) output. */
+gd_tensor *gd_op(gd_graph *g, const char *op, int n_in, gd_tensor *const *in, int n_attr, const gd_attr *attrs);
+/* Same, for ops with several outputs; writes n_out tensors into out. */
+gd_status gd_op_multi(gd_graph *g, const char *op, int n_in, gd_tensor *const *in, int n_attr,
+                      const gd_attr *attrs, int n_out, gd_tensor **out);
+
+/* ---- ops: typed builders (each is one registered op; docs/ops.md lists them) ---------- */
+
+/* elementwise, NumPy broadcasting */
+gd_tensor *gd_add(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_sub(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_mul(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_div(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_minimum(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_maximum(gd_tensor *a, gd_tensor *b);
+gd_tensor *gd_where(gd_tensor *cond, gd_tensor *a, gd_tensor *b); /* cond: bool */
+gd_tensor *gd_neg(gd_tensor *x);
+gd_tensor *gd_abs(gd_tensor *x);
+gd_tensor *gd_exp(gd_tensor *x);
+gd_tensor *gd_log(gd_tensor *x);
+gd_tensor *gd_sqrt(gd_tensor *x);
+gd_tensor *gd_rsqrt(gd_tensor *x);
+gd_tensor *gd_pow_scalar(gd_tensor *x, double p);
+gd_tensor *gd_clamp(gd_tensor *x, double lo, double hi);
+gd_tensor *gd_scale(gd_tensor *x, double s, double bias); /* x*s + bias */
+gd_tensor *gd_relu(gd_tensor *x);
+gd_tensor *gd_gelu(gd_tensor *x, int tanh_approximation);
+gd_tensor *gd_silu(gd_tensor *x);
+gd_tensor *gd_sigmoid(gd_tensor *x);
+gd_tensor *gd_tanh(gd_tensor *x);
+gd_tensor *gd_cast(gd_tensor *x, gd_dtype to);
+
+/* reductions; axes may be negative; n_axes = 0 reduces over all axes */
+gd_tensor *gd_sum(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
+gd_tensor *gd_mean(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
+gd_tensor *gd_max(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
+gd_tensor *gd_argmax(gd_tensor *x, int64_t axis, int keepdims); /* i64 */
+/* sqrt(sum of squares of all elements of all n tensors), a scalar */
+gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs);
+
+/* matrix products: a (..., M, K) @ b (..., K, N), batch dims broadcast; transposes swap the
+ * last two dims of an operand before the product. linear: x (..., in) W (out, in) b (out) */
+gd_tensor *gd_matmul(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b);
+gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias /* may be NULL */);
+
+/* losses and normalizers; axis may be negative */
+gd_tensor *gd_softmax(gd_tensor *x, int64_t axis);
+gd_tensor *gd_log_softmax(gd_tensor *x, int64_t axis);
+/* logits (N, C), targets (N) i32 or i64; mean over targets != ignore_index; a scalar */
+gd_tensor *gd_cross_entropy(gd_tensor *logits, gd_tensor *targets, int64_t ignore_index);
+gd_tensor *gd_mse(gd_tensor *pred, gd_tensor *target); /* mean of squared differences */
+/* over the last axis; weight and bias (last-axis sized) may be NULL */
+gd_tensor *gd_layer_norm(gd_tensor *x, gd_tensor *weight, gd_tensor *bias, double eps);
+gd_tensor *gd_rms_norm(gd_tensor *x, gd_tensor *weight, double eps);
+
+/* indexing and layout */
+gd_tensor *gd_embedding(gd_tensor *table, gd_tensor *ids);          /* table (V, D), ids any shape */
+gd_tensor *gd_index_select(gd_tensor *x, int64_t axis, gd_tensor *idx); /* idx 1-D i32/i64 */
+gd_tensor *gd_concat(gd_graph *g, int n, gd_tensor *const *xs, int64_t axis);
+gd_tensor *gd_slice(gd_tensor *x, int64_t axis, int64_t start, int64_t end); /* [start, end) */
+/* Splits along axis into n parts of the given sizes (NULL sizes: equal parts). */
+gd_status gd_split(gd_tensor *x, int64_t axis, int n, const int64_t *sizes, gd_tensor **out);
+gd_tensor *gd_reshape(gd_tensor *x, int ndim, const int64_t *shape); /* one dim may be -1 */
+gd_tensor *gd_permute(gd_tensor *x, int ndim, const int64_t *perm);
+gd_tensor *gd_transpose(gd_tensor *x, int64_t dim0, int64_t dim1);
+gd_tensor *gd_contiguous(gd_tensor *x); /* a copy */
+
+/* transformer pieces. rope: x (B, T, H, D); interleaved pairs (2i, 2i+1) or half-split
+ * (i, i + D/2); positions start at pos_offset. attention: q (B, H, T, D), k and v
+ * (B, Hkv, S, D) with H a multiple of Hkv (grouped-query); scale <= 0 means 1/sqrt(D). */
+gd_tensor *gd_rope(gd_tensor *x, double theta, int interleaved, int64_t pos_offset);
+gd_tensor *gd_attention(gd_tensor *q, gd_tensor *k, gd_tensor *v, int causal, double scale);
+
+/* images, NCHW. w: (C_out, C_in/groups, kh, kw); bias may be NULL */
+gd_tensor *gd_conv2d(gd_tensor *x, gd_tensor *w, gd_tensor *bias, int64_t stride, int64_t padding,
+                     int64_t dilation, int64_t groups);
+gd_tensor *gd_max_pool2d(gd_tensor *x, int64_t kernel, int64_t stride, int64_t padding);
+gd_tensor *gd_avg_pool2d(gd_tensor *x, int64_t kernel, int64_t stride, int64_t padding);
+/* Zeroes elements with probability p and scales the rest by 1/(1-p). The mask comes from a
+ * counter-based generator keyed by seed and by the value of `step` (an i64 scalar state the
+ * caller advances, or NULL for step 0), so it is identical on every backend. */
+gd_tensor *gd_dropout(gd_tensor *x, double p, uint64_t seed, gd_tensor *step);
+
+/* creation */
+gd_tensor *gd_fill(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape, double value);
+gd_tensor *gd_zeros(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape);
+gd_tensor *gd_ones(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape);
+gd_tensor *gd_arange(gd_graph *g, gd_dtype dt, int64_t n, double start, double step);
+gd_tensor *gd_rand_uniform(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed);
+gd_tensor *gd_rand_normal(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape, double mean, double std, uint64_t seed);
+/* Kaiming-normal (std = sqrt(2 / fan_in)) and Xavier-uniform (bound sqrt(6/(fan_in+fan_out)))
+ * where fan_in/fan_out come from the shape as for a linear (out, in) or conv (out, in, kh, kw). */
+gd_tensor *gd_init_kaiming(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+gd_tensor *gd_init_xavier(gd_graph *g, gd_dtype dt, int ndim, const int64_t *shape, uint64_t seed);
+
+/* Copies src into the persistent tensor dst (a parameter or state) when the program runs
+ * with GD_COMPILE_UPDATES. Returns dst's new value. */
+gd_tensor *gd_assign(gd_tensor *dst, gd_tensor *src);
+
+/* ---- autodiff ------------------------------------------------------------------------ */
+
+/* Appends the backward graph of scalar `loss` with respect to every parameter (and every
+ * input it is differentiable in). Gradients accumulate where a tensor is used twice. */
+gd_status gd_backward(gd_graph *g, gd_tensor *loss);
+/* d loss / d t after gd_backward, or NULL when loss does not depend on t. */
+gd_tensor *gd_grad(gd_graph *g, gd_tensor *t);
+
+/* ---- optimizers: append in-place updates of every parameter ------------------------- */
+
+typedef struct gd_sgd_config {
+    double lr, momentum, weight_decay;
+    int nesterov;
+    double clip_norm;     /* > 0: clip gradients by global norm first */
+} gd_sgd_config;
+typedef struct gd_adamw_config {
+    double lr, beta1, beta2, eps, weight_decay; /* zeros take defaults 1e-3, .9, .999, 1e-8, 0 */
+    double clip_norm;
+} gd_adamw_config;
+gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg);
+gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg);
+/* The learning rate is a state: change it between runs (schedules) with this. */
+gd_status gd_optimizer_set_lr(gd_graph *g, double lr);
+
+/* ---- programs -------------------------------------------------------------------------- */
+
+enum { GD_COMPILE_UPDATES = 1 }; /* also run every in-place update (optimizer steps, assign) */
+
+/* Plans the nodes needed for the targets (and updates, with the flag): graph passes,
+ * placement on backends, memory plan. Run it as often as needed. */
+gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, int flags);
+gd_status gd_program_run(gd_program *p);
+void gd_program_free(gd_program *p);
+/* One line per node: op, shapes, backend it runs on, copies inserted. */
+gd_status gd_program_describe(const gd_program *p, void (*line)(void *user, const char *s), void *user);
+
+/* Fills every parameter from its initializer (set by the gd_nn_* layers; others stay as
+ * written) with a counter-based generator: identical on every backend for one seed. */
+gd_status gd_graph_init_params(gd_graph *g, uint64_t seed);
+
+/* ---- nn: layers that create their parameters ------------------------------------------ */
+
+/* name prefixes its parameters: "<name>.weight", "<name>.bias". */
+gd_tensor *gd_nn_linear(gd_tensor *x, const char *name, int64_t out_features, int bias);
+gd_tensor *gd_nn_conv2d(gd_tensor *x, const char *name, int64_t out_channels, int64_t kernel,
+                        int64_t stride, int64_t padding, int bias);
+
+/* Classifiers for (N, 1, 28, 28) images: return logits (N, 10). */
+gd_tensor *gd_nn_mlp(gd_tensor *images, int64_t hidden);
+gd_tensor *gd_nn_cnn(gd_tensor *images);
+
+/* ---- data ------------------------------------------------------------------------------- */
+
+typedef struct gd_dataset {
+    int64_t n;          /* examples */
+    int64_t h, w;       /* image size */
+    float *images;      /* n*h*w, scaled to [0, 1] */
+    int32_t *labels;    /* n */
+    int32_t classes;
+} gd_dataset;
+
+/* Reads an IDX image file and its label file, gzip-compressed or not. The message of a
+ * failure names the file and what was wrong with it. */
+gd_status gd_dataset_load_idx(gd_ctx *ctx, const char *images_path, const char *labels_path, gd_dataset *out);
+/* Draws n images of simple shapes (procedurally, from seed) in `classes` classes. */
+gd_status gd_dataset_shapes(gd_ctx *ctx, int64_t n, uint64_t seed, gd_dataset *out);
+void gd_dataset_free(gd_dataset *d);
+/* A permutation of 0..n-1 from seed (epoch shuffling). */
+void gd_shuffle(int64_t *idx, int64_t n, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRADUS_H */

@@ -1,0 +1,142 @@
+/* ctx.c — the context: error messages, logging, backends chosen at creation. */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+gd_status gd_failv(gd_ctx *ctx, gd_status s, const char *fmt, va_list ap)
+{
+    if (ctx != NULL) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    return s;
+}
+
+gd_status gd_fail(gd_ctx *ctx, gd_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gd_failv(ctx, s, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+gd_tensor *gd_fail_null(gd_graph *g, gd_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gd_failv(g != NULL ? g->ctx : NULL, s, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+void gd_ctx_log(gd_ctx *ctx, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (ctx != NULL && ctx->log_fn != NULL) ctx->log_fn(ctx->log_user, line);
+    else fprintf(stderr, "gradus: %s\n", line);
+}
+
+const char *gd_ctx_error(const gd_ctx *ctx) { return ctx != NULL ? ctx->err : "no context"; }
+void gd_ctx_clear_error(gd_ctx *ctx) { if (ctx != NULL) ctx->err[0] = '\0'; }
+
+void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *, const char *), void *user)
+{
+    ctx->log_fn = fn;
+    ctx->log_user = user;
+}
+
+static int env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+void gd_ctx_set_threads(gd_ctx *ctx, int n)
+{
+    if (n <= 0) {
+        const char *v = getenv("GRADUS_THREADS");
+        n = v != NULL ? atoi(v) : 0;
+        if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n <= 0) n = 1;
+    }
+    ctx->threads = n;
+}
+int gd_ctx_threads(const gd_ctx *ctx) { return ctx->threads; }
+
+gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
+{
+    *out = NULL;
+    gd_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL) return GD_ERR_NOMEM;
+    ctx->reg = gd_registry_new_all();
+    ctx->backends[0] = gd_backend_ref_new();
+    if (ctx->reg == NULL || ctx->backends[0] == NULL) {
+        gd_ctx_free(ctx);
+        return GD_ERR_NOMEM;
+    }
+    ctx->n_backends = 1;
+    gd_ctx_set_threads(ctx, 0);
+    int no_plugins = 0;
+    if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, no_plugins)) no_plugins = opt->no_plugins;
+    if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, strict)) ctx->strict = opt->strict;
+    if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, trace)) ctx->trace = opt->trace;
+    if (env_flag("GRADUS_STRICT")) ctx->strict = 1;
+    if (env_flag("GRADUS_TRACE")) ctx->trace = 1;
+    if (!no_plugins) gd_plugins_load(ctx, opt);
+    /* Preferred: the highest priority (ties: the first loaded). */
+    ctx->preferred = 0;
+    for (int i = 1; i < ctx->n_backends; i++)
+        if (ctx->backends[i]->priority > ctx->backends[ctx->preferred]->priority) ctx->preferred = i;
+    const char *want = getenv("GRADUS_BACKEND");
+    if (want != NULL && want[0] != '\0' && gd_ctx_use_backend(ctx, want) != GD_OK) {
+        gd_ctx_log(ctx, "GRADUS_BACKEND=%s: no such backend, using %s", want,
+               ctx->backends[ctx->preferred]->name);
+        ctx->err[0] = '\0';
+    }
+    *out = ctx;
+    return GD_OK;
+}
+
+void gd_ctx_free(gd_ctx *ctx)
+{
+    if (ctx == NULL) return;
+    for (int i = ctx->n_backends - 1; i >= 0; i--) gd_backend_destroy(ctx->backends[i]);
+    gd_registry_free(ctx->reg);
+    free(ctx->notes);
+    free(ctx);
+}
+
+int gd_backend_count(const gd_ctx *ctx) { return ctx->n_backends; }
+const char *gd_backend_name(const gd_ctx *ctx, int i)
+{
+    return i >= 0 && i < ctx->n_backends ? ctx->backends[i]->name : NULL;
+}
+
+gd_status gd_ctx_use_backend(gd_ctx *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        if (strcmp(ctx->backends[i]->name, name) == 0) {
+            ctx->preferred = i;
+            return GD_OK;
+        }
+    }
+    char have[256] = "";
+    for (int i = 0; i < ctx->n_backends; i++) {
+        strncat(have, ctx->backends[i]->name, sizeof have - strlen(have) - 3);
+        if (i + 1 < ctx->n_backends) strncat(have, ", ", sizeof have - strlen(have) - 1);
+    }
+    return gd_fail(ctx, GD_ERR_INVALID, "no backend named '%s' (available: %s)", name, have);
+}
+
+const char *gd_status_name(gd_status s)
+{
+    static const char *names[] = {"ok", "invalid argument", "unsupported", "out of memory", "device error",
+                                  "version mismatch", "no device", "shape mismatch", "i/o error",
+                                  "bad format", "strict placement"};
+    return s >= 0 && s < (int)(sizeof names / sizeof names[0]) ? names[s] : "unknown status";
+}

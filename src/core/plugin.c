@@ -1,0 +1,300 @@
+/* plugin.c — finding, loading and checking backends.
+ *
+ * Where plugins are looked for, in order: GRADUS_PLUGIN_PATH (or the context option), the
+ * directory `gradus/plugins` beside the loaded libgradus, the installed plugin directory,
+ * and the build tree's plugins/ directory. Files named libgradus_<name>.so. The first file
+ * of a given name wins. GRADUS_DISABLE_<NAME>=1 (or GRADUS_DISABLE=name,name) skips one.
+ * A plugin that declines or fails leaves one log line; gradus goes on with the others. */
+#define _GNU_SOURCE 1
+#include "core.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef GD_HAVE_CPU_BACKEND
+gdp_status gradus_cpu_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err);
+#endif
+
+typedef struct host_ctx {
+    gd_ctx *ctx;
+    gd_backend *b;
+} host_ctx;
+
+static gdp_status host_register_kernel(void *hp, const gdp_kernel *k, gdp_err *err)
+{
+    host_ctx *h = hp;
+    gd_backend *b = h->b;
+    if (k == NULL || k->size < offsetof(gdp_kernel, launch) + sizeof k->launch || k->op == NULL || k->launch == NULL)
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: incomplete gdp_kernel");
+    const gd_op_def *op = gd_registry_find(h->ctx->reg, k->op);
+    size_t used = strlen(b->bad_registrations);
+    if (op == NULL) {
+        snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used, "unknown op '%s'; ", k->op);
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: gradus has no op '%s'", k->op);
+    }
+    if (k->dtype < 0 || k->dtype >= GDP_DTYPE_COUNT)
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel %s: unknown dtype %d", k->op, k->dtype);
+    if (gd_backend_kernel(b, op, k->dtype) != NULL) {
+        b->duplicate_kernels++;
+        snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used, "duplicate %s/%s; ", k->op,
+                 gd_dtype_name((gd_dtype)k->dtype));
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: %s/%s registered twice", k->op,
+                        gd_dtype_name((gd_dtype)k->dtype));
+    }
+    if (GDP_HAS_FIELD(k, gdp_kernel, constrained_attrs) && k->constrained_attrs != NULL) {
+        for (const char *const *a = k->constrained_attrs; *a != NULL; a++) {
+            size_t nl = strlen(*a);
+            const char *s = op->attrs != NULL ? op->attrs : "";
+            int found = 0;
+            for (const char *p = strstr(s, *a); p != NULL && !found; p = strstr(p + 1, *a))
+                found = (p == s || p[-1] == ' ') && p[nl] == ':';
+            if (!found) {
+                snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used,
+                         "%s/%s constrains attribute '%s' the op does not have; ", k->op,
+                         gd_dtype_name((gd_dtype)k->dtype), *a);
+                return gdp_fail(err, GDP_ERR_INVALID, "register_kernel %s: op has no attribute '%s'", k->op, *a);
+            }
+        }
+    }
+    if (b->n_kernels == b->cap_kernels) {
+        int c = b->cap_kernels ? b->cap_kernels * 2 : 64;
+        gd_kernel_entry *ks = realloc(b->kernels, (size_t)c * sizeof *ks);
+        if (ks == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "register_kernel: out of memory");
+        b->kernels = ks;
+        b->cap_kernels = c;
+    }
+    gd_kernel_entry *e = &b->kernels[b->n_kernels++];
+    memset(e, 0, sizeof *e);
+    e->op = op;
+    e->dtype = k->dtype;
+    memcpy(&e->k, k, k->size < sizeof e->k ? k->size : sizeof e->k);
+    e->k.size = sizeof e->k;
+    return GDP_OK;
+}
+
+static void host_log(void *hp, const char *line)
+{
+    host_ctx *h = hp;
+    gd_ctx_log(h->ctx, "%s: %s", h->b->name, line);
+}
+
+static const char *host_getenv(void *hp, const char *name)
+{
+    (void)hp;
+    return getenv(name);
+}
+
+static void note(gd_ctx *ctx, const char *name, const char *path, const char *state, const char *reason)
+{
+    gd_plugin_note *n = realloc(ctx->notes, sizeof *n * (size_t)(ctx->n_notes + 1));
+    if (n == NULL) return;
+    ctx->notes = n;
+    gd_plugin_note *x = &n[ctx->n_notes++];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    snprintf(x->path, sizeof x->path, "%s", path);
+    snprintf(x->state, sizeof x->state, "%s", state);
+    snprintf(x->reason, sizeof x->reason, "%s", reason);
+}
+
+static int disabled(const char *name)
+{
+    char var[96];
+    snprintf(var, sizeof var, "GRADUS_DISABLE_%s", name);
+    for (char *p = var; *p; p++) *p = (char)toupper((unsigned char)*p);
+    const char *v = getenv(var);
+    if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0) return 1;
+    const char *list = getenv("GRADUS_DISABLE");
+    if (list == NULL) return 0;
+    size_t nl = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == nl && strncmp(p, name, nl) == 0) return 1;
+        if (e == NULL) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Initializes a plugin from its entry point; on success adds it to ctx's backends. */
+static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path, gdp_init_fn init, void *dl)
+{
+    if (ctx->n_backends >= GD_MAX_BACKENDS) {
+        note(ctx, name, path, "failed", "too many backends");
+        return GD_ERR_UNSUPPORTED;
+    }
+    gd_backend *b = calloc(1, sizeof *b);
+    if (b == NULL) return GD_ERR_NOMEM;
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->dl = dl;
+    gdp_host host = {.size = sizeof host, .abi_major = GDP_ABI_MAJOR, .abi_minor = GDP_ABI_MINOR,
+                     .register_kernel = host_register_kernel, .log = host_log, .getenv = host_getenv};
+    host_ctx hc = {.ctx = ctx, .b = b};
+    host.host = &hc;
+    gdp_plugin pl;
+    memset(&pl, 0, sizeof pl);
+    pl.size = sizeof pl;
+    gdp_err e = {.size = sizeof e};
+    gdp_status s = init(&host, &pl, &e);
+    char reason[600];
+    if (pl.abi_major != GDP_ABI_MAJOR) {
+        snprintf(reason, sizeof reason, "built for plugin ABI %d.%d, this gradus speaks %d.%d: rebuild the plugin",
+                 pl.abi_major, pl.abi_minor, GDP_ABI_MAJOR, GDP_ABI_MINOR);
+        gd_ctx_log(ctx, "plugin %s refused: %s", name, reason);
+        note(ctx, name, path, "refused", reason);
+        free(b);
+        return GD_ERR_VERSION;
+    }
+    if (s != GDP_OK) {
+        int declined = s == GDP_ERR_NODEVICE;
+        snprintf(reason, sizeof reason, "%s", e.msg[0] ? e.msg : gd_status_name(s));
+        gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
+        note(ctx, name, path, declined ? "declined" : "failed", reason);
+        free(b);
+        return declined ? GD_ERR_NODEVICE : GD_ERR_DEVICE;
+    }
+    b->plugin = pl;
+    if (pl.name != NULL && pl.name[0] != '\0') snprintf(b->name, sizeof b->name, "%s", pl.name);
+    b->priority = pl.priority;
+    b->host_visible = 1;
+    if (pl.device != NULL) {
+        size_t n = pl.device->size < sizeof b->dev ? pl.device->size : sizeof b->dev;
+        memcpy(&b->dev, pl.device, n); /* fields the plugin did not know stay NULL */
+        if (b->dev.alloc == NULL || b->dev.free == NULL || b->dev.copy_h2d == NULL || b->dev.copy_d2h == NULL) {
+            note(ctx, b->name, path, "failed", "device module lacks alloc, free, copy_h2d or copy_d2h");
+            gd_ctx_log(ctx, "plugin %s failed: its device module lacks a required function", b->name);
+            if (pl.shutdown != NULL) pl.shutdown(pl.backend);
+            free(b);
+            return GD_ERR_DEVICE;
+        }
+        b->has_dev = 1;
+        b->host_visible = b->dev.host_visible != 0;
+        if (b->dev.stream_create != NULL && b->dev.stream_create(pl.backend, &b->stream, &e) != GDP_OK) {
+            note(ctx, b->name, path, "failed", e.msg);
+            gd_ctx_log(ctx, "plugin %s failed: stream_create: %s", b->name, e.msg);
+            if (pl.shutdown != NULL) pl.shutdown(pl.backend);
+            free(b);
+            return GD_ERR_DEVICE;
+        }
+    }
+    const char *sync = getenv("GRADUS_SYNC");
+    b->sync_every_kernel = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
+    b->index = ctx->n_backends;
+    ctx->backends[ctx->n_backends++] = b;
+    if (pl.register_kernels != NULL) {
+        hc.b = b;
+        if (pl.register_kernels(pl.backend, &host, &e) != GDP_OK) {
+            /* A failed registration leaves the kernels registered so far; the sweep
+             * reports what was refused. The backend stays usable. */
+            gd_ctx_log(ctx, "plugin %s: registering kernels: %s", b->name, e.msg);
+        }
+    }
+    note(ctx, b->name, path, "loaded", "");
+    return GD_OK;
+}
+
+gd_status gd_plugin_load_file(gd_ctx *ctx, const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char name[64];
+    const char *p = strncmp(base, "libgradus_", 10) == 0 ? base + 10 : base;
+    size_t l = strcspn(p, ".");
+    snprintf(name, sizeof name, "%.*s", (int)(l < sizeof name ? l : sizeof name - 1), p);
+    for (int i = 0; i < ctx->n_notes; i++)
+        if (strcmp(ctx->notes[i].name, name) == 0) return GD_OK; /* first found wins */
+    if (disabled(name)) {
+        note(ctx, name, path, "disabled", "disabled by environment");
+        return GD_OK;
+    }
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL) {
+        const char *why = dlerror();
+        gd_ctx_log(ctx, "plugin %s could not be loaded: %s", name, why ? why : "?");
+        note(ctx, name, path, "failed", why ? why : "dlopen failed");
+        return gd_fail(ctx, GD_ERR_DEVICE, "plugin %s: %s", path, why ? why : "dlopen failed");
+    }
+    gdp_init_fn init;
+    void *sym = dlsym(dl, GDP_INIT_SYMBOL);
+    memcpy(&init, &sym, sizeof init);
+    if (sym == NULL) {
+        note(ctx, name, path, "failed", "no " GDP_INIT_SYMBOL " symbol");
+        gd_ctx_log(ctx, "plugin %s: no %s symbol", path, GDP_INIT_SYMBOL);
+        dlclose(dl);
+        return gd_fail(ctx, GD_ERR_DEVICE, "plugin %s exports no %s", path, GDP_INIT_SYMBOL);
+    }
+    gd_status s = load_from_init(ctx, name, path, init, dl);
+    if (s != GD_OK) {
+        dlclose(dl);
+        if (s == GD_ERR_VERSION || s == GD_ERR_DEVICE)
+            gd_fail(ctx, s, "plugin %s: %s", name, ctx->n_notes ? ctx->notes[ctx->n_notes - 1].reason : "");
+    }
+    return s;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void scan_dir(gd_ctx *ctx, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    char *names[128];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 128) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "libgradus_", 10) == 0 && l > 3 && strcmp(e->d_name + l - 3, ".so") == 0)
+            names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        if (names[i] != NULL) {
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+            gd_plugin_load_file(ctx, path);
+            ctx->err[0] = '\0'; /* discovery failures are notes and log lines, not errors */
+        }
+        free(names[i]);
+    }
+}
+
+static void scan_list(gd_ctx *ctx, const char *list)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ":", &save); tok != NULL; tok = strtok_r(NULL, ":", &save))
+        scan_dir(ctx, tok);
+}
+
+void gd_plugins_load(gd_ctx *ctx, const gd_ctx_options *opt)
+{
+#ifdef GD_HAVE_CPU_BACKEND
+    if (disabled("cpu")) note(ctx, "cpu", "(built in)", "disabled", "disabled by environment");
+    else load_from_init(ctx, "cpu", "(built in)", gradus_cpu_plugin_init, NULL);
+#endif
+    const char *path = NULL;
+    if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, plugin_path)) path = opt->plugin_path;
+    if (path == NULL) path = getenv("GRADUS_PLUGIN_PATH");
+    if (path != NULL && path[0] != '\0') scan_list(ctx, path);
+    Dl_info info;
+    if (dladdr((void *)&gd_plugins_load, &info) != 0 && info.dli_fname != NULL) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", info.dli_fname);
+        char *slash = strrchr(dir, '/');
+        if (slash != NULL) {
+            snprintf(slash, sizeof dir - (size_t)(slash - dir), "/gradus/plugins");
+            scan_dir(ctx, dir);
+        }
+    }
+#ifdef GD_PLUGIN_DIR_INSTALLED
+    scan_dir(ctx, GD_PLUGIN_DIR_INSTALLED);
+#endif
+#ifdef GD_PLUGIN_DIR_BUILD
+    scan_dir(ctx, GD_PLUGIN_DIR_BUILD);
+#endif
+}
