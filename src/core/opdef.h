@@ -36,7 +36,7 @@ typedef struct gd_infer {
 } gd_infer;
 typedef int (*gd_infer_fn)(gd_infer *c);
 int gd_infer_fail(gd_infer *c, const char *fmt, ...);
-/* "[2, 3, 4]" into buf. */
+/* "f32[2, 3, 4]" into buf. */
 const char *gd_shape_str(const gd_shape *s, char *buf, size_t cap);
 int64_t gd_shape_numel(const gd_shape *s);
 /* NumPy broadcast of a and b into out; 0 on success, else fails c with a message. */

@@ -1,0 +1,43 @@
+/* sweep.h — the conformance sweep: every op × dtype × backend, each case run on the
+ * backend (strict: no fallback) and on the reference with identical inputs, compared by
+ * normalized MSE with the op's tolerance, guard bytes checked, a second run bitwise
+ * identical, and the backward pass compared for differentiable ops. */
+#ifndef GD_SWEEP_H
+#define GD_SWEEP_H
+
+#include "harness.h"
+
+/* partial: some cases ran on the backend's kernel (verified), the others fall back */
+enum gd_verdict { GD_V_VERIFIED = 0, GD_V_PARTIAL, GD_V_FALLBACK, GD_V_FAILING, GD_V_NA, GD_V_REFERENCE, GD_V_UNACCOUNTED };
+
+typedef struct gd_sweep_cell {
+    int verdict;
+    int cases;            /* cases run */
+    double worst;         /* worst NMSE / tolerance ratio seen (0 when exact) */
+    char note[512];       /* first failure, or why fallback */
+} gd_sweep_cell;
+
+typedef struct gd_sweep_row {
+    const gd_op_def *op;
+    int dtype;            /* -1 for ops whose dtype is an attribute */
+    gd_sweep_cell cell[GD_MAX_BACKENDS];
+} gd_sweep_row;
+
+typedef struct gd_sweep {
+    gd_sweep_row *rows;
+    int n_rows;
+    int n_backends;
+    int count[GD_MAX_BACKENDS][GD_V_UNACCOUNTED + 1];
+    char registration[GD_MAX_BACKENDS][1024]; /* broken registrations per backend */
+} gd_sweep;
+
+/* Runs the sweep over ops whose name matches `only` (NULL: all) and backends whose name
+ * matches `backend` (NULL: all). `progress` (may be NULL) gets one call per row. */
+gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sweep *out,
+                       void (*progress)(void *user, const gd_sweep_row *row, int i, int n), void *user);
+void gd_sweep_free(gd_sweep *s);
+const char *gd_verdict_name(int v);
+/* Tolerance for a dtype (scales the op's f32 tolerance; 0 stays exact). */
+double gd_sweep_tol(const gd_op_def *op, int dtype, int backward);
+
+#endif

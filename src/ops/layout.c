@@ -1,0 +1,545 @@
+/* layout.c — ops that move bytes without doing arithmetic: reshape, permute, copy, concat,
+ * slice (and its backward, slice_grad). gd_transpose and gd_split are builders over
+ * permute and slice.
+ *
+ * Every kernel here copies whole elements, so it works for every dtype as it stands
+ * (f16/bf16 included, no conversion through f32) and the sweep compares it bit for bit.
+ */
+#include "opdef.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Layout kernels handle every dtype themselves: they only move elements. */
+#define ANY_DTYPE ((1u << GDP_DTYPE_COUNT) - 1u)
+
+static int64_t prod(const int64_t *d, int from, int to)
+{
+    int64_t n = 1;
+    for (int i = from; i < to; i++) n *= d[i];
+    return n;
+}
+
+/* A list of ints (an attribute) as "[a, b, c]" for messages. */
+static const char *ints_str(const int64_t *v, int n, char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ", %lld" : "%lld", (long long)v[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* gd_axis has already written the message; keep it, but fail through gd_infer_fail so the
+ * return value follows that function's convention. */
+static int axis_failed(gd_infer *c)
+{
+    char m[sizeof c->msg];
+    memcpy(m, c->msg, sizeof m);
+    m[sizeof m - 1] = '\0';
+    return gd_infer_fail(c, "%s", m);
+}
+
+/* Python slice bounds: negative start/end count from the end, then both clamp to [0, n];
+ * an empty range has length 0. */
+static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, int64_t *len)
+{
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    if (start < 0) start = 0;
+    if (start > n) start = n;
+    if (end < 0) end = 0;
+    if (end > n) end = n;
+    *first = start;
+    *len = end > start ? end - start : 0;
+}
+
+/* ---- reshape ------------------------------------------------------------------------ */
+
+static int reshape_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0];
+    const gdp_attr *a = gdp_attr_find(c->attrs, "shape");
+    if (a == NULL || a->kind != GDP_ATTR_INTS) return gd_infer_fail(c, "needs the attribute shape (ints)");
+    if (a->n > GDP_MAX_DIMS) return gd_infer_fail(c, "shape has %d dims, more than %d", a->n, GDP_MAX_DIMS);
+
+    char xs[200], ws[200];
+    gd_shape_str(x, xs, sizeof xs);
+    ints_str(a->ints, a->n, ws, sizeof ws);
+    gd_shape out = {.dtype = x->dtype, .ndim = a->n};
+    int free_dim = -1;
+    int64_t known = 1;
+    for (int k = 0; k < a->n; k++) {
+        int64_t d = a->ints[k];
+        if (d == -1) {
+            if (free_dim >= 0) return gd_infer_fail(c, "shape %s has more than one -1", ws);
+            free_dim = k;
+        } else if (d < 0) {
+            return gd_infer_fail(c, "shape %s has a negative dim", ws);
+        } else {
+            known *= d;
+        }
+        out.dim[k] = d;
+    }
+    int64_t n = gd_shape_numel(x);
+    if (free_dim >= 0) {
+        if (known == 0 || n % known != 0)
+            return gd_infer_fail(c, "cannot reshape x %s (%lld elements) into %s", xs, (long long)n, ws);
+        out.dim[free_dim] = n / known;
+    } else if (known != n) {
+        return gd_infer_fail(c, "cannot reshape x %s (%lld elements) into %s (%lld elements)", xs,
+                             (long long)n, ws, (long long)known);
+    }
+    c->out[0] = out;
+    return 0;
+}
+
+/* reshape and copy: the bytes of a contiguous tensor do not change. */
+static gdp_status copy_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0];
+    size_t bytes = (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype);
+    if (bytes > 0) memcpy(node->out[0].data, x->data, bytes);
+    return GDP_OK;
+}
+
+static gd_status reshape_grad(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_shape s = gd_tensor_shape(c->in[0]);
+    c->din[0] = gd_reshape(c->dout[0], s.ndim, s.dim);
+    return c->din[0] != NULL ? GD_OK : GD_ERR_INVALID;
+}
+
+gd_tensor *gd_reshape(gd_tensor *x, int ndim, const int64_t *shape)
+{
+    if (x == NULL) return NULL;
+    if (ndim < 0 || ndim > GD_MAX_DIMS || (ndim > 0 && shape == NULL))
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID, "reshape: %d dims (at most %d)", ndim, GD_MAX_DIMS);
+    gd_attr a = gd_attr_is("shape", ndim, shape);
+    return gd_op1(x, "reshape", 1, &a);
+}
+
+static const char *const reshape_cases[] = {
+    "f[2,3,4] | shape=[6,4]",
+    "f[2,3,4] | shape=[-1,2]",
+    "f[24] | shape=[2,-1,3]",
+    "f[3,4] | shape=[4,1,3,1]",
+    "f[1,1] | shape=[]",
+    "f[] | shape=[1,1,1]",
+    NULL};
+
+/* ---- permute ------------------------------------------------------------------------ */
+
+/* perm normalized (negative axes count from the end) and checked to be a permutation. */
+static int read_perm(gd_infer *c, int ndim, int64_t *perm)
+{
+    const gdp_attr *a = gdp_attr_find(c->attrs, "perm");
+    if (a == NULL || a->kind != GDP_ATTR_INTS) return gd_infer_fail(c, "needs the attribute perm (ints)");
+    char ps[200], xs[200];
+    ints_str(a->ints, a->n, ps, sizeof ps);
+    gd_shape_str(&c->in[0], xs, sizeof xs);
+    if (a->n != ndim) return gd_infer_fail(c, "perm %s has %d entries but x %s has %d dims", ps, a->n, xs, ndim);
+    int seen[GDP_MAX_DIMS] = {0};
+    for (int i = 0; i < ndim; i++) {
+        int64_t p = a->ints[i] < 0 ? a->ints[i] + ndim : a->ints[i];
+        if (p < 0 || p >= ndim || seen[p])
+            return gd_infer_fail(c, "perm %s is not a permutation of the %d dims of x %s", ps, ndim, xs);
+        seen[p] = 1;
+        perm[i] = p;
+    }
+    return 0;
+}
+
+static int permute_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0];
+    int64_t perm[GDP_MAX_DIMS];
+    int rc = read_perm(c, x->ndim, perm);
+    if (rc != 0) return rc;
+    c->out[0] = (gd_shape){.dtype = x->dtype, .ndim = x->ndim};
+    for (int i = 0; i < x->ndim; i++) c->out[0].dim[i] = x->dim[perm[i]];
+    return 0;
+}
+
+static inline void copy_elem(char *dst, const char *src, size_t es)
+{
+    switch (es) {
+    case 1: *dst = *src; break;
+    case 2: memcpy(dst, src, 2); break;
+    case 4: memcpy(dst, src, 4); break;
+    case 8: memcpy(dst, src, 8); break;
+    default: memcpy(dst, src, es);
+    }
+}
+
+/* Walks the output in row-major order; `src` follows along through the input strides of
+ * the permuted axes, like an odometer. */
+static gdp_status permute_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int nd = x->ndim;
+    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS], pst[GDP_MAX_DIMS], idx[GDP_MAX_DIMS] = {0};
+    gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
+    gd_strides(nd, x->shape, xst);
+    for (int i = 0; i < nd; i++) pst[i] = xst[perm[i] < 0 ? perm[i] + nd : perm[i]];
+
+    size_t es = gdp_dtype_size(x->dtype);
+    const char *in = x->data;
+    char *out = y->data;
+    int64_t n = gdp_numel(y), src = 0;
+    for (int64_t o = 0; o < n; o++) {
+        copy_elem(out + o * es, in + src * es, es);
+        for (int d = nd - 1; d >= 0; d--) {
+            src += pst[d];
+            if (++idx[d] < y->shape[d]) break;
+            src -= pst[d] * y->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return GDP_OK;
+}
+
+static gd_status permute_grad(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    int nd = gd_tensor_ndim(c->in[0]);
+    int64_t perm[GDP_MAX_DIMS], inv[GDP_MAX_DIMS];
+    gdp_attr_ints(c->attrs, "perm", perm, GDP_MAX_DIMS);
+    for (int i = 0; i < nd; i++) inv[perm[i] < 0 ? perm[i] + nd : perm[i]] = i;
+    c->din[0] = gd_permute(c->dout[0], nd, inv);
+    return c->din[0] != NULL ? GD_OK : GD_ERR_INVALID;
+}
+
+gd_tensor *gd_permute(gd_tensor *x, int ndim, const int64_t *perm)
+{
+    if (x == NULL) return NULL;
+    if (ndim < 0 || ndim > GD_MAX_DIMS || (ndim > 0 && perm == NULL))
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID, "permute: %d dims (at most %d)", ndim, GD_MAX_DIMS);
+    gd_attr a = gd_attr_is("perm", ndim, perm);
+    return gd_op1(x, "permute", 1, &a);
+}
+
+gd_tensor *gd_transpose(gd_tensor *x, int64_t dim0, int64_t dim1)
+{
+    if (x == NULL) return NULL;
+    int nd = gd_tensor_ndim(x);
+    int64_t a = dim0 < 0 ? dim0 + nd : dim0, b = dim1 < 0 ? dim1 + nd : dim1;
+    if (a < 0 || a >= nd || b < 0 || b >= nd) {
+        char xs[200];
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_SHAPE, "transpose: dims (%lld, %lld) out of range for x %s",
+                            (long long)dim0, (long long)dim1, gd_tensor_describe(x, xs, sizeof xs));
+    }
+    int64_t perm[GD_MAX_DIMS];
+    for (int i = 0; i < nd; i++) perm[i] = i;
+    perm[a] = b;
+    perm[b] = a;
+    return gd_permute(x, nd, perm);
+}
+
+static const char *const permute_cases[] = {
+    "f[2,3] | perm=[1,0]",
+    "f[2,3,4,5] | perm=[0,2,1,3]",
+    "f[2,3,4] | perm=[2,0,1]",
+    "f[2,3,4] | perm=[0,1,2]",
+    "f[3,1,2] | perm=[-1,0,1]",
+    "f[2,1,3,2,2] | perm=[4,3,2,1,0]",
+    NULL};
+
+/* ---- copy --------------------------------------------------------------------------- */
+
+static int copy_infer(gd_infer *c)
+{
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static gd_status copy_grad(gd_grad_ctx *c)
+{
+    c->din[0] = c->dout[0];
+    return GD_OK;
+}
+
+gd_tensor *gd_contiguous(gd_tensor *x) { return gd_op1(x, "copy", 0, NULL); }
+
+static const char *const copy_cases[] = {"f[2,3]", "f[]", "f[3,1,4,2]", NULL};
+
+/* ---- concat ------------------------------------------------------------------------- */
+
+static int concat_infer(gd_infer *c)
+{
+    const gd_shape *x0 = &c->in[0];
+    int axis = gd_axis(c, gdp_attr_int(c->attrs, "axis", 0), x0->ndim, "axis");
+    if (axis < 0) return axis_failed(c);
+    gd_shape out = *x0;
+    char s0[200], sk[200];
+    gd_shape_str(x0, s0, sizeof s0);
+    for (int k = 1; k < c->n_in; k++) {
+        const gd_shape *xk = &c->in[k];
+        gd_shape_str(xk, sk, sizeof sk);
+        if (xk->dtype != x0->dtype)
+            return gd_infer_fail(c, "x%d is %s but x0 is %s", k, gd_dtype_name((gd_dtype)xk->dtype),
+                                 gd_dtype_name((gd_dtype)x0->dtype));
+        int ok = xk->ndim == x0->ndim;
+        for (int i = 0; ok && i < x0->ndim; i++) ok = i == axis || xk->dim[i] == x0->dim[i];
+        if (!ok)
+            return gd_infer_fail(c, "x%d %s does not fit x0 %s: all dims but axis %d must match", k, sk, s0, axis);
+        out.dim[axis] += xk->dim[axis];
+    }
+    c->out[0] = out;
+    return 0;
+}
+
+/* For each index of the dims before `axis`, the inputs' blocks follow one another. */
+static gdp_status concat_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *y = &node->out[0];
+    int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
+    if (axis < 0) axis += y->ndim;
+    size_t es = gdp_dtype_size(y->dtype);
+    int64_t outer = prod(y->shape, 0, axis), inner = prod(y->shape, axis + 1, y->ndim);
+    char *dst = y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int k = 0; k < node->n_in; k++) {
+            size_t chunk = (size_t)(node->in[k].shape[axis] * inner) * es;
+            if (chunk == 0) continue;
+            memcpy(dst, (const char *)node->in[k].data + (size_t)o * chunk, chunk);
+            dst += chunk;
+        }
+    }
+    return GDP_OK;
+}
+
+static gd_status concat_grad(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    int nd = gd_tensor_ndim(c->in[0]);
+    int64_t axis = gdp_attr_int(c->attrs, "axis", 0);
+    if (axis < 0) axis += nd;
+    int64_t off = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        int64_t len = gd_tensor_dim(c->in[k], (int)axis);
+        c->din[k] = gd_slice(c->dout[0], axis, off, off + len);
+        if (c->din[k] == NULL) return GD_ERR_INVALID;
+        off += len;
+    }
+    return GD_OK;
+}
+
+gd_tensor *gd_concat(gd_graph *g, int n, gd_tensor *const *xs, int64_t axis)
+{
+    if (g == NULL) return NULL;
+    if (n < 1 || n > GDP_MAX_INPUTS || xs == NULL)
+        return gd_fail_null(g, GD_ERR_INVALID, "concat: %d inputs (1 to %d)", n, GDP_MAX_INPUTS);
+    for (int k = 0; k < n; k++)
+        if (xs[k] == NULL) return NULL;
+    gd_attr a = gd_attr_i("axis", axis);
+    return gd_op(g, "concat", n, xs, 1, &a);
+}
+
+static const char *const concat_cases[] = {
+    "f[2,3] f[4,3] | axis=0",
+    "f[2,3] f[2,1] f[2,2] | axis=1",
+    "f[2,3,4] f[2,3,4] | axis=-1",
+    "f[2,1,3] f[2,4,3] f[2,2,3] f[2,1,3] | axis=1",
+    "f[5] | axis=0",
+    "f[3] f[1] | axis=0",
+    NULL};
+
+/* ---- slice and slice_grad ----------------------------------------------------------- */
+
+static int slice_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0];
+    int axis = gd_axis(c, gdp_attr_int(c->attrs, "axis", 0), x->ndim, "axis");
+    if (axis < 0) return axis_failed(c);
+    int64_t first, len;
+    slice_bounds(x->dim[axis], gdp_attr_int(c->attrs, "start", 0), gdp_attr_int(c->attrs, "end", INT64_MAX),
+                 &first, &len);
+    c->out[0] = *x;
+    c->out[0].dim[axis] = len;
+    return 0;
+}
+
+/* Moves rows between a tensor with `n` entries along the axis and one with `len` of them,
+ * starting at `first`; the dims before the axis are walked, the ones after move as a block.
+ * to_big = 0 gathers (slice), 1 scatters into a zeroed tensor (slice_grad). */
+static void slice_copy(const gdp_tensor *big, const gdp_tensor *small, int axis, int64_t first, int to_big)
+{
+    size_t es = gdp_dtype_size(big->dtype);
+    int64_t outer = prod(big->shape, 0, axis), inner = prod(big->shape, axis + 1, big->ndim);
+    int64_t n = big->shape[axis], len = small->shape[axis];
+    size_t row = (size_t)(len * inner) * es;
+    if (row == 0) return;
+    for (int64_t o = 0; o < outer; o++) {
+        char *b = (char *)big->data + (size_t)((o * n + first) * inner) * es;
+        char *s = (char *)small->data + (size_t)o * row;
+        if (to_big) memcpy(b, s, row);
+        else memcpy(s, b, row);
+    }
+}
+
+static gdp_status slice_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0];
+    int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
+    if (axis < 0) axis += x->ndim;
+    int64_t first, len;
+    slice_bounds(x->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
+                 gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
+    slice_copy(x, &node->out[0], axis, first, 0);
+    return GDP_OK;
+}
+
+static gd_status slice_grad(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_shape s = gd_tensor_shape(c->in[0]);
+    gd_attr a[4] = {
+        gd_attr_i("axis", gdp_attr_int(c->attrs, "axis", 0)),
+        gd_attr_i("start", gdp_attr_int(c->attrs, "start", 0)),
+        gd_attr_i("end", gdp_attr_int(c->attrs, "end", INT64_MAX)),
+        gd_attr_is("input_shape", s.ndim, s.dim),
+    };
+    c->din[0] = gd_op1(c->dout[0], "slice_grad", 4, a);
+    return c->din[0] != NULL ? GD_OK : GD_ERR_INVALID;
+}
+
+/* dy has the sliced shape; the output has input_shape, zero outside the slice. */
+static int slice_grad_infer(gd_infer *c)
+{
+    const gd_shape *dy = &c->in[0];
+    const gdp_attr *a = gdp_attr_find(c->attrs, "input_shape");
+    if (a == NULL || a->kind != GDP_ATTR_INTS || a->n > GDP_MAX_DIMS)
+        return gd_infer_fail(c, "needs the attribute input_shape (ints, at most %d)", GDP_MAX_DIMS);
+    gd_shape x = {.dtype = dy->dtype, .ndim = a->n};
+    for (int i = 0; i < a->n; i++) x.dim[i] = a->ints[i];
+    int axis = gd_axis(c, gdp_attr_int(c->attrs, "axis", 0), x.ndim, "axis");
+    if (axis < 0) return axis_failed(c);
+    int64_t first, len;
+    slice_bounds(x.dim[axis], gdp_attr_int(c->attrs, "start", 0), gdp_attr_int(c->attrs, "end", INT64_MAX),
+                 &first, &len);
+    gd_shape want = x;
+    want.dim[axis] = len;
+    int ok = dy->ndim == want.ndim;
+    for (int i = 0; ok && i < want.ndim; i++) ok = dy->dim[i] == want.dim[i];
+    if (!ok) {
+        char ds[200], ws[200], xs[200];
+        return gd_infer_fail(c, "dy %s should be %s, the slice of input_shape %s", gd_shape_str(dy, ds, sizeof ds),
+                             gd_shape_str(&want, ws, sizeof ws), gd_shape_str(&x, xs, sizeof xs));
+    }
+    c->out[0] = x;
+    return 0;
+}
+
+static gdp_status slice_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *x = &node->out[0];
+    int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
+    if (axis < 0) axis += x->ndim;
+    int64_t first, len;
+    slice_bounds(x->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
+                 gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
+    // all-zero bytes are 0 in every dtype
+    memset(x->data, 0, (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype));
+    slice_copy(x, &node->in[0], axis, first, 1);
+    return GDP_OK;
+}
+
+gd_tensor *gd_slice(gd_tensor *x, int64_t axis, int64_t start, int64_t end)
+{
+    gd_attr a[3] = {gd_attr_i("axis", axis), gd_attr_i("start", start), gd_attr_i("end", end)};
+    return gd_op1(x, "slice", 3, a);
+}
+
+gd_status gd_split(gd_tensor *x, int64_t axis, int n, const int64_t *sizes, gd_tensor **out)
+{
+    if (out == NULL) return GD_ERR_INVALID;
+    for (int k = 0; k < n; k++) out[k] = NULL;
+    if (x == NULL) return GD_ERR_INVALID; // an earlier builder failed; its message stays
+    gd_ctx *ctx = gd_graph_ctx(gd_tensor_graph(x));
+    char xs[200];
+    gd_tensor_describe(x, xs, sizeof xs);
+    int nd = gd_tensor_ndim(x);
+    int64_t ax = axis < 0 ? axis + nd : axis;
+    if (ax < 0 || ax >= nd)
+        return gd_fail(ctx, GD_ERR_SHAPE, "split: axis %lld out of range for x %s", (long long)axis, xs);
+    if (n < 1) return gd_fail(ctx, GD_ERR_INVALID, "split: %d parts", n);
+    int64_t dim = gd_tensor_dim(x, (int)ax), total = 0;
+    if (sizes == NULL) {
+        if (dim % n != 0)
+            return gd_fail(ctx, GD_ERR_SHAPE, "split: axis %lld of x %s (%lld) is not divisible into %d equal parts",
+                           (long long)axis, xs, (long long)dim, n);
+    } else {
+        for (int k = 0; k < n; k++) {
+            if (sizes[k] < 0)
+                return gd_fail(ctx, GD_ERR_INVALID, "split: size %d is negative (%lld)", k, (long long)sizes[k]);
+            total += sizes[k];
+        }
+        if (total != dim)
+            return gd_fail(ctx, GD_ERR_SHAPE, "split: sizes add up to %lld but axis %lld of x %s has %lld",
+                           (long long)total, (long long)axis, xs, (long long)dim);
+    }
+    int64_t off = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t len = sizes != NULL ? sizes[k] : dim / n;
+        out[k] = gd_slice(x, ax, off, off + len);
+        if (out[k] == NULL) return GD_ERR_INVALID;
+        off += len;
+    }
+    return GD_OK;
+}
+
+static const char *const slice_cases[] = {
+    "f[5,4] | axis=0 start=1 end=3",
+    "f[5,4] | axis=1 start=-3 end=-1",
+    "f[5,4] | axis=-1 start=0 end=100",
+    "f[2,6,3] | axis=1 start=-100 end=4",
+    "f[2,6,3] | axis=1 start=2 end=3",
+    "f[2,6,3] | axis=2 start=1 end=3",
+    NULL};
+
+static const char *const slice_grad_cases[] = {
+    "f[2,4] | axis=0 start=1 end=3 input_shape=[5,4]",
+    "f[5,2] | axis=1 start=-3 end=-1 input_shape=[5,4]",
+    "f[2,4,3] | axis=1 start=-100 end=4 input_shape=[2,6,3]",
+    "f[2,6,2] | axis=-1 start=1 end=3 input_shape=[2,6,3]",
+    NULL};
+
+/* ---- registration ------------------------------------------------------------------- */
+
+GD_FAMILY(layout)
+{
+    gd_register_op(r, &(gd_op_def){
+        .name = "reshape", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
+        .dtypes = GD_FLOATS, .infer = reshape_infer, .grad = reshape_grad, .ref = copy_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = reshape_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "x viewed with a new shape of the same element count (one dim may be -1); a copy"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "permute", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "perm:ints",
+        .dtypes = GD_FLOATS, .infer = permute_infer, .grad = permute_grad, .ref = permute_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = permute_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "x with its dims reordered: out dim i is x dim perm[i]"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "copy", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "",
+        .dtypes = GD_FLOATS, .infer = copy_infer, .grad = copy_grad, .ref = copy_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = copy_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "a contiguous copy of x"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "concat", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "axis:int",
+        .dtypes = GD_FLOATS, .infer = concat_infer, .grad = concat_grad, .ref = concat_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = concat_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "inputs joined along axis; the other dims must match"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "slice", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int start:int end:int",
+        .dtypes = GD_FLOATS, .infer = slice_infer, .grad = slice_grad, .ref = slice_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = slice_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "x[start:end] along axis; negative bounds count from the end, clamped like Python"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "slice_grad", .min_in = 1, .max_in = 1, .n_out = 1,
+        .attrs = "axis:int start:int end:int input_shape:ints",
+        .dtypes = GD_FLOATS, .infer = slice_grad_infer, .grad = NULL, .ref = slice_grad_ref,
+        .ref_dtypes = ANY_DTYPE, .cases = slice_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .doc = "backward of slice: dy placed at [start:end] along axis of zeros of input_shape"});
+}

@@ -1,0 +1,351 @@
+/* norm.c — layer_norm and rms_norm over the last axis, and their backward ops.
+ *
+ * x is read as (rows, C): every row is normalized on its own, and the optional weight and
+ * bias (C) scale and shift each of the C features. The backward ops recompute each row's
+ * mean and reciprocal standard deviation from x rather than keeping them from the forward
+ * pass: two extra passes over a row are cheaper than a saved tensor the memory plan must
+ * keep alive from forward to backward, and they keep the op's signature one tensor in.
+ */
+#include "reduce.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* x (..., C) with optional per-feature tensors in[first..n_in) of shape (C) and x's dtype;
+ * names[k] names in[k] in messages. */
+static int check_rows(gd_infer *c, int first, const char *const *names)
+{
+    const gd_shape *x = &c->in[first - 1];
+    char a[240], b[240];
+    rd_desc(x, a, sizeof a);
+    int f = rd_need_float(c, x, "x");
+    if (f != 0) return f;
+    if (x->ndim < 1) return gd_infer_fail(c, "x %s needs at least one axis to normalize over", a);
+    const int64_t C = x->dim[x->ndim - 1];
+    for (int k = first; k < c->n_in; k++) {
+        const gd_shape *p = &c->in[k];
+        if (p->ndim != 1 || p->dim[0] != C || p->dtype != x->dtype)
+            return gd_infer_fail(c, "%s %s must be %s[%lld], the last axis of x %s", names[k],
+                                 rd_desc(p, b, sizeof b), gd_dtype_name((gd_dtype)x->dtype), (long long)C, a);
+    }
+    double eps = gdp_attr_float(c->attrs, "eps", 0.0);
+    if (!(eps >= 0.0)) return gd_infer_fail(c, "eps %g must be >= 0 (x %s)", eps, a);
+    return 0;
+}
+
+/* dy must be shaped like x (in[0] and in[1] of a backward op). */
+static int check_dy(gd_infer *c)
+{
+    const gd_shape *dy = &c->in[0], *x = &c->in[1];
+    if (dy->dtype != x->dtype || !rd_same_dims(dy, x)) {
+        char a[240], b[240];
+        return gd_infer_fail(c, "dy %s must have x %s's shape and dtype", rd_desc(dy, a, sizeof a),
+                             rd_desc(x, b, sizeof b));
+    }
+    return 0;
+}
+
+static void rows_of(const gdp_tensor *x, int64_t *rows, int64_t *C)
+{
+    *C = x->shape[x->ndim - 1];
+    *rows = *C > 0 ? gdp_numel(x) / *C : 0;
+}
+
+/* The mean and 1/sqrt(var + eps) of row r (biased variance, two passes). */
+static void row_stats(const gdp_tensor *x, int64_t r, int64_t C, double eps, double *mean, double *rstd)
+{
+    double s = 0.0, ss = 0.0;
+    for (int64_t k = 0; k < C; k++) s += rd_load(x, r * C + k);
+    const double m = s / (double)C;
+    for (int64_t k = 0; k < C; k++) {
+        double d = rd_load(x, r * C + k) - m;
+        ss += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt(ss / (double)C + eps);
+}
+
+/* 1/sqrt(mean(x^2) + eps) of row r. */
+static double row_rms_inv(const gdp_tensor *x, int64_t r, int64_t C, double eps)
+{
+    double ss = 0.0;
+    for (int64_t k = 0; k < C; k++) {
+        double v = rd_load(x, r * C + k);
+        ss += v * v;
+    }
+    return 1.0 / sqrt(ss / (double)C + eps);
+}
+
+/* ---- layer_norm ------------------------------------------------------------------------ */
+
+static const char *const ln_names[] = {"x", "weight", "bias"};
+static const char *const ln_grad_names[] = {"dy", "x", "weight"};
+
+static int infer_layer_norm(gd_infer *c)
+{
+    int s = check_rows(c, 1, ln_names);
+    if (s != 0) return s;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static gdp_status ref_layer_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // x (rows, C), weight (C), bias (C) -> y (rows, C) = (x - mean) * rstd * weight + bias
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *w = node->n_in > 1 ? &node->in[1] : NULL, *b = node->n_in > 2 ? &node->in[2] : NULL;
+    const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
+    int64_t rows, C;
+    rows_of(x, &rows, &C);
+    for (int64_t r = 0; r < rows; r++) {
+        double mean, rstd;
+        row_stats(x, r, C, eps, &mean, &rstd);
+        for (int64_t k = 0; k < C; k++) {
+            double v = (rd_load(x, r * C + k) - mean) * rstd;
+            if (w != NULL) v *= rd_load(w, k);
+            if (b != NULL) v += rd_load(b, k);
+            rd_store(y, r * C + k, v);
+        }
+    }
+    return GDP_OK;
+}
+
+static int infer_layer_norm_grad(gd_infer *c)
+{
+    // dy (rows, C), x (rows, C), [weight (C)] -> dx (rows, C), dweight (C), dbias (C)
+    int s = check_rows(c, 2, ln_grad_names);
+    if (s == 0) s = check_dy(c);
+    if (s != 0) return s;
+    const gd_shape *x = &c->in[1];
+    c->out[0] = *x;
+    for (int k = 1; k < 3; k++) {
+        c->out[k].dtype = x->dtype;
+        c->out[k].ndim = 1;
+        c->out[k].dim[0] = x->dim[x->ndim - 1];
+    }
+    return 0;
+}
+
+static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // With xhat = (x - mean) * rstd and g = dy * weight:
+    //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dweight = sum_rows dy * xhat,  dbias = sum_rows dy
+    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *w = node->n_in > 2 ? &node->in[2] : NULL;
+    const gdp_tensor *dx = &node->out[0], *dw = &node->out[1], *db = &node->out[2];
+    const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
+    int64_t rows, C;
+    rows_of(x, &rows, &C);
+    double *acc = calloc((size_t)(2 * C + 1), sizeof *acc); // dweight (C), dbias (C)
+    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "layer_norm_grad: no memory for %lld sums", (long long)C);
+    double *acc_w = acc, *acc_b = acc + C;
+    for (int64_t r = 0; r < rows; r++) {
+        double mean, rstd;
+        row_stats(x, r, C, eps, &mean, &rstd);
+        double sum_g = 0.0, sum_gx = 0.0;
+        for (int64_t k = 0; k < C; k++) {
+            const double d = rd_load(dy, r * C + k), xhat = (rd_load(x, r * C + k) - mean) * rstd;
+            const double g = w != NULL ? d * rd_load(w, k) : d;
+            sum_g += g;
+            sum_gx += g * xhat;
+            acc_w[k] += d * xhat;
+            acc_b[k] += d;
+        }
+        const double mean_g = sum_g / (double)C, mean_gx = sum_gx / (double)C;
+        for (int64_t k = 0; k < C; k++) {
+            const double d = rd_load(dy, r * C + k), xhat = (rd_load(x, r * C + k) - mean) * rstd;
+            const double g = w != NULL ? d * rd_load(w, k) : d;
+            rd_store(dx, r * C + k, rstd * (g - mean_g - xhat * mean_gx));
+        }
+    }
+    for (int64_t k = 0; k < C; k++) {
+        rd_store(dw, k, acc_w[k]);
+        rd_store(db, k, acc_b[k]);
+    }
+    free(acc);
+    return GDP_OK;
+}
+
+static gd_status grad_layer_norm(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_attr a[4];
+    int na = rd_attrs_copy(c->attrs, a, 4);
+    gd_tensor *in[3] = {c->dout[0], c->in[0], c->n_in > 1 ? c->in[1] : NULL};
+    gd_tensor *out[3] = {NULL, NULL, NULL};
+    gd_status s = gd_op_multi(c->g, "layer_norm_grad", c->n_in > 1 ? 3 : 2, in, na, a, 3, out);
+    if (s != GD_OK) return s;
+    for (int k = 0; k < c->n_in; k++) c->din[k] = out[k];
+    return GD_OK;
+}
+
+/* ---- rms_norm -------------------------------------------------------------------------- */
+
+static int infer_rms_norm(gd_infer *c)
+{
+    int s = check_rows(c, 1, ln_names);
+    if (s != 0) return s;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static gdp_status ref_rms_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // x (rows, C), weight (C) -> y (rows, C) = x / sqrt(mean(x^2) + eps) * weight
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0], *w = node->n_in > 1 ? &node->in[1] : NULL;
+    const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+    int64_t rows, C;
+    rows_of(x, &rows, &C);
+    for (int64_t r = 0; r < rows; r++) {
+        const double inv = row_rms_inv(x, r, C, eps);
+        for (int64_t k = 0; k < C; k++) {
+            double v = rd_load(x, r * C + k) * inv;
+            rd_store(y, r * C + k, w != NULL ? v * rd_load(w, k) : v);
+        }
+    }
+    return GDP_OK;
+}
+
+static int infer_rms_norm_grad(gd_infer *c)
+{
+    // dy (rows, C), x (rows, C), [weight (C)] -> dx (rows, C), dweight (C)
+    int s = check_rows(c, 2, ln_grad_names);
+    if (s == 0) s = check_dy(c);
+    if (s != 0) return s;
+    const gd_shape *x = &c->in[1];
+    c->out[0] = *x;
+    c->out[1].dtype = x->dtype;
+    c->out[1].ndim = 1;
+    c->out[1].dim[0] = x->dim[x->ndim - 1];
+    return 0;
+}
+
+static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // With inv = 1/sqrt(mean(x^2) + eps) and g = dy * weight:
+    //   dx = inv * g - inv^3 * x * mean(g * x),  dweight = sum_rows dy * x * inv
+    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *w = node->n_in > 2 ? &node->in[2] : NULL;
+    const gdp_tensor *dx = &node->out[0], *dw = &node->out[1];
+    const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+    int64_t rows, C;
+    rows_of(x, &rows, &C);
+    double *acc_w = calloc((size_t)(C + 1), sizeof *acc_w);
+    if (acc_w == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rms_norm_grad: no memory for %lld sums", (long long)C);
+    for (int64_t r = 0; r < rows; r++) {
+        const double inv = row_rms_inv(x, r, C, eps);
+        double sum_gx = 0.0;
+        for (int64_t k = 0; k < C; k++) {
+            const double d = rd_load(dy, r * C + k), v = rd_load(x, r * C + k);
+            const double g = w != NULL ? d * rd_load(w, k) : d;
+            sum_gx += g * v;
+            acc_w[k] += d * v * inv;
+        }
+        const double c3 = inv * inv * inv * sum_gx / (double)C;
+        for (int64_t k = 0; k < C; k++) {
+            const double d = rd_load(dy, r * C + k), v = rd_load(x, r * C + k);
+            const double g = w != NULL ? d * rd_load(w, k) : d;
+            rd_store(dx, r * C + k, inv * g - c3 * v);
+        }
+    }
+    for (int64_t k = 0; k < C; k++) rd_store(dw, k, acc_w[k]);
+    free(acc_w);
+    return GDP_OK;
+}
+
+static gd_status grad_rms_norm(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_attr a[4];
+    int na = rd_attrs_copy(c->attrs, a, 4);
+    gd_tensor *in[3] = {c->dout[0], c->in[0], c->n_in > 1 ? c->in[1] : NULL};
+    gd_tensor *out[2] = {NULL, NULL};
+    gd_status s = gd_op_multi(c->g, "rms_norm_grad", c->n_in > 1 ? 3 : 2, in, na, a, 2, out);
+    if (s != GD_OK) return s;
+    for (int k = 0; k < c->n_in; k++) c->din[k] = out[k];
+    return GD_OK;
+}
+
+/* ---- builders -------------------------------------------------------------------------- */
+
+gd_tensor *gd_layer_norm(gd_tensor *x, gd_tensor *weight, gd_tensor *bias, double eps)
+{
+    if (x == NULL) return NULL;
+    if (bias != NULL && weight == NULL)
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID,
+                            "layer_norm: a bias without a weight is not supported (pass a weight of ones)");
+    gd_tensor *in[3] = {x, weight, bias};
+    int n = bias != NULL ? 3 : weight != NULL ? 2 : 1;
+    gd_attr a = gd_attr_f("eps", eps);
+    return gd_op(gd_tensor_graph(x), "layer_norm", n, in, 1, &a);
+}
+
+gd_tensor *gd_rms_norm(gd_tensor *x, gd_tensor *weight, double eps)
+{
+    if (x == NULL) return NULL;
+    gd_tensor *in[2] = {x, weight};
+    gd_attr a = gd_attr_f("eps", eps);
+    return gd_op(gd_tensor_graph(x), "rms_norm", weight != NULL ? 2 : 1, in, 1, &a);
+}
+
+/* ---- registration ---------------------------------------------------------------------- */
+
+static const char *const layer_norm_cases[] = {
+    "f[4,8]",
+    "f[4,8] f[8]",
+    "f[4,8] f[8] f[8]",
+    "f[2,3,5] f[5] f[5] | eps=1e-3",
+    "f[6]",
+    "f[3,1] f[1] f[1]",
+    "n[16,64] n[64] n[64]",
+    NULL,
+};
+
+static const char *const layer_norm_grad_cases[] = {
+    "f[4,8] f[4,8]",
+    "f[4,8] f[4,8] f[8]",
+    "f[2,3,5] f[2,3,5] f[5] | eps=1e-3",
+    "f[6] f[6]",
+    "n[16,64] n[16,64] n[64]",
+    NULL,
+};
+
+static const char *const rms_norm_cases[] = {
+    "f[4,8]",
+    "f[4,8] f[8]",
+    "f[2,3,5] f[5] | eps=1e-5",
+    "f[7]",
+    "n[16,64] n[64]",
+    NULL,
+};
+
+static const char *const rms_norm_grad_cases[] = {
+    "f[4,8] f[4,8]",
+    "f[4,8] f[4,8] f[8]",
+    "f[2,3,5] f[2,3,5] f[5] | eps=1e-5",
+    "n[16,64] n[16,64] n[64]",
+    NULL,
+};
+
+
+GD_FAMILY(norm)
+{
+    gd_register_op(r, &(gd_op_def){
+        .name = "layer_norm", .min_in = 1, .max_in = 3, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
+        .infer = infer_layer_norm, .grad = grad_layer_norm, .ref = ref_layer_norm, .cases = layer_norm_cases,
+        .tol = 1e-8,
+        .doc = "layer_norm(x, [weight], [bias]) over the last axis, eps (default 1e-5)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "layer_norm_grad", .min_in = 2, .max_in = 3, .n_out = 3, .attrs = "eps:float",
+        .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad, .ref = ref_layer_norm_grad,
+        .cases = layer_norm_grad_cases, .tol = 1e-8,
+        .doc = "layer_norm_grad(dy, x, [weight]) -> dx, dweight, dbias"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "rms_norm", .min_in = 1, .max_in = 2, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
+        .infer = infer_rms_norm, .grad = grad_rms_norm, .ref = ref_rms_norm, .cases = rms_norm_cases,
+        .tol = 1e-8,
+        .doc = "rms_norm(x, [weight]): x / sqrt(mean(x^2) + eps) * weight over the last axis, eps (default 1e-6)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "rms_norm_grad", .min_in = 2, .max_in = 3, .n_out = 2, .attrs = "eps:float",
+        .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad, .ref = ref_rms_norm_grad,
+        .cases = rms_norm_grad_cases, .tol = 1e-8,
+        .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
+}

@@ -1,0 +1,630 @@
+/* reduce.c — reductions: sum, mean, max (and max_grad), argmax; expand, the broadcast
+ * that takes a reduction's gradient back to the input's shape; global_norm, the one
+ * number gradient clipping needs.
+ *
+ * Every reduction here is the same walk: visit x in row-major order and keep, alongside,
+ * the offset of the output element the visited one folds into. Reduced axes step that
+ * offset by 0. Expand is the same walk read the other way round (the output is the big
+ * tensor, the input the one with stride 0 along broadcast axes).
+ */
+#include "reduce.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static gd_shape shape_of(const gdp_tensor *t)
+{
+    gd_shape s = {0};
+    s.dtype = t->dtype;
+    s.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) s.dim[d] = t->shape[d];
+    return s;
+}
+
+/* Marks in red[] the axes of x named by the "axes" attribute (every axis when it is absent
+ * or empty). Returns 0, or -1 with the reason in msg. */
+static int axes_parse(const gdp_attrs *attrs, const gd_shape *x, int *red, char *msg, size_t cap)
+{
+    int64_t ax[GDP_MAX_DIMS + 1];
+    int n = gdp_attr_ints(attrs, "axes", ax, GDP_MAX_DIMS + 1);
+    char xd[240], ad[240];
+    rd_desc(x, xd, sizeof xd);
+    if (n > GDP_MAX_DIMS) {
+        snprintf(msg, cap, "%d axes given for x %s; at most %d", n, xd, GDP_MAX_DIMS);
+        return -1;
+    }
+    for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = n == 0;
+    for (int k = 0; k < n; k++) {
+        int64_t a = ax[k] < 0 ? ax[k] + x->ndim : ax[k];
+        if (a < 0 || a >= x->ndim) {
+            snprintf(msg, cap, "axes %s: axis %lld is out of range for x %s", rd_ints(ax, n, ad, sizeof ad),
+                     (long long)ax[k], xd);
+            return -1;
+        }
+        if (red[a]) {
+            snprintf(msg, cap, "axes %s name axis %lld twice (x %s)", rd_ints(ax, n, ad, sizeof ad), (long long)a,
+                     xd);
+            return -1;
+        }
+        red[a] = 1;
+    }
+    return 0;
+}
+
+/* ---- the walk ------------------------------------------------------------------------ */
+
+typedef struct walk {
+    int ndim;
+    int64_t shape[GDP_MAX_DIMS]; /* of the tensor visited in row-major order */
+    int64_t step[GDP_MAX_DIMS];  /* offset step in the other tensor per step along each axis */
+    int64_t n;                   /* elements visited */
+} walk;
+
+/* Advances idx to the next element in row-major order and *o along with it. */
+static inline void walk_next(const walk *w, int64_t *idx, int64_t *o)
+{
+    for (int d = w->ndim - 1; d >= 0; d--) {
+        *o += w->step[d];
+        if (++idx[d] < w->shape[d]) return;
+        *o -= w->step[d] * w->shape[d];
+        idx[d] = 0;
+    }
+}
+
+/* The walk of a reduction of x: step[] is the output's stride along kept axes, 0 along
+ * reduced ones. Also gives the output's element count and how many elements fold into
+ * each. */
+static int reduce_walk(walk *w, const gdp_tensor *x, const gdp_attrs *attrs, int64_t *n_out, int64_t *n_red,
+                       char *msg, size_t cap)
+{
+    gd_shape xs = shape_of(x);
+    int red[GDP_MAX_DIMS];
+    if (axes_parse(attrs, &xs, red, msg, cap) != 0) return -1;
+    int64_t s = 1, r = 1;
+    w->ndim = x->ndim;
+    w->n = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        w->shape[d] = x->shape[d];
+        w->n *= x->shape[d];
+        if (red[d]) {
+            w->step[d] = 0;
+            r *= x->shape[d];
+        } else {
+            w->step[d] = s;
+            s *= x->shape[d];
+        }
+    }
+    *n_out = s;
+    *n_red = r;
+    return 0;
+}
+
+/* ---- sum, mean ------------------------------------------------------------------------- */
+
+/* The shape of a reduction of x under attrs; max also refuses to reduce an empty axis
+ * (there is no value to return). 0, or -1 with the reason in msg. */
+static int reduced_shape(const gdp_attrs *attrs, const gd_shape *x, int is_max, gd_shape *y, char *msg, size_t cap)
+{
+    int red[GDP_MAX_DIMS];
+    if (axes_parse(attrs, x, red, msg, cap) != 0) return -1;
+    int keep = gdp_attr_int(attrs, "keepdims", 0) != 0;
+    y->dtype = x->dtype;
+    y->ndim = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (!red[d]) y->dim[y->ndim++] = x->dim[d];
+        else if (keep) y->dim[y->ndim++] = 1;
+    }
+    if (is_max && gd_shape_numel(x) == 0 && gd_shape_numel(y) > 0) {
+        char xd[240];
+        snprintf(msg, cap, "max over an empty axis of x %s has no value", rd_desc(x, xd, sizeof xd));
+        return -1;
+    }
+    return 0;
+}
+
+static int infer_reduce(gd_infer *c)
+{
+    char msg[300];
+    if (reduced_shape(c->attrs, &c->in[0], 0, &c->out[0], msg, sizeof msg) != 0) return gd_infer_fail(c, "%s", msg);
+    return 0;
+}
+
+static int infer_mean(gd_infer *c)
+{
+    int s = rd_need_float(c, &c->in[0], "x");
+    return s != 0 ? s : infer_reduce(c);
+}
+
+static gdp_status sum_or_mean(const gdp_node *node, gdp_err *err, int mean)
+{
+    // x (...) -> y (x's shape without the reduced axes, or with them as 1)
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    walk w;
+    int64_t n_out, n_red;
+    char msg[300];
+    if (reduce_walk(&w, x, &node->attrs, &n_out, &n_red, msg, sizeof msg) != 0)
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+    double *acc = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *acc);
+    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld sums", node->op, (long long)n_out);
+    int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
+    for (int64_t i = 0; i < w.n; i++) {
+        acc[o] += rd_load(x, i);
+        walk_next(&w, idx, &o);
+    }
+    for (o = 0; o < n_out; o++) rd_store(y, o, mean ? acc[o] / (double)n_red : acc[o]);
+    free(acc);
+    return GDP_OK;
+}
+
+static gdp_status ref_sum(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    return sum_or_mean(node, err, 0);
+}
+
+static gdp_status ref_mean(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    return sum_or_mean(node, err, 1);
+}
+
+/* dy has the reduced shape; gives it x's rank (1 along reduced axes), then broadcasts it
+ * over x's shape. *n_red: how many elements of x each element of dy stands for. */
+static gd_tensor *expand_back(gd_grad_ctx *c, gd_tensor *dy, int64_t *n_red)
+{
+    gd_shape xs = gd_tensor_shape(c->in[0]);
+    int red[GDP_MAX_DIMS];
+    char msg[300];
+    if (axes_parse(c->attrs, &xs, red, msg, sizeof msg) != 0)
+        return gd_fail_null(c->g, GD_ERR_SHAPE, "gradient of a reduction: %s", msg);
+    gd_shape kept = xs;
+    *n_red = 1;
+    for (int d = 0; d < xs.ndim; d++) {
+        if (red[d]) {
+            kept.dim[d] = 1;
+            *n_red *= xs.dim[d];
+        }
+    }
+    gd_shape ys = gd_tensor_shape(dy);
+    if (!rd_same_dims(&ys, &kept)) dy = gd_reshape(dy, kept.ndim, kept.dim);
+    if (rd_same_dims(&kept, &xs)) return dy;
+    return gd_expand(dy, xs.ndim, xs.dim);
+}
+
+/* A gradient rule's result: a NULL where a gradient was due means a builder failed, and
+ * its message is already in the context. */
+static gd_status built(const gd_tensor *t)
+{
+    return t != NULL ? GD_OK : GD_ERR_INVALID;
+}
+
+static gd_status grad_sum(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    int64_t n_red;
+    c->din[0] = expand_back(c, c->dout[0], &n_red);
+    return built(c->din[0]);
+}
+
+static gd_status grad_mean(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    int64_t n_red;
+    gd_tensor *dx = expand_back(c, c->dout[0], &n_red);
+    c->din[0] = n_red > 1 ? gd_scale(dx, 1.0 / (double)n_red, 0.0) : dx;
+    return built(c->din[0]);
+}
+
+/* ---- max, max_grad --------------------------------------------------------------------- */
+
+static int infer_max(gd_infer *c)
+{
+    char msg[300];
+    if (reduced_shape(c->attrs, &c->in[0], 1, &c->out[0], msg, sizeof msg) != 0) return gd_infer_fail(c, "%s", msg);
+    return 0;
+}
+
+/* For each output element, the flat index into x of its first maximal element (NaN counts
+ * as larger than anything, so that it propagates). */
+static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64_t **pos_out, int64_t *n_out,
+                                gdp_err *err)
+{
+    walk w;
+    int64_t n_red;
+    char msg[300];
+    if (reduce_walk(&w, x, &node->attrs, n_out, &n_red, msg, sizeof msg) != 0)
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+    size_t n = (size_t)(*n_out > 0 ? *n_out : 1);
+    int64_t *pos = malloc(n * sizeof *pos);
+    double *best = malloc(n * sizeof *best);
+    if (pos == NULL || best == NULL) {
+        free(pos);
+        free(best);
+        return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld maxima", node->op, (long long)*n_out);
+    }
+    for (int64_t o = 0; o < *n_out; o++) pos[o] = -1;
+    int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
+    for (int64_t i = 0; i < w.n; i++) {
+        double v = rd_load(x, i);
+        if (pos[o] < 0 || v > best[o] || (isnan(v) && !isnan(best[o]))) {
+            best[o] = v;
+            pos[o] = i;
+        }
+        walk_next(&w, idx, &o);
+    }
+    free(best);
+    *pos_out = pos;
+    return GDP_OK;
+}
+
+static gdp_status ref_max(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // x (...) -> y (reduced)
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int64_t *pos, n_out;
+    gdp_status s = max_positions(node, x, &pos, &n_out, err);
+    if (s != GDP_OK) return s;
+    for (int64_t o = 0; o < n_out; o++) rd_store(y, o, rd_load(x, pos[o]));
+    free(pos);
+    return GDP_OK;
+}
+
+static int infer_max_grad(gd_infer *c)
+{
+    // dy (reduced), x (...) -> dx (like x)
+    const gd_shape *dy = &c->in[0], *x = &c->in[1];
+    gd_shape y;
+    char msg[300], a[240], b[240], e[240];
+    if (reduced_shape(c->attrs, x, 1, &y, msg, sizeof msg) != 0) return gd_infer_fail(c, "%s", msg);
+    if (dy->dtype != x->dtype || !rd_same_dims(dy, &y))
+        return gd_infer_fail(c, "dy %s does not match the max of x %s, which is %s", rd_desc(dy, a, sizeof a),
+                             rd_desc(x, b, sizeof b), rd_desc(&y, e, sizeof e));
+    c->out[0] = *x;
+    return 0;
+}
+
+static gdp_status ref_max_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // dy (reduced), x (...) -> dx (like x): dy lands on each slice's first maximal element
+    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *dx = &node->out[0];
+    int64_t *pos, n_out;
+    gdp_status s = max_positions(node, x, &pos, &n_out, err);
+    if (s != GDP_OK) return s;
+    int64_t n = gdp_numel(x);
+    for (int64_t i = 0; i < n; i++) rd_store(dx, i, 0.0);
+    for (int64_t o = 0; o < n_out; o++) rd_store(dx, pos[o], rd_load(dy, o));
+    free(pos);
+    return GDP_OK;
+}
+
+static gd_status grad_max(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_attr a[4];
+    int na = rd_attrs_copy(c->attrs, a, 4);
+    gd_tensor *in[2] = {c->dout[0], c->in[0]};
+    c->din[0] = gd_op(c->g, "max_grad", 2, in, na, a);
+    return built(c->din[0]);
+}
+
+/* ---- argmax ---------------------------------------------------------------------------- */
+
+static int infer_argmax(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0];
+    int axis = gd_axis(c, gdp_attr_int(c->attrs, "axis", -1), x->ndim, "axis");
+    if (axis < 0) return rd_infer_failed(c);
+    char xd[240];
+    if (x->dim[axis] == 0)
+        return gd_infer_fail(c, "argmax over empty axis %d of x %s has no value", axis, rd_desc(x, xd, sizeof xd));
+    int keep = gdp_attr_int(c->attrs, "keepdims", 0) != 0;
+    gd_shape *y = &c->out[0];
+    y->dtype = GDP_I64;
+    y->ndim = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d != axis) y->dim[y->ndim++] = x->dim[d];
+        else if (keep) y->dim[y->ndim++] = 1;
+    }
+    return 0;
+}
+
+static gdp_status ref_argmax(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // x (outer, n, inner) -> y (outer, inner) i64, the first index of the maximum
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int64_t axis = gdp_attr_int(&node->attrs, "axis", -1);
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim || y->dtype != GDP_I64)
+        return gdp_fail(err, GDP_ERR_INVALID, "argmax: axis %lld of a %d-D x, output dtype %d",
+                        (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)x->ndim, (int)y->dtype);
+    int64_t outer = 1, inner = 1, n = x->shape[axis];
+    for (int d = 0; d < axis; d++) outer *= x->shape[d];
+    for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t *out = y->data;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t j = 0; j < inner; j++) {
+            const int64_t base = o * n * inner + j;
+            int64_t best_k = 0;
+            double best = rd_load(x, base);
+            for (int64_t k = 1; k < n; k++) {
+                double v = rd_load(x, base + k * inner);
+                if (v > best || (isnan(v) && !isnan(best))) {
+                    best = v;
+                    best_k = k;
+                }
+            }
+            out[o * inner + j] = best_k;
+        }
+    }
+    return GDP_OK;
+}
+
+/* ---- expand ----------------------------------------------------------------------------- */
+
+static int infer_expand(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0];
+    int64_t to[GDP_MAX_DIMS + 1];
+    int n = gdp_attr_ints(c->attrs, "shape", to, GDP_MAX_DIMS + 1);
+    char xd[240], td[240];
+    rd_desc(x, xd, sizeof xd);
+    if (n > GDP_MAX_DIMS) return gd_infer_fail(c, "target shape of %d dims for x %s; at most %d", n, xd, GDP_MAX_DIMS);
+    rd_ints(to, n, td, sizeof td);
+    if (n < x->ndim) return gd_infer_fail(c, "x %s has more dims than the target shape %s", xd, td);
+    const int off = n - x->ndim;
+    for (int d = 0; d < n; d++) {
+        if (to[d] < 0) return gd_infer_fail(c, "target shape %s has a negative dim (x %s)", td, xd);
+        if (d >= off && x->dim[d - off] != 1 && x->dim[d - off] != to[d])
+            return gd_infer_fail(c, "cannot broadcast x %s to %s: axis %d of x has %lld, not 1 or %lld", xd, td,
+                                 d - off, (long long)x->dim[d - off], (long long)to[d]);
+    }
+    gd_shape *y = &c->out[0];
+    y->dtype = x->dtype;
+    y->ndim = n;
+    for (int d = 0; d < n; d++) y->dim[d] = to[d];
+    return 0;
+}
+
+static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a plain copy of bytes
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    if (x->ndim > y->ndim || x->dtype != y->dtype)
+        return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
+    walk w;
+    w.ndim = y->ndim;
+    w.n = 1;
+    const int off = y->ndim - x->ndim;
+    int64_t xstride = 1;
+    for (int d = y->ndim - 1; d >= 0; d--) {
+        w.shape[d] = y->shape[d];
+        w.n *= y->shape[d];
+        w.step[d] = 0;
+        if (d >= off) {
+            if (x->shape[d - off] != 1) w.step[d] = xstride;
+            xstride *= x->shape[d - off];
+        }
+    }
+    const size_t es = gdp_dtype_size(y->dtype);
+    const char *src = x->data;
+    char *dst = y->data;
+    int64_t idx[GDP_MAX_DIMS] = {0}, i = 0;
+    for (int64_t o = 0; o < w.n; o++) {
+        memcpy(dst + (size_t)o * es, src + (size_t)i * es, es);
+        walk_next(&w, idx, &i);
+    }
+    return GDP_OK;
+}
+
+static gd_status grad_expand(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    c->din[0] = gd_sum_to(c->dout[0], c->in[0]);
+    return built(c->din[0]);
+}
+
+/* ---- global_norm ------------------------------------------------------------------------ */
+
+static int infer_global_norm(gd_infer *c)
+{
+    int s = rd_need_float(c, &c->in[0], "xs[0]");
+    if (s != 0) return s;
+    for (int k = 1; k < c->n_in; k++) {
+        if (c->in[k].dtype != c->in[0].dtype) {
+            char a[240], b[240];
+            return gd_infer_fail(c, "xs[%d] %s has another dtype than xs[0] %s", k, rd_desc(&c->in[k], a, sizeof a),
+                                 rd_desc(&c->in[0], b, sizeof b));
+        }
+    }
+    c->out[0].dtype = c->in[0].dtype;
+    c->out[0].ndim = 0;
+    return 0;
+}
+
+static gdp_status ref_global_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // xs[0..n) (any shapes) -> y () = sqrt(sum of squares)
+    double ss = 0.0;
+    for (int k = 0; k < node->n_in; k++) {
+        const gdp_tensor *x = &node->in[k];
+        int64_t n = gdp_numel(x);
+        for (int64_t i = 0; i < n; i++) {
+            double v = rd_load(x, i);
+            ss += v * v;
+        }
+    }
+    rd_store(&node->out[0], 0, sqrt(ss));
+    return GDP_OK;
+}
+
+static gd_status grad_global_norm(gd_grad_ctx *c)
+{
+    // d norm / d x = x / norm
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_tensor *s = gd_div(c->dout[0], c->out[0]); // ()
+    for (int k = 0; k < c->n_in; k++) {
+        c->din[k] = gd_mul(c->in[k], s);
+        if (c->din[k] == NULL) return GD_ERR_INVALID;
+    }
+    return GD_OK;
+}
+
+/* ---- builders ---------------------------------------------------------------------------- */
+
+static gd_tensor *reduce_build(gd_tensor *x, const char *op, int n_axes, const int64_t *axes, int keepdims)
+{
+    if (x == NULL) return NULL;
+    if (n_axes < 0 || n_axes > GD_MAX_DIMS || (n_axes > 0 && axes == NULL))
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID, "%s: %d axes%s; 0 to %d expected", op, n_axes,
+                            n_axes > 0 && axes == NULL ? " but no array" : "", GD_MAX_DIMS);
+    gd_attr a[2];
+    int n = 0;
+    if (n_axes > 0) a[n++] = gd_attr_is("axes", n_axes, axes);
+    a[n++] = gd_attr_i("keepdims", keepdims != 0);
+    return gd_op1(x, op, n, a);
+}
+
+gd_tensor *gd_sum(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
+{
+    return reduce_build(x, "sum", n_axes, axes, keepdims);
+}
+
+gd_tensor *gd_mean(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
+{
+    return reduce_build(x, "mean", n_axes, axes, keepdims);
+}
+
+gd_tensor *gd_max(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
+{
+    return reduce_build(x, "max", n_axes, axes, keepdims);
+}
+
+gd_tensor *gd_argmax(gd_tensor *x, int64_t axis, int keepdims)
+{
+    gd_attr a[2] = {gd_attr_i("axis", axis), gd_attr_i("keepdims", keepdims != 0)};
+    return gd_op1(x, "argmax", 2, a);
+}
+
+gd_tensor *gd_expand(gd_tensor *x, int ndim, const int64_t *shape)
+{
+    if (x == NULL) return NULL;
+    if (ndim < 0 || ndim > GD_MAX_DIMS || (ndim > 0 && shape == NULL))
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID, "expand: a target shape of %d dims; 0 to %d expected",
+                            ndim, GD_MAX_DIMS);
+    gd_attr a = gd_attr_is("shape", ndim, shape);
+    return gd_op1(x, "expand", 1, &a);
+}
+
+/* More than GDP_MAX_INPUTS tensors (every parameter of a model) are taken in groups: the
+ * norm of the groups' norms is the norm of everything. */
+gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
+{
+    if (g == NULL) return NULL;
+    if (n < 1 || xs == NULL) return gd_fail_null(g, GD_ERR_INVALID, "global_norm: %d tensors; at least 1 expected", n);
+    for (int k = 0; k < n; k++)
+        if (xs[k] == NULL) return NULL;
+    if (n <= GDP_MAX_INPUTS) return gd_op(g, "global_norm", n, xs, 0, NULL);
+    int n_parts = (n + GDP_MAX_INPUTS - 1) / GDP_MAX_INPUTS;
+    gd_tensor **parts = malloc((size_t)n_parts * sizeof *parts);
+    if (parts == NULL) return gd_fail_null(g, GD_ERR_NOMEM, "global_norm: no memory for %d groups", n_parts);
+    gd_tensor *y = NULL;
+    int k;
+    for (k = 0; k < n_parts; k++) {
+        int m = n - k * GDP_MAX_INPUTS < GDP_MAX_INPUTS ? n - k * GDP_MAX_INPUTS : GDP_MAX_INPUTS;
+        parts[k] = gd_global_norm(g, m, xs + k * GDP_MAX_INPUTS);
+        if (parts[k] == NULL) break;
+    }
+    if (k == n_parts) y = gd_global_norm(g, n_parts, parts);
+    free(parts);
+    return y;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+
+static const char *const reduce_cases[] = {
+    "f[3,4]",
+    "f[2,3,4] | axes=[1]",
+    "f[2,3,4] | axes=[0,2] keepdims=1",
+    "f[2,3,4] | axes=[-1]",
+    "f[2,3,4] | axes=[2,0]",
+    "f[3,4] | keepdims=1",
+    "f[1,4,1] | axes=[0,2]",
+    "f[2,1,3] | axes=[1] keepdims=1",
+    "f[5]",
+    "f[]",
+    "n[33,65] | axes=[0]",
+    "n[33,65] | axes=[1]",
+    NULL,
+};
+
+static const char *const max_grad_cases[] = {
+    "f[3] f[3,4] | axes=[1]",
+    "f[2,1,4] f[2,3,4] | axes=[1] keepdims=1",
+    "f[3] f[2,3,4] | axes=[0,-1]",
+    "f[] f[2,3]",
+    "f[1,1] f[2,3] | keepdims=1",
+    NULL,
+};
+
+static const char *const argmax_cases[] = {
+    "f[3,5] | axis=1",
+    "f[4,3] | axis=0 keepdims=1",
+    "f[2,3,4] | axis=-2",
+    "f[7] | axis=0",
+    "f[4,1] | axis=1",
+    "n[16,100] | axis=-1",
+    NULL,
+};
+
+static const char *const expand_cases[] = {
+    "f[3,1] | shape=[2,3,4]",
+    "f[4] | shape=[3,4]",
+    "f[] | shape=[2,2]",
+    "f[2,3] | shape=[2,3]",
+    "f[1,3,1] | shape=[2,3,5]",
+    NULL,
+};
+
+static const char *const global_norm_cases[] = {
+    "f[3,4] f[5]",
+    "f[7]",
+    "f[2,2] f[] f[3,1,2]",
+    "n[40,30] n[30] n[30,10] n[10]",
+    NULL,
+};
+
+
+GD_FAMILY(reduce)
+{
+    gd_register_op(r, &(gd_op_def){
+        .name = "sum", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .dtypes = GD_FLOATS, .infer = infer_reduce, .grad = grad_sum, .ref = ref_sum, .cases = reduce_cases,
+        .tol = 1e-8, .doc = "sum over axes (all when none given)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "mean", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .dtypes = GD_FLOATS, .infer = infer_mean, .grad = grad_mean, .ref = ref_mean, .cases = reduce_cases,
+        .tol = 1e-8, .doc = "mean over axes (all when none given)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "max", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .dtypes = GD_FLOATS, .infer = infer_max, .grad = grad_max, .ref = ref_max, .cases = reduce_cases,
+        .tol = 0,
+        .doc = "maximum over axes; the gradient goes to the first maximal element"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "max_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .dtypes = GD_FLOATS, .infer = infer_max_grad, .ref = ref_max_grad, .cases = max_grad_cases,
+        .tol = 0,
+        .doc = "max_grad(dy, x): dy placed at the first maximal element of each slice of x, 0 elsewhere"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "argmax", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int keepdims:int",
+        .dtypes = GD_FLOATS, .infer = infer_argmax, .ref = ref_argmax, .cases = argmax_cases,
+        .tol = 0, .doc = "index (i64) of the first maximum along axis (default -1)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "expand", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
+        .dtypes = GD_FLOATS, .infer = infer_expand, .grad = grad_expand, .ref = ref_expand,
+        .cases = expand_cases, .tol = 0,
+        .doc = "NumPy broadcast of x to shape"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "global_norm", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "",
+        .dtypes = GD_FLOATS, .infer = infer_global_norm, .grad = grad_global_norm, .ref = ref_global_norm,
+        .cases = global_norm_cases, .tol = 1e-8,
+        .doc = "sqrt of the sum of squares of every element of every input, a scalar"});
+}
