@@ -1,0 +1,161 @@
+/* The plugin ABI's contract, through the test backend and its misbehaving variants:
+ * a plugin of another major version is refused with a message; one whose init fails or
+ * finds no device leaves the CPU working; the scheduler places matmul/add/relu on the
+ * device and copies everything else across; the graph pass fuses linear+relu; strict mode
+ * names the op that would fall back; a kernel error reaches the caller and the process
+ * goes on; broken registrations are refused and reported by the sweep. */
+#include "sweep.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fails;
+#define CHECK(c, ...)                                                  \
+    do {                                                               \
+        if (!(c)) {                                                    \
+            printf("FAIL line %d: ", __LINE__);                        \
+            printf(__VA_ARGS__);                                       \
+            printf("\n");                                              \
+            fails++;                                                   \
+        }                                                              \
+    } while (0)
+
+static const char *plugin(const char *name)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/plugins-test/libgradus_%s.so", GD_BUILD_DIR, name);
+    return path;
+}
+
+static gd_ctx *bare_ctx(void)
+{
+    gd_ctx *ctx = NULL;
+    gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1});
+    return ctx;
+}
+
+/* A two-layer MLP step: linear+relu (fusable), linear, cross-entropy. Returns the loss
+ * and writes the gradient of the first weight into gw1 (64*32 floats). */
+static gd_status mlp(gd_ctx *ctx, const char *backend, int strict, float *loss, float *gw1, char *placement, size_t cap)
+{
+    if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) return GD_ERR_INVALID;
+    ctx->strict = strict;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *x = gd_input(g, "x", GD_F32, 2, (int64_t[]){16, 32});
+    gd_tensor *y = gd_input(g, "y", GD_I64, 1, (int64_t[]){16});
+    gd_tensor *h = gd_relu(gd_nn_linear(x, "l1", 64, 1));
+    gd_tensor *logits = gd_nn_linear(h, "l2", 10, 1);
+    gd_tensor *l = gd_cross_entropy(logits, y, -100);
+    gd_status st = gd_backward(g, l);
+    if (st != GD_OK) {
+        gd_graph_free(g);
+        return st;
+    }
+    gd_tensor *w1 = gd_graph_find(g, "l1.weight");
+    gd_tensor *targets[2] = {l, gd_grad(g, w1)};
+    gd_program *p = gd_compile(g, 2, targets, 0);
+    if (p == NULL) {
+        gd_graph_free(g);
+        return GD_ERR_STRICT;
+    }
+    placement[0] = '\0';
+    for (int i = 0; i < p->n_steps; i++) {
+        size_t used = strlen(placement);
+        snprintf(placement + used, cap - used, "%s@%s ", p->steps[i].node->op->name, p->steps[i].be->name);
+    }
+    float xs[16 * 32];
+    int64_t ys[16];
+    for (int i = 0; i < 16 * 32; i++) xs[i] = sinf((float)i * 0.37f);
+    for (int i = 0; i < 16; i++) ys[i] = (i * 7) % 10;
+    st = gd_graph_init_params(g, 5);
+    if (st == GD_OK) st = gd_tensor_write(x, xs, sizeof xs);
+    if (st == GD_OK) st = gd_tensor_write(y, ys, sizeof ys);
+    if (st == GD_OK) st = gd_program_run(p);
+    if (st == GD_OK) st = gd_tensor_read(l, loss, sizeof *loss);
+    if (st == GD_OK) st = gd_tensor_read(targets[1], gw1, 64 * 32 * sizeof(float));
+    gd_program_free(p);
+    gd_graph_free(g);
+    return st;
+}
+
+int main(void)
+{
+    /* 1. version mismatch: refused, with a message that says what to do */
+    gd_ctx *ctx = bare_ctx();
+    gd_status st = gd_plugin_load_file(ctx, plugin("testdev_badabi"));
+    CHECK(st == GD_ERR_VERSION, "bad ABI: status %d", st);
+    CHECK(strstr(gd_ctx_error(ctx), "ABI") != NULL, "bad ABI message: %s", gd_ctx_error(ctx));
+    CHECK(gd_backend_count(ctx) == 1, "bad ABI plugin was added");
+    /* 2. init failure and 3. no device: declined, CPU unaffected */
+    st = gd_plugin_load_file(ctx, plugin("testdev_initfail"));
+    CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated initialization failure") != NULL,
+          "init failure: %d %s", st, gd_ctx_error(ctx));
+    st = gd_plugin_load_file(ctx, plugin("testdev_nodevice"));
+    CHECK(st == GD_ERR_NODEVICE, "no device: %d", st);
+    CHECK(gd_backend_count(ctx) == 1, "a declining plugin was added");
+    st = gd_plugin_load_file(ctx, "/nonexistent/libgradus_x.so");
+    CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "/nonexistent") != NULL, "missing file: %s", gd_ctx_error(ctx));
+    float ref_loss, ref_g[64 * 32];
+    char where[8192];
+    st = mlp(ctx, "ref", 0, &ref_loss, ref_g, where, sizeof where);
+    CHECK(st == GD_OK && isfinite(ref_loss), "CPU after failed plugins: %s", gd_ctx_error(ctx));
+    gd_ctx_free(ctx);
+
+    /* 4. the test device: placement, copies, fusion, same numbers as the reference */
+    ctx = bare_ctx();
+    st = gd_plugin_load_file(ctx, plugin("testdev"));
+    CHECK(st == GD_OK && gd_backend_count(ctx) == 2, "testdev load: %s", gd_ctx_error(ctx));
+    float loss, g1[64 * 32];
+    st = mlp(ctx, "testdev", 0, &loss, g1, where, sizeof where);
+    CHECK(st == GD_OK, "testdev run: %s", gd_ctx_error(ctx));
+    CHECK(strstr(where, "linear_act@testdev") != NULL, "linear+relu not fused onto testdev: %s", where);
+    CHECK(strstr(where, "cross_entropy@ref") != NULL, "cross_entropy did not fall back: %s", where);
+    CHECK(fabsf(loss - ref_loss) <= 1e-5f * fabsf(ref_loss), "loss %g vs reference %g", loss, ref_loss);
+    double num = 0, den = 0;
+    for (int i = 0; i < 64 * 32; i++) num += (g1[i] - ref_g[i]) * (g1[i] - ref_g[i]), den += ref_g[i] * ref_g[i];
+    CHECK(num <= 1e-10 * den, "gradient differs from the reference: nmse %g", num / den);
+    /* 5. strict mode: the fallback becomes an error naming the op, dtype and shapes */
+    st = mlp(ctx, "testdev", 1, &loss, g1, where, sizeof where);
+    CHECK(st == GD_ERR_STRICT && strstr(gd_ctx_error(ctx), "strict") != NULL && strstr(gd_ctx_error(ctx), "f32[") != NULL,
+          "strict: %d %s", st, gd_ctx_error(ctx));
+    gd_ctx_free(ctx);
+
+    /* 6. a kernel failing mid-run: the error reaches the caller, the context lives on */
+    ctx = bare_ctx();
+    st = gd_plugin_load_file(ctx, plugin("testdev_kfail"));
+    CHECK(st == GD_OK, "kfail load: %s", gd_ctx_error(ctx));
+    gd_graph *g = gd_graph_new(ctx);
+    gd_ctx_use_backend(ctx, "testdev");
+    gd_tensor *a = gd_input(g, "a", GD_F32, 1, (int64_t[]){8});
+    gd_tensor *s = gd_add(gd_add(gd_add(a, a), a), a); /* the third add fails */
+    gd_program *p = gd_compile(g, 1, &s, 0);
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    gd_tensor_write(a, v, sizeof v);
+    st = gd_program_run(p);
+    CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated failure") != NULL &&
+          strstr(gd_ctx_error(ctx), "add(") != NULL, "kernel failure: %d %s", st, gd_ctx_error(ctx));
+    st = gd_program_run(p); /* the fourth launch succeeds again */
+    float out[8];
+    CHECK(st == GD_OK && gd_tensor_read(s, out, sizeof out) == GD_OK && out[7] == 32.0f, "run after failure: %s",
+          gd_ctx_error(ctx));
+    gd_program_free(p);
+    gd_graph_free(g);
+    gd_ctx_free(ctx);
+
+    /* 7. broken registrations: refused at load, reported by the sweep as failing */
+    ctx = bare_ctx();
+    st = gd_plugin_load_file(ctx, plugin("testdev_badreg"));
+    CHECK(st == GD_OK, "badreg load: %s", gd_ctx_error(ctx));
+    gd_backend *b = ctx->backends[1];
+    CHECK(b->duplicate_kernels == 1 && strstr(b->bad_registrations, "duplicate add/f32") != NULL &&
+          strstr(b->bad_registrations, "transpose_a") != NULL, "registrations: %s", b->bad_registrations);
+    gd_sweep sw;
+    st = gd_sweep_run(ctx, "relu", NULL, &sw, NULL, NULL);
+    CHECK(st == GD_OK && sw.count[1][GD_V_FAILING] >= 1, "sweep did not flag broken registrations");
+    gd_sweep_free(&sw);
+    gd_ctx_free(ctx);
+
+    printf("plugin ABI: %d failures\n", fails);
+    return fails != 0;
+}

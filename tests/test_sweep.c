@@ -1,0 +1,51 @@
+/* The conformance sweep over every backend this build has (the reference, the built-in
+ * fast CPU backend when present, and the test device): failing 0, unaccounted 0, and the
+ * test device's own kernels verified rather than falling back. */
+#include "sweep.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    gd_ctx *ctx = NULL;
+    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .plugin_path = ""}) != GD_OK) return 1;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/plugins-test/libgradus_testdev.so", GD_BUILD_DIR);
+    if (gd_plugin_load_file(ctx, path) != GD_OK) {
+        printf("FAIL: %s\n", gd_ctx_error(ctx));
+        return 1;
+    }
+    gd_sweep s;
+    if (gd_sweep_run(ctx, NULL, NULL, &s, NULL, NULL) != GD_OK) {
+        printf("FAIL: %s\n", gd_ctx_error(ctx));
+        return 1;
+    }
+    int fails = 0;
+    for (int i = 0; i < s.n_rows; i++)
+        for (int b = 0; b < s.n_backends; b++) {
+            int v = s.rows[i].cell[b].verdict;
+            if (v == GD_V_FAILING || v == GD_V_UNACCOUNTED) {
+                printf("FAIL %s %s on %s: %s: %s\n", s.rows[i].op->name,
+                       s.rows[i].dtype < 0 ? "attr" : gd_dtype_name((gd_dtype)s.rows[i].dtype), gd_backend_name(ctx, b),
+                       gd_verdict_name(v), s.rows[i].cell[b].note);
+                fails++;
+            }
+            const char *op = s.rows[i].op->name;
+            if (strcmp(gd_backend_name(ctx, b), "testdev") == 0 && s.rows[i].dtype == GDP_F32 &&
+                (strcmp(op, "relu") == 0 || strcmp(op, "add") == 0 || strcmp(op, "matmul") == 0 ||
+                 strcmp(op, "linear_act") == 0) && v != GD_V_VERIFIED && v != GD_V_PARTIAL) {
+                printf("FAIL %s f32 on testdev is %s, not verified for any case: %s\n", op, gd_verdict_name(v), s.rows[i].cell[b].note);
+                fails++;
+            }
+        }
+    for (int b = 0; b < s.n_backends; b++) {
+        printf("%-8s verified %d partial %d fallback %d failing %d n/a %d unaccounted %d\n", gd_backend_name(ctx, b),
+               b == 0 ? s.count[b][GD_V_REFERENCE] : s.count[b][GD_V_VERIFIED], s.count[b][GD_V_PARTIAL], s.count[b][GD_V_FALLBACK],
+               s.count[b][GD_V_FAILING], s.count[b][GD_V_NA], s.count[b][GD_V_UNACCOUNTED]);
+        fails += s.count[b][GD_V_FAILING] + s.count[b][GD_V_UNACCOUNTED];
+    }
+    gd_sweep_free(&s);
+    gd_ctx_free(ctx);
+    return fails != 0;
+}
