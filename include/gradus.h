@@ -86,6 +86,9 @@ void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *user, const char *line), void 
 void gd_ctx_set_threads(gd_ctx *ctx, int n);
 int gd_ctx_threads(const gd_ctx *ctx);
 
+/* Waits until every backend has finished the work queued so far (for timing). */
+gd_status gd_ctx_synchronize(gd_ctx *ctx);
+
 /* Backends. Index 0 is always the CPU reference ("ref"). */
 int gd_backend_count(const gd_ctx *ctx);
 const char *gd_backend_name(const gd_ctx *ctx, int i);

@@ -140,3 +140,12 @@ const char *gd_status_name(gd_status s)
                                   "bad format", "strict placement"};
     return s >= 0 && s < (int)(sizeof names / sizeof names[0]) ? names[s] : "unknown status";
 }
+
+gd_status gd_ctx_synchronize(gd_ctx *ctx)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        gd_status s = gd_backend_sync(ctx, ctx->backends[i]);
+        if (s != GD_OK) return s;
+    }
+    return GD_OK;
+}

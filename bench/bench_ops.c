@@ -1,0 +1,181 @@
+/* bench_ops.c — gradus's side of the op and model benchmarks: the rows of
+ * ../shared/peers/torch_peer.py (ops, cnn), timed on one backend, one JSON object per line.
+ *
+ *     bench_ops [--backend NAME] [--only ops|cnn] [--quick]
+ *
+ * Method: inputs are written once; each program is run a few times to warm up, then
+ * timed in samples of R back-to-back runs between two synchronizations (so launch cost
+ * counts, host synchronization does not), R chosen so a sample lasts >= 20 ms; the figure
+ * is the median over samples, in milliseconds per run. The CNN is the peer's: conv 1->32,
+ * conv 32->64 (3x3, pad 1, each + relu + 2x2 max-pool), linear 3136->128, relu, linear
+ * 128->10, cross-entropy, SGD lr 0.01, batch 128. matmul runs in fp32 (no TF32). */
+#define _POSIX_C_SOURCE 200809L
+#include "gradus.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static gd_ctx *ctx;
+static int quick;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_ops: %s: %s\n", what, gd_ctx_error(ctx));
+    exit(1);
+}
+
+/* Median ms per run of prog. */
+static double time_prog(gd_program *p)
+{
+    int warm = quick ? 1 : 3, samples = quick ? 3 : 9;
+    for (int i = 0; i < warm; i++)
+        if (gd_program_run(p) != GD_OK) die("run");
+    gd_ctx_synchronize(ctx);
+    double t0 = now_ms();
+    if (gd_program_run(p) != GD_OK) die("run");
+    gd_ctx_synchronize(ctx);
+    double one = now_ms() - t0;
+    int reps = one > 0 ? (int)ceil(20.0 / one) : 100;
+    if (reps < 1) reps = 1;
+    if (reps > 1000) reps = 1000;
+    if (quick) reps = 1;
+    double ts[32];
+    for (int s = 0; s < samples; s++) {
+        gd_ctx_synchronize(ctx);
+        t0 = now_ms();
+        for (int r = 0; r < reps; r++)
+            if (gd_program_run(p) != GD_OK) die("run");
+        gd_ctx_synchronize(ctx);
+        ts[s] = (now_ms() - t0) / reps;
+    }
+    qsort(ts, (size_t)samples, sizeof ts[0], cmp_d);
+    return ts[samples / 2];
+}
+
+static void fill(gd_tensor *t, uint64_t seed)
+{
+    int64_t n = gd_tensor_numel(t);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    if (gd_tensor_write(t, v, sizeof(float) * (size_t)n) != GD_OK) die("write");
+    free(v);
+}
+
+static void op_row(const char *name, gd_graph *g, gd_tensor *out, const char *backend)
+{
+    if (out == NULL) die(name);
+    gd_program *p = gd_compile(g, 1, &out, 0);
+    if (p == NULL) die(name);
+    double ms = time_prog(p);
+    printf("{\"kind\": \"op\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"threads\": %d}\n", name, backend, ms,
+           gd_ctx_threads(ctx));
+    fflush(stdout);
+    gd_program_free(p);
+}
+
+static void ops(const char *backend)
+{
+    for (int n = 512; n <= 4096; n *= 2) {
+        if (quick && n > 1024) break;
+        gd_graph *g = gd_graph_new(ctx);
+        gd_tensor *a = gd_input(g, "a", GD_F32, 2, (int64_t[]){n, n}), *b = gd_input(g, "b", GD_F32, 2, (int64_t[]){n, n});
+        fill(a, 1), fill(b, 2);
+        char name[64];
+        snprintf(name, sizeof name, "MatMul %dx%d", n, n);
+        op_row(name, g, gd_matmul(a, b, 0, 0), backend);
+        gd_graph_free(g);
+    }
+    gd_graph *g = gd_graph_new(ctx);
+    int64_t B = quick ? 8 : 64;
+    gd_tensor *x = gd_input(g, "x", GD_F32, 4, (int64_t[]){B, 32, 64, 64});
+    gd_tensor *w = gd_input(g, "w", GD_F32, 4, (int64_t[]){64, 32, 3, 3});
+    fill(x, 3), fill(w, 4);
+    char name[96];
+    snprintf(name, sizeof name, "Conv2D b%lld 64x64x32->64 3x3", (long long)B);
+    op_row(name, g, gd_conv2d(x, w, NULL, 1, 1, 1, 1), backend);
+    gd_graph_free(g);
+    int64_t R = quick ? 1024 : 4096;
+    g = gd_graph_new(ctx);
+    gd_tensor *r = gd_input(g, "r", GD_F32, 2, (int64_t[]){R, R});
+    fill(r, 5);
+    snprintf(name, sizeof name, "ReduceSum %lldx%lld", (long long)R, (long long)R);
+    op_row(name, g, gd_sum(r, 0, NULL, 0), backend);
+    snprintf(name, sizeof name, "Elementwise %lldx%lld (x*2+1).relu()", (long long)R, (long long)R);
+    op_row(name, g, gd_relu(gd_scale(r, 2.0, 1.0)), backend);
+    snprintf(name, sizeof name, "Softmax %lldx%lld rows", (long long)R, (long long)R);
+    op_row(name, g, gd_softmax(r, -1), backend);
+    gd_graph_free(g);
+}
+
+static void cnn(const char *backend)
+{
+    gd_graph *g = gd_graph_new(ctx);
+    int64_t B = 128;
+    gd_tensor *x = gd_input(g, "x", GD_F32, 4, (int64_t[]){B, 1, 28, 28});
+    gd_tensor *y = gd_input(g, "y", GD_I32, 1, (int64_t[]){B});
+    gd_tensor *h = gd_max_pool2d(gd_relu(gd_nn_conv2d(x, "c1", 32, 3, 1, 1, 1)), 2, 2, 0);
+    h = gd_max_pool2d(gd_relu(gd_nn_conv2d(h, "c2", 64, 3, 1, 1, 1)), 2, 2, 0);
+    h = gd_reshape(h, 2, (int64_t[]){B, 64 * 7 * 7});
+    gd_tensor *logits = gd_nn_linear(gd_relu(gd_nn_linear(h, "f1", 128, 1)), "f2", 10, 1);
+    gd_tensor *loss = gd_cross_entropy(logits, y, -100);
+    if (gd_backward(g, loss) != GD_OK) die("backward");
+    if (gd_optimizer_sgd(g, &(gd_sgd_config){.lr = 0.01}) != GD_OK) die("sgd");
+    if (gd_graph_init_params(g, 1) != GD_OK) die("init");
+    fill(x, 6);
+    int32_t labels[128];
+    for (int i = 0; i < 128; i++) labels[i] = (i * 7) % 10;
+    if (gd_tensor_write(y, labels, sizeof labels) != GD_OK) die("write");
+    gd_program *step = gd_compile(g, 1, &loss, GD_COMPILE_UPDATES);
+    gd_program *fwd = gd_compile(g, 1, &logits, 0);
+    if (step == NULL || fwd == NULL) die("compile");
+    double ts = time_prog(step), tf = time_prog(fwd);
+    float l;
+    if (gd_tensor_read(loss, &l, sizeof l) != GD_OK || !isfinite(l)) die("loss");
+    printf("{\"kind\": \"cnn\", \"backend\": \"%s\", \"train_step_ms\": %.6g, \"forward_ms\": %.6g, \"threads\": %d}\n",
+           backend, ts, tf, gd_ctx_threads(ctx));
+    fflush(stdout);
+    gd_program_free(step);
+    gd_program_free(fwd);
+    gd_graph_free(g);
+}
+
+int main(int argc, char **argv)
+{
+    const char *backend = NULL, *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else {
+            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn] [--quick]\n");
+            return 2;
+        }
+    }
+    if (gd_ctx_create(&ctx, NULL) != GD_OK) return 1;
+    if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) die("backend");
+    const char *label = backend != NULL ? backend : "default";
+    if (only == NULL || strcmp(only, "ops") == 0) ops(label);
+    if (only == NULL || strcmp(only, "cnn") == 0) cnn(label);
+    gd_ctx_free(ctx);
+    return 0;
+}
