@@ -129,10 +129,11 @@ static inline GDP_HD gdp_philox_out gdp_philox4x32(uint64_t counter_lo, uint64_t
     return o;
 }
 
-/* A float in (0, 1) from 32 random bits, never 0 or 1 (safe for log). */
+/* A float in (0, 1) from 32 random bits, never 0 or 1 (safe for log). 23 bits, so that
+ * the largest value, (2^23 - 0.5) / 2^23, is still exactly representable below 1. */
 static inline GDP_HD float gdp_u01(uint32_t bits)
 {
-    return ((float)(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return ((float)(bits >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 /* ---- nodes as kernels see them ------------------------------------------------------ */

@@ -1,0 +1,433 @@
+/* matmul.c — matrix products: matmul, linear, and linear_act (linear + bias + activation
+ * fused, the op a backend's graph pass produces).
+ *
+ * The reference kernels also train small models in CI, so they are naive but not slow:
+ * each operand matrix is packed once into a double buffer (which also undoes any
+ * transpose), then the product runs in i-k-j order into a double accumulator row, so the
+ * inner loop streams through contiguous memory and vectorizes.
+ */
+#include "opdef.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- shared helpers --------------------------------------------------------------------- */
+
+static int is_f32_or_f64(int32_t dt) { return dt == GDP_F32 || dt == GDP_F64; }
+
+/* dst (R, C) = the matrix stored at t->data + off, which is (R, C) row-major, or (C, R)
+ * when trans (then dst is its transpose). */
+static void pack(const gdp_tensor *t, int64_t off, int trans, int64_t R, int64_t C, double *dst)
+{
+    if (t->dtype == GDP_F32) {
+        const float *p = (const float *)t->data + off;
+        if (!trans) {
+            for (int64_t i = 0; i < R * C; i++) dst[i] = p[i];
+        } else {
+            for (int64_t j = 0; j < C; j++)
+                for (int64_t i = 0; i < R; i++) dst[i * C + j] = p[j * R + i];
+        }
+    } else {
+        const double *p = (const double *)t->data + off;
+        if (!trans) {
+            for (int64_t i = 0; i < R * C; i++) dst[i] = p[i];
+        } else {
+            for (int64_t j = 0; j < C; j++)
+                for (int64_t i = 0; i < R; i++) dst[i * C + j] = p[j * R + i];
+        }
+    }
+}
+
+static void store_row(const gdp_tensor *t, int64_t off, int64_t n, const double *src)
+{
+    if (t->dtype == GDP_F32) {
+        float *p = (float *)t->data + off;
+        for (int64_t j = 0; j < n; j++) p[j] = (float)src[j];
+    } else {
+        double *p = (double *)t->data + off;
+        for (int64_t j = 0; j < n; j++) p[j] = src[j];
+    }
+}
+
+/* acc (N) += a (K) @ B (K, N): one output row; B and acc stream through cache. */
+static void gemm_row(int64_t K, int64_t N, const double *a, const double *B, double *acc)
+{
+    for (int64_t k = 0; k < K; k++) {
+        double av = a[k];
+        const double *b = B + k * N;
+        for (int64_t j = 0; j < N; j++) acc[j] += av * b[j];
+    }
+}
+
+/* Activations of linear_act; the numbering is part of the op's definition. */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_TANH = 2, ACT_GELU = 3, ACT_SILU = 4 };
+
+/* The same formulas as the standalone activations (activation.c), so that a fused node
+ * and the unfused pair it replaces agree. */
+static double act_apply(int act, double z)
+{
+    switch (act) {
+    case ACT_RELU: return z < 0 ? 0 : z; // NaN passes through
+    case ACT_GELU_TANH: return 0.5 * z * (1 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
+    case ACT_GELU: return 0.5 * z * (1 + erf(z * 0.7071067811865476));
+    case ACT_SILU: {
+        // z * sigmoid(z) without forming exp of a large positive number
+        double e = exp(-fabs(z));
+        return z >= 0 ? z / (1 + e) : z * e / (1 + e);
+    }
+    default: return z;
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------------ */
+
+static int matmul_infer(gd_infer *c)
+{
+    const gd_shape *a = &c->in[0], *b = &c->in[1];
+    int64_t ta = gdp_attr_int(c->attrs, "transpose_a", 0), tb = gdp_attr_int(c->attrs, "transpose_b", 0);
+    char sa[160], sb[160];
+    gd_shape_str(a, sa, sizeof sa);
+    gd_shape_str(b, sb, sizeof sb);
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return gd_infer_fail(c, "transpose_a=%lld and transpose_b=%lld must each be 0 or 1", (long long)ta,
+                             (long long)tb);
+    if (a->dtype != b->dtype) return gd_infer_fail(c, "a %s and b %s differ in dtype", sa, sb);
+    if (a->ndim < 2 || b->ndim < 2)
+        return gd_infer_fail(c, "a %s and b %s must both have at least 2 dims", sa, sb);
+    int na = a->ndim, nb = b->ndim;
+    int64_t M = ta ? a->dim[na - 1] : a->dim[na - 2];
+    int64_t Ka = ta ? a->dim[na - 2] : a->dim[na - 1];
+    int64_t Kb = tb ? b->dim[nb - 1] : b->dim[nb - 2];
+    int64_t N = tb ? b->dim[nb - 2] : b->dim[nb - 1];
+    if (Ka != Kb)
+        return gd_infer_fail(c, "a %s (transpose_a=%lld) and b %s (transpose_b=%lld): contracted dims differ, %lld vs %lld",
+                             sa, (long long)ta, sb, (long long)tb, (long long)Ka, (long long)Kb);
+    // batch dims: NumPy broadcast of a[:-2] and b[:-2], right-aligned
+    int nbat = (na > nb ? na : nb) - 2;
+    gd_shape *o = &c->out[0];
+    o->dtype = a->dtype;
+    o->ndim = nbat + 2;
+    for (int i = 0; i < nbat; i++) {
+        int ia = i - (nbat - (na - 2)), ib = i - (nbat - (nb - 2));
+        int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return gd_infer_fail(c, "batch dims of a %s and b %s do not broadcast (%lld vs %lld)", sa, sb,
+                                 (long long)da, (long long)db);
+        o->dim[i] = da == 1 ? db : da;
+    }
+    o->dim[nbat] = M;
+    o->dim[nbat + 1] = N;
+    return 0;
+}
+
+/* Offset (in elements) of the matrix of operand t that output batch `bi` reads, where the
+ * output has batch dims out_shape[0..nbat) and t's batch dims are right-aligned to them
+ * (size-1 dims broadcast). */
+static int64_t batch_offset(const gdp_tensor *t, const int64_t *out_shape, int nbat, int64_t bi)
+{
+    int tb = t->ndim - 2;
+    int64_t off = 0, stride = t->shape[t->ndim - 2] * t->shape[t->ndim - 1];
+    for (int d = nbat - 1; d >= 0; d--) {
+        int64_t coord = bi % out_shape[d];
+        bi /= out_shape[d];
+        int td = d - (nbat - tb);
+        if (td < 0) continue;
+        if (t->shape[td] != 1) off += coord * stride;
+        stride *= t->shape[td];
+    }
+    return off;
+}
+
+// C (..., M, N) = op(A) (..., M, K) @ op(B) (..., K, N)
+static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    const gdp_tensor *a = &node->in[0], *b = &node->in[1], *c = &node->out[0];
+    if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "matmul: reference takes f32/f64");
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0;
+    int tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int nbat = c->ndim - 2;
+    int64_t M = c->shape[nbat], N = c->shape[nbat + 1];
+    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t batches = 1;
+    for (int d = 0; d < nbat; d++) batches *= c->shape[d];
+
+    double *pa = malloc(sizeof(double) * (size_t)(M * K > 0 ? M * K : 1));
+    double *pb = malloc(sizeof(double) * (size_t)(K * N > 0 ? K * N : 1));
+    double *acc = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    if (pa == NULL || pb == NULL || acc == NULL) {
+        free(pa);
+        free(pb);
+        free(acc);
+        return gdp_fail(err, GDP_ERR_NOMEM, "matmul: out of memory for %lldx%lldx%lld", (long long)M,
+                        (long long)K, (long long)N);
+    }
+    // a 2-D operand shared by every batch is packed once
+    int64_t last_a = -1, last_b = -1;
+    for (int64_t bi = 0; bi < batches; bi++) {
+        int64_t oa = batch_offset(a, c->shape, nbat, bi), ob = batch_offset(b, c->shape, nbat, bi);
+        if (oa != last_a) pack(a, oa, ta, M, K, pa);
+        if (ob != last_b) pack(b, ob, tb, K, N, pb);
+        last_a = oa;
+        last_b = ob;
+        for (int64_t i = 0; i < M; i++) {
+            for (int64_t j = 0; j < N; j++) acc[j] = 0;
+            gemm_row(K, N, pa + i * K, pb, acc);
+            store_row(c, (bi * M + i) * N, N, acc);
+        }
+    }
+    free(pa);
+    free(pb);
+    free(acc);
+    return GDP_OK;
+}
+
+/* C = op(A) @ op(B): dA = dC @ op(B)^T and dB = op(A)^T @ dC, written back through the
+ * transposes of the stored layouts, then summed over the batch dims each operand was
+ * broadcast along. */
+static gd_status matmul_grad(gd_grad_ctx *c)
+{
+    gd_tensor *a = c->in[0], *b = c->in[1], *dc = c->dout[0];
+    int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0;
+    int tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
+    gd_tensor *da, *db;
+    if (!ta && !tb) {        // C = A B
+        da = gd_matmul(dc, b, 0, 1);
+        db = gd_matmul(a, dc, 1, 0);
+    } else if (!ta && tb) {  // C = A B^T, B (N, K)
+        da = gd_matmul(dc, b, 0, 0);
+        db = gd_matmul(dc, a, 1, 0);
+    } else if (ta && !tb) {  // C = A^T B, A (K, M)
+        da = gd_matmul(b, dc, 0, 1);
+        db = gd_matmul(a, dc, 0, 0);
+    } else {                 // C = A^T B^T
+        da = gd_matmul(b, dc, 1, 1);
+        db = gd_matmul(dc, a, 1, 1);
+    }
+    c->din[0] = gd_sum_to(da, a);
+    c->din[1] = gd_sum_to(db, b);
+    return c->din[0] != NULL && c->din[1] != NULL ? GD_OK : GD_ERR_SHAPE;
+}
+
+static const char *const matmul_cases[] = {
+    "f[3,4] f[4,5]",
+    "f[1,1] f[1,1]",
+    "f[17,33] f[33,9]",
+    "f[4,3] f[4,5] | transpose_a=1",
+    "f[3,4] f[5,4] | transpose_b=1",
+    "f[4,3] f[5,4] | transpose_a=1 transpose_b=1",
+    "f[2,3,4] f[2,4,5]",
+    "f[2,1,3,4] f[5,4,6]",
+    "f[3,4] f[2,4,5]",
+    "f[2,3,4] f[4,5]",
+    "f[2,1,4,3] f[3,5,4] | transpose_a=1 transpose_b=1",
+    "f[2,3,5,4] f[2,1,6,4] | transpose_b=1",
+    NULL,
+};
+
+gd_tensor *gd_matmul(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b)
+{
+    gd_attr at[2] = {gd_attr_i("transpose_a", transpose_a != 0), gd_attr_i("transpose_b", transpose_b != 0)};
+    return gd_op2(a, b, "matmul", 2, at);
+}
+
+/* ---- linear and linear_act ------------------------------------------------------------- */
+
+/* x (..., in), W (out, in) — or (in, out) with weight_in_out=1, the layout of the b of a
+ * plain matmul, so a graph pass can fuse matmul + bias + activation too — b (out). */
+static int linear_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0], *w = &c->in[1], *b = c->n_in > 2 ? &c->in[2] : NULL;
+    int64_t act = gdp_attr_int(c->attrs, "act", 0), wio = gdp_attr_int(c->attrs, "weight_in_out", 0);
+    char sx[160], sw[160], sb[160];
+    gd_shape_str(x, sx, sizeof sx);
+    gd_shape_str(w, sw, sizeof sw);
+    if (act < ACT_NONE || act > ACT_SILU)
+        return gd_infer_fail(c, "act=%lld is not one of 0 none, 1 relu, 2 gelu tanh, 3 gelu, 4 silu", (long long)act);
+    if (wio != 0 && wio != 1) return gd_infer_fail(c, "weight_in_out=%lld must be 0 or 1", (long long)wio);
+    if (x->dtype != w->dtype) return gd_infer_fail(c, "x %s and W %s differ in dtype", sx, sw);
+    if (x->ndim < 1) return gd_infer_fail(c, "x %s must have at least 1 dim", sx);
+    if (w->ndim != 2) return gd_infer_fail(c, "W %s must be 2-D (%s)", sw, wio ? "in, out" : "out, in");
+    int64_t in = wio ? w->dim[0] : w->dim[1], out = wio ? w->dim[1] : w->dim[0];
+    if (x->dim[x->ndim - 1] != in)
+        return gd_infer_fail(c, "x %s has %lld features but W %s takes %lld", sx, (long long)x->dim[x->ndim - 1], sw,
+                             (long long)in);
+    if (b != NULL) {
+        gd_shape_str(b, sb, sizeof sb);
+        if (b->dtype != x->dtype) return gd_infer_fail(c, "bias %s and x %s differ in dtype", sb, sx);
+        if (b->ndim != 1 || b->dim[0] != out)
+            return gd_infer_fail(c, "bias %s must be [%lld] to match W %s", sb, (long long)out, sw);
+    }
+    gd_shape *o = &c->out[0];
+    *o = *x;
+    o->dim[o->ndim - 1] = out;
+    return 0;
+}
+
+// y (R, out) = act(x (R, in) @ W^T + b); serves linear (no act attr) and linear_act
+static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    const gdp_tensor *x = &node->in[0], *w = &node->in[1], *b = node->n_in > 2 ? &node->in[2] : NULL;
+    const gdp_tensor *y = &node->out[0];
+    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: reference takes f32/f64", node->op);
+    int act = (int)gdp_attr_int(&node->attrs, "act", 0);
+    int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
+    int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
+    int64_t R = in > 0 ? gdp_numel(x) / in : gdp_numel(y) / (out > 0 ? out : 1);
+
+    double *wt = malloc(sizeof(double) * (size_t)(in * out > 0 ? in * out : 1)); // (in, out)
+    double *bias = malloc(sizeof(double) * (size_t)(out > 0 ? out : 1));
+    double *xr = malloc(sizeof(double) * (size_t)(in > 0 ? in : 1));
+    double *acc = malloc(sizeof(double) * (size_t)(out > 0 ? out : 1));
+    if (wt == NULL || bias == NULL || xr == NULL || acc == NULL) {
+        free(wt);
+        free(bias);
+        free(xr);
+        free(acc);
+        return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for W [%lld, %lld]", node->op, (long long)out,
+                        (long long)in);
+    }
+    pack(w, 0, !wio, in, out, wt);
+    if (b != NULL) pack(b, 0, 0, 1, out, bias);
+    else
+        for (int64_t j = 0; j < out; j++) bias[j] = 0;
+    for (int64_t r = 0; r < R; r++) {
+        pack(x, r * in, 0, 1, in, xr);
+        for (int64_t j = 0; j < out; j++) acc[j] = bias[j];
+        gemm_row(in, out, xr, wt, acc);
+        if (act != ACT_NONE)
+            for (int64_t j = 0; j < out; j++) acc[j] = act_apply(act, acc[j]);
+        store_row(y, r * out, out, acc);
+    }
+    free(wt);
+    free(bias);
+    free(xr);
+    free(acc);
+    return GDP_OK;
+}
+
+/* Gradients of z = x W^T + b given dz (..., out). Rows are flattened to 2-D so that dW is
+ * one matmul over every row (the batch sum is the contraction) and x may be 1-D. */
+static gd_status linear_grad_from(gd_grad_ctx *c, gd_tensor *dz, int wio)
+{
+    gd_tensor *x = c->in[0], *w = c->in[1];
+    int64_t in = gd_tensor_dim(x, -1), out = gd_tensor_dim(dz, -1);
+    gd_tensor *x2 = x, *dz2 = dz;
+    if (gd_tensor_ndim(x) != 2) {
+        x2 = gd_reshape(x, 2, (int64_t[]){-1, in});
+        dz2 = gd_reshape(dz, 2, (int64_t[]){-1, out});
+    }
+    gd_tensor *dx2 = wio ? gd_matmul(dz2, w, 0, 1) : gd_matmul(dz2, w, 0, 0); // (R, in)
+    gd_tensor *dx = dx2;
+    if (gd_tensor_ndim(x) != 2 && dx2 != NULL) {
+        int64_t shape[GD_MAX_DIMS];
+        for (int d = 0; d < gd_tensor_ndim(x); d++) shape[d] = gd_tensor_dim(x, d);
+        dx = gd_reshape(dx2, gd_tensor_ndim(x), shape);
+    }
+    c->din[0] = dx;
+    c->din[1] = wio ? gd_matmul(x2, dz2, 1, 0) : gd_matmul(dz2, x2, 1, 0); // (in, out) or (out, in)
+    int ok = c->din[0] != NULL && c->din[1] != NULL;
+    if (c->n_in > 2) {
+        c->din[2] = gd_sum(dz2, 1, (int64_t[]){0}, 0); // (out)
+        ok = ok && c->din[2] != NULL;
+    }
+    return ok ? GD_OK : GD_ERR_SHAPE;
+}
+
+static gd_status linear_grad(gd_grad_ctx *c) { return linear_grad_from(c, c->dout[0], 0); }
+
+/* y = act(z), z = linear(x, W, b). relu's derivative reads from y (y > 0 exactly where
+ * z > 0); the others need z, which is recomputed rather than kept: a fused node exists
+ * because nothing else wanted z, and this rule mostly serves the gradient check. */
+static gd_status linear_act_grad(gd_grad_ctx *c)
+{
+    int act = (int)gdp_attr_int(c->attrs, "act", 0);
+    int wio = gdp_attr_int(c->attrs, "weight_in_out", 0) != 0;
+    gd_tensor *dy = c->dout[0], *dz = dy;
+    if (act == ACT_RELU) {
+        dz = gd_op(c->g, "relu_grad", 2, (gd_tensor *[]){dy, c->out[0]}, 0, NULL);
+        if (dz == NULL) return GD_ERR_SHAPE;
+    } else if (act != ACT_NONE) {
+        gd_attr la[2] = {gd_attr_i("act", ACT_NONE), gd_attr_i("weight_in_out", wio)};
+        gd_tensor *z = gd_op(c->g, "linear_act", c->n_in, c->in, 2, la);
+        gd_tensor *in[2] = {dy, z};
+        if (act == ACT_SILU) {
+            dz = gd_op(c->g, "silu_grad", 2, in, 0, NULL);
+        } else {
+            gd_attr ap = gd_attr_i("approximate", act == ACT_GELU_TANH);
+            dz = gd_op(c->g, "gelu_grad", 2, in, 1, &ap);
+        }
+        if (dz == NULL) return GD_ERR_SHAPE;
+    }
+    return linear_grad_from(c, dz, wio);
+}
+
+static const char *const linear_cases[] = {
+    "f[4,5] f[3,5] f[3]",
+    "f[4,5] f[3,5]",
+    "f[2,3,5] f[4,5] f[4]",
+    "f[5] f[3,5] f[3]",
+    "f[1,1] f[1,1] f[1]",
+    "f[2,2,3,7] f[6,7]",
+    NULL,
+};
+
+static const char *const linear_act_cases[] = {
+    "f[4,5] f[3,5] f[3] | act=0",
+    "f[4,5] f[3,5] f[3] | act=1",
+    "n[4,5] f[3,5] f[3] | act=2",
+    "n[4,5] f[3,5] f[3] | act=3",
+    "n[4,5] f[3,5] f[3] | act=4",
+    "f[2,3,5] f[5,4] f[4] | act=2 weight_in_out=1",
+    "f[6,5] f[3,5] | act=4",
+    "f[5] f[5,3] | act=1 weight_in_out=1",
+    NULL,
+};
+
+gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias)
+{
+    if (x == NULL || w == NULL) return NULL;
+    gd_tensor *in[3] = {x, w, bias};
+    return gd_op(gd_tensor_graph(x), "linear", bias != NULL ? 3 : 2, in, 0, NULL);
+}
+
+/* ---- registration --------------------------------------------------------------------- */
+
+GD_FAMILY(matmul)
+{
+    static const gd_op_def matmul = {
+        .name = "matmul", .min_in = 2, .max_in = 2, .n_out = 1,
+        .attrs = "transpose_a:int transpose_b:int",
+        .dtypes = GD_FLOATS,
+        .infer = matmul_infer, .grad = matmul_grad, .ref = matmul_ref,
+        .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
+        .cases = matmul_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .doc = "a (..., M, K) @ b (..., K, N) after optional swaps of each operand's last two dims; "
+               "batch dims broadcast",
+    };
+    static const gd_op_def linear = {
+        .name = "linear", .min_in = 2, .max_in = 3, .n_out = 1,
+        .attrs = "",
+        .dtypes = GD_FLOATS,
+        .infer = linear_infer, .grad = linear_grad, .ref = linear_ref,
+        .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
+        .cases = linear_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .doc = "x (..., in) W (out, in) [b (out)] -> x W^T + b (..., out)",
+    };
+    static const gd_op_def linear_act = {
+        .name = "linear_act", .min_in = 2, .max_in = 3, .n_out = 1,
+        .attrs = "act:int weight_in_out:int",
+        .dtypes = GD_FLOATS,
+        .infer = linear_infer, .grad = linear_act_grad, .ref = linear_ref,
+        .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
+        .cases = linear_act_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .doc = "act(x W^T + b), act 0 none 1 relu 2 gelu-tanh 3 gelu 4 silu; weight_in_out=1: W is (in, out) "
+               "(fused by graph passes)",
+    };
+    gd_register_op(r, &matmul);
+    gd_register_op(r, &linear);
+    gd_register_op(r, &linear_act);
+}

@@ -1,0 +1,222 @@
+/* optim.c — the in-place update ops optimizers are made of: sgd_update, adamw_update,
+ * assign, and clip_coef (the factor of clipping by global norm).
+ *
+ * An update's outputs alias its inputs (`.inplace`): p' is written over p, the moments over
+ * the moments. The reference kernels read element i of every input before writing element
+ * i of any output, so they are correct whether or not the host aliases the buffers (the
+ * sweep gives fresh ones). Learning rate and step count are f32 scalar tensors, not
+ * attributes, so a schedule changes them between runs without recompiling.
+ */
+#include "opdef.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Fails c unless input k has the shape and dtype of input 0. */
+static int same_as_first(gd_infer *c, int k, const char *name_k, const char *name_0)
+{
+    const gd_shape *a = &c->in[0], *b = &c->in[k];
+    int same = a->dtype == b->dtype && a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++) same = a->dim[d] == b->dim[d];
+    if (same) return 0;
+    char sa[96], sb[96];
+    return gd_infer_fail(c, "%s %s%s does not match %s %s%s", name_k, gd_dtype_name((gd_dtype)b->dtype),
+                         gd_shape_str(b, sb, sizeof sb), name_0, gd_dtype_name((gd_dtype)a->dtype),
+                         gd_shape_str(a, sa, sizeof sa));
+}
+
+/* Fails c unless input k is an f32 tensor of one element. */
+static int f32_scalar(gd_infer *c, int k, const char *name)
+{
+    const gd_shape *s = &c->in[k];
+    if (s->dtype == GDP_F32 && gd_shape_numel(s) == 1) return 0;
+    char b[96];
+    return gd_infer_fail(c, "%s must be an f32 scalar, got %s%s", name, gd_dtype_name((gd_dtype)s->dtype),
+                         gd_shape_str(s, b, sizeof b));
+}
+
+static int is_float_dtype(int32_t dt)
+{
+    return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64;
+}
+
+static int float_param(gd_infer *c)
+{
+    if (is_float_dtype(c->in[0].dtype)) return 0;
+    char b[96];
+    return gd_infer_fail(c, "p %s%s is not floating", gd_dtype_name((gd_dtype)c->in[0].dtype),
+                         gd_shape_str(&c->in[0], b, sizeof b));
+}
+
+/* ---- sgd_update(p, g, buf, lr) -> (p', buf') ------------------------------------------ */
+
+static int sgd_infer(gd_infer *c)
+{
+    if (float_param(c) || same_as_first(c, 1, "g", "p") || same_as_first(c, 2, "buf", "p") || f32_scalar(c, 3, "lr"))
+        return -1;
+    double m = gdp_attr_float(c->attrs, "momentum", 0.0), wd = gdp_attr_float(c->attrs, "weight_decay", 0.0);
+    if (!(m >= 0)) return gd_infer_fail(c, "momentum = %g is negative", m);
+    if (!(wd >= 0)) return gd_infer_fail(c, "weight_decay = %g is negative", wd);
+    if (gdp_attr_int(c->attrs, "nesterov", 0) && m == 0) return gd_infer_fail(c, "nesterov needs momentum > 0");
+    c->out[0] = c->in[0];
+    c->out[1] = c->in[2];
+    c->n_out = 2;
+    return 0;
+}
+
+/* PyTorch SGD: g += wd*p; buf = m*buf + g; update = nesterov ? g + m*buf : buf; p -= lr*update.
+ * buf starts at zero, so the first step sets buf = g, as PyTorch does. */
+static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *P = &node->in[0], *G = &node->in[1], *B = &node->in[2];
+    double lr = gd_ref_load(&node->in[3], 0);
+    double m = gdp_attr_float(&node->attrs, "momentum", 0.0), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
+    int nesterov = gdp_attr_int(&node->attrs, "nesterov", 0) != 0;
+    int64_t n = gdp_numel(P);
+    for (int64_t i = 0; i < n; i++) {
+        double p = gd_ref_load(P, i), g = gd_ref_load(G, i), buf = gd_ref_load(B, i);
+        g += wd * p;
+        buf = m * buf + g;
+        double update = nesterov ? g + m * buf : buf;
+        gd_ref_store(&node->out[0], i, p - lr * update);
+        gd_ref_store(&node->out[1], i, buf);
+    }
+    return GDP_OK;
+}
+
+/* ---- adamw_update(p, g, m, v, step, lr) -> (p', m', v') ------------------------------- */
+
+static int adamw_infer(gd_infer *c)
+{
+    if (float_param(c) || same_as_first(c, 1, "g", "p") || same_as_first(c, 2, "m", "p") ||
+        same_as_first(c, 3, "v", "p") || f32_scalar(c, 4, "step") || f32_scalar(c, 5, "lr"))
+        return -1;
+    double b1 = gdp_attr_float(c->attrs, "beta1", 0.9), b2 = gdp_attr_float(c->attrs, "beta2", 0.999);
+    double eps = gdp_attr_float(c->attrs, "eps", 1e-8), wd = gdp_attr_float(c->attrs, "weight_decay", 0.0);
+    if (!(b1 >= 0 && b1 < 1)) return gd_infer_fail(c, "beta1 = %g is not in [0, 1)", b1);
+    if (!(b2 >= 0 && b2 < 1)) return gd_infer_fail(c, "beta2 = %g is not in [0, 1)", b2);
+    if (!(eps > 0)) return gd_infer_fail(c, "eps = %g is not positive", eps);
+    if (!(wd >= 0)) return gd_infer_fail(c, "weight_decay = %g is negative", wd);
+    c->out[0] = c->in[0];
+    c->out[1] = c->in[2];
+    c->out[2] = c->in[3];
+    c->n_out = 3;
+    return 0;
+}
+
+/* PyTorch AdamW with t = step (1-based, already incremented):
+ *   p -= lr*wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
+static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *P = &node->in[0], *G = &node->in[1], *M = &node->in[2], *V = &node->in[3];
+    double t = gd_ref_load(&node->in[4], 0), lr = gd_ref_load(&node->in[5], 0);
+    double b1 = gdp_attr_float(&node->attrs, "beta1", 0.9), b2 = gdp_attr_float(&node->attrs, "beta2", 0.999);
+    double eps = gdp_attr_float(&node->attrs, "eps", 1e-8), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    int64_t n = gdp_numel(P);
+    for (int64_t i = 0; i < n; i++) {
+        double p = gd_ref_load(P, i), g = gd_ref_load(G, i), m = gd_ref_load(M, i), v = gd_ref_load(V, i);
+        p -= lr * wd * p;
+        m = b1 * m + (1.0 - b1) * g;
+        v = b2 * v + (1.0 - b2) * g * g;
+        p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
+        gd_ref_store(&node->out[0], i, p);
+        gd_ref_store(&node->out[1], i, m);
+        gd_ref_store(&node->out[2], i, v);
+    }
+    return GDP_OK;
+}
+
+/* ---- assign(dst, src) -> dst' ------------------------------------------------------------ */
+
+static int assign_infer(gd_infer *c)
+{
+    if (same_as_first(c, 1, "src", "dst")) return -1;
+    c->out[0] = c->in[0];
+    c->n_out = 1;
+    return 0;
+}
+
+static gdp_status assign_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    // a byte copy: exact for every dtype, and memmove because out may be src itself
+    size_t bytes = (size_t)gdp_numel(&node->in[1]) * gdp_dtype_size(node->in[1].dtype);
+    if (bytes > 0) memmove(node->out[0].data, node->in[1].data, bytes);
+    return GDP_OK;
+}
+
+gd_tensor *gd_assign(gd_tensor *dst, gd_tensor *src) { return gd_op2(dst, src, "assign", 0, NULL); }
+
+/* ---- clip_coef(norm) -> min(1, max_norm / (norm + 1e-6)) ---------------------------------- */
+
+static int clip_coef_infer(gd_infer *c)
+{
+    const gd_shape *s = &c->in[0];
+    char b[96];
+    if (!is_float_dtype(s->dtype) || gd_shape_numel(s) != 1)
+        return gd_infer_fail(c, "norm must be a floating scalar, got %s%s", gd_dtype_name((gd_dtype)s->dtype),
+                             gd_shape_str(s, b, sizeof b));
+    double mx = gdp_attr_float(c->attrs, "max_norm", 1.0);
+    if (!(mx > 0)) return gd_infer_fail(c, "max_norm = %g is not positive", mx);
+    c->out[0].dtype = s->dtype;
+    c->out[0].ndim = 0;
+    c->n_out = 1;
+    return 0;
+}
+
+static gdp_status clip_coef_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    double norm = gd_ref_load(&node->in[0], 0);
+    double coef = gdp_attr_float(&node->attrs, "max_norm", 1.0) / (norm + 1e-6);
+    // written so that a NaN norm gives a NaN coefficient: a diverged run should show it
+    gd_ref_store(&node->out[0], 0, coef > 1.0 ? 1.0 : coef);
+    return GDP_OK;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+
+static const char *const sgd_cases[] = {
+    "f[4,8] f[4,8] f[4,8] p[] | momentum=0.9 weight_decay=0.01 nesterov=0",
+    "f[17] f[17] f[17] p[] | momentum=0.8 weight_decay=0.0 nesterov=1",
+    "f[3,5] f[3,5] f[3,5] p[] | momentum=0.0 weight_decay=0.1 nesterov=0",
+    NULL};
+
+static const char *const adamw_cases[] = {
+    "f[4,8] f[4,8] f[4,8] p[4,8] p[] p[] | beta1=0.9 beta2=0.999 eps=1e-8 weight_decay=0.01",
+    "f[17] f[17] f[17] p[17] p[] p[] | beta1=0.8 beta2=0.99 eps=1e-6 weight_decay=0.0",
+    NULL};
+
+static const char *const assign_cases[] = {
+    "f[3,4] f[3,4]",
+    "f[] f[]",
+    "i64[5]<10 i64[5]<10",
+    "i32[2,3]<100 i32[2,3]<100",
+    NULL};
+
+static const char *const clip_coef_cases[] = {
+    "p[] | max_norm=1.0",
+    "p[] | max_norm=0.1",
+    "p[] | max_norm=5.0",
+    NULL};
+
+GD_FAMILY(optim)
+{
+    gd_register_op(r, &(gd_op_def){
+        .name = "sgd_update", .min_in = 4, .max_in = 4, .n_out = 2, .attrs = "momentum:float weight_decay:float nesterov:int",
+        .dtypes = GD_M(GDP_F32), .infer = sgd_infer, .ref = sgd_ref, .cases = sgd_cases, .inplace = {0, 2, -1, -1}, .updates = 1,
+        .tol = 1e-10, .doc = "(p, g, buf, lr) -> (p', buf') in place: PyTorch SGD with momentum, weight decay, nesterov"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "adamw_update", .min_in = 6, .max_in = 6, .n_out = 3,
+        .attrs = "beta1:float beta2:float eps:float weight_decay:float", .dtypes = GD_M(GDP_F32), .infer = adamw_infer,
+        .ref = adamw_ref, .cases = adamw_cases, .inplace = {0, 2, 3, -1}, .updates = 1, .tol = 1e-10,
+        .doc = "(p, g, m, v, step, lr) -> (p', m', v') in place: PyTorch AdamW, step 1-based"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "assign", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS, .infer = assign_infer,
+        .ref = assign_ref, .ref_dtypes = 0x1ffu, .cases = assign_cases, .inplace = {0, -1, -1, -1}, .updates = 1, .tol = 0,
+        .doc = "(dst, src) -> dst' in place: copies src into dst (same shape and dtype)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "clip_coef", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "max_norm:float", .dtypes = GD_FLOATS,
+        .infer = clip_coef_infer, .ref = clip_coef_ref, .cases = clip_coef_cases, .inplace = {-1, -1, -1, -1},
+        .tol = 1e-10, .doc = "(norm) -> min(1, max_norm / (norm + 1e-6)), a scalar"});
+}

@@ -1,0 +1,292 @@
+/* test_optim.c — optimizer steps against values worked out by hand from the PyTorch
+ * update rules, clipping by global norm, the learning-rate state, assign and clip_coef,
+ * error paths, and a small linear regression trained to convergence. */
+#include "gradus.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fails;
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+            fails++;                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static gd_ctx *ctx;
+
+static void check_close(const char *what, const float *got, const double *want, int n, double tol)
+{
+    for (int i = 0; i < n; i++)
+        CHECK(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])), "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
+}
+
+/* A graph whose loss is sum(p * c): the gradient of p is the input c, whatever p is. */
+typedef struct fixed_grad {
+    gd_graph *g;
+    gd_tensor *p, *c, *loss;
+    gd_program *step;
+} fixed_grad;
+
+static int fixed_grad_build(fixed_grad *f, int n)
+{
+    f->g = gd_graph_new(ctx);
+    f->p = gd_param(f->g, "w", GD_F32, 1, (int64_t[]){n});
+    f->c = gd_input(f->g, "c", GD_F32, 1, (int64_t[]){n});
+    f->loss = gd_sum(gd_mul(f->p, f->c), 0, NULL, 0);
+    f->step = NULL;
+    if (f->loss == NULL || gd_backward(f->g, f->loss) != GD_OK) {
+        CHECK(0, "building sum(p*c): %s", gd_ctx_error(ctx));
+        return 0;
+    }
+    return 1;
+}
+
+static int fixed_grad_compile(fixed_grad *f, const float *p0, const float *c)
+{
+    f->step = gd_compile(f->g, 1, &f->loss, GD_COMPILE_UPDATES);
+    CHECK(f->step != NULL, "compile: %s", gd_ctx_error(ctx));
+    if (f->step == NULL) return 0;
+    size_t bytes = (size_t)gd_tensor_numel(f->p) * sizeof(float);
+    CHECK(gd_tensor_write(f->p, p0, bytes) == GD_OK && gd_tensor_write(f->c, c, bytes) == GD_OK, "write: %s",
+          gd_ctx_error(ctx));
+    return 1;
+}
+
+static int fixed_grad_run(fixed_grad *f, float *p_out)
+{
+    gd_status s = gd_program_run(f->step);
+    CHECK(s == GD_OK, "run: %s", gd_ctx_error(ctx));
+    if (s == GD_OK) s = gd_tensor_read(f->p, p_out, (size_t)gd_tensor_numel(f->p) * sizeof(float));
+    CHECK(s == GD_OK, "read p: %s", gd_ctx_error(ctx));
+    return s == GD_OK;
+}
+
+static void fixed_grad_free(fixed_grad *f)
+{
+    gd_program_free(f->step);
+    gd_graph_free(f->g);
+}
+
+/* AdamW, lr 0.1, wd 0.01, two steps with a constant gradient g. With constant g the bias
+ * corrections make mhat = g and vhat = g^2 at every step, so each step is
+ *   p <- p*(1 - lr*wd) - lr * g / (|g| + eps),
+ * and a step count stuck at 1 would give 1.9/sqrt(1.999) times that on step 2. */
+static void test_adamw_steps(void)
+{
+    fixed_grad f;
+    if (!fixed_grad_build(&f, 4)) return;
+    CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){.lr = 0.1, .weight_decay = 0.01}) == GD_OK, "adamw: %s",
+          gd_ctx_error(ctx));
+    const float p0[4] = {1, -2, 0.5f, 3}, c[4] = {0.1f, -0.2f, 0.3f, 0};
+    float p[4];
+    if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
+        // 0.999 - 0.1*0.1/(0.1 + 1e-8) etc.; a zero gradient only decays
+        const double want1[4] = {0.89900001, -1.898000005, 0.39950000333, 2.997};
+        check_close("adamw step 1", p, want1, 4, 2e-7);
+        if (fixed_grad_run(&f, p)) {
+            const double want2[4] = {0.79810102, -1.79610201, 0.29910050666, 2.994003};
+            check_close("adamw step 2", p, want2, 4, 2e-7);
+        }
+        // the moments after two steps: m = 0.19 g, v = 0.001999 g^2
+        gd_tensor *m = gd_graph_find(f.g, "w.adam_m"), *v = gd_graph_find(f.g, "w.adam_v");
+        float mv[4];
+        CHECK(m != NULL && v != NULL, "moments not named w.adam_m / w.adam_v");
+        if (m != NULL && gd_tensor_read(m, mv, sizeof mv) == GD_OK)
+            check_close("adam_m", mv, (const double[]){0.019, -0.038, 0.057, 0}, 4, 1e-7);
+        if (v != NULL && gd_tensor_read(v, mv, sizeof mv) == GD_OK)
+            check_close("adam_v", mv, (const double[]){1.999e-5, 7.996e-5, 1.7991e-4, 0}, 4, 1e-10);
+    }
+    fixed_grad_free(&f);
+}
+
+/* SGD lr 0.1, momentum 0.9, weight decay 0.1, g = (0.5, 2), p0 = (1, -1):
+ *   step 1: g' = g + 0.1 p = (0.6, 1.9); buf = g'; p = (0.94, -1.19)
+ *   step 2: g' = (0.594, 1.881); buf = 0.9*(0.6, 1.9) + g' = (1.134, 3.591); p = (0.8266, -1.5491)
+ * Nesterov uses g' + 0.9 buf instead of buf:
+ *   step 1: update (1.14, 3.61); p = (0.886, -1.361)
+ *   step 2: g' = (0.5886, 1.8639); buf = (1.1286, 3.5739); update = (1.60434, 5.08041);
+ *           p = (0.725566, -1.869041) */
+static void test_sgd_steps(int nesterov)
+{
+    fixed_grad f;
+    if (!fixed_grad_build(&f, 2)) return;
+    gd_sgd_config cfg = {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1, .nesterov = nesterov};
+    CHECK(gd_optimizer_sgd(f.g, &cfg) == GD_OK, "sgd: %s", gd_ctx_error(ctx));
+    const float p0[2] = {1, -1}, c[2] = {0.5f, 2};
+    float p[2];
+    if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
+        check_close(nesterov ? "nesterov step 1" : "sgd step 1", p,
+                    nesterov ? (const double[]){0.886, -1.361} : (const double[]){0.94, -1.19}, 2, 1e-6);
+        if (fixed_grad_run(&f, p))
+            check_close(nesterov ? "nesterov step 2" : "sgd step 2", p,
+                        nesterov ? (const double[]){0.725566, -1.869041} : (const double[]){0.8266, -1.5491}, 2, 1e-6);
+    }
+    fixed_grad_free(&f);
+}
+
+/* Plain SGD, lr 1, g = (3, 4): clip_norm 1 scales g by 1/(5 + 1e-6); clip_norm 10 leaves it.
+ * Then the learning rate is changed between runs. */
+static void test_clip_and_lr(void)
+{
+    for (int k = 0; k < 2; k++) {
+        fixed_grad f;
+        if (!fixed_grad_build(&f, 2)) return;
+        double clip = k == 0 ? 1.0 : 10.0;
+        CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 1, .clip_norm = clip}) == GD_OK, "sgd: %s", gd_ctx_error(ctx));
+        const float p0[2] = {0, 0}, c[2] = {3, 4};
+        float p[2];
+        if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
+            double s = k == 0 ? 1.0 / (5 + 1e-6) : 1.0;
+            check_close(k == 0 ? "clipped step" : "unclipped step", p, (const double[]){-3 * s, -4 * s}, 2, 1e-7);
+            CHECK(gd_optimizer_set_lr(f.g, 0.5) == GD_OK, "set_lr: %s", gd_ctx_error(ctx));
+            if (fixed_grad_run(&f, p))
+                check_close("step after set_lr(0.5)", p, (const double[]){-4.5 * s, -6 * s}, 2, 1e-7);
+        }
+        fixed_grad_free(&f);
+    }
+}
+
+static void test_errors(void)
+{
+    fixed_grad f;
+    f.g = gd_graph_new(ctx);
+    f.p = gd_param(f.g, "w", GD_F32, 1, (int64_t[]){3});
+    f.loss = gd_sum(f.p, 0, NULL, 0);
+    gd_ctx_clear_error(ctx);
+    CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){0}) != GD_OK, "optimizer before gd_backward accepted");
+    CHECK(strstr(gd_ctx_error(ctx), "gd_backward") != NULL, "message does not say why: %s", gd_ctx_error(ctx));
+    CHECK(gd_optimizer_set_lr(f.g, 0.1) != GD_OK, "set_lr without an optimizer accepted");
+    CHECK(gd_backward(f.g, f.loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
+    CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){.beta1 = 1.5}) != GD_OK, "beta1 = 1.5 accepted");
+    CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 0.1, .nesterov = 1}) != GD_OK, "nesterov without momentum accepted");
+    CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = -1}) != GD_OK, "negative lr accepted");
+    CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){0}) == GD_OK, "adamw with defaults: %s", gd_ctx_error(ctx));
+    gd_ctx_clear_error(ctx);
+    CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 0.1}) != GD_OK, "second optimizer accepted");
+    CHECK(strlen(gd_ctx_error(ctx)) > 0, "no message for a second optimizer");
+    gd_ctx_clear_error(ctx);
+    gd_graph_free(f.g);
+}
+
+static void test_assign_and_clip_coef(void)
+{
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *s = gd_state(g, "s", GD_F32, 1, (int64_t[]){3});
+    gd_tensor *x = gd_input(g, "x", GD_F32, 1, (int64_t[]){3});
+    gd_tensor *y = gd_scale(x, 2, 0);
+    CHECK(gd_assign(s, x) != NULL, "assign: %s", gd_ctx_error(ctx));
+    const float xv[3] = {1.5f, -2, 7};
+    float sv[3];
+    gd_tensor_write(x, xv, sizeof xv);
+    // without GD_COMPILE_UPDATES the assignment does not run
+    gd_program *p = gd_compile(g, 1, &y, 0);
+    CHECK(p != NULL && gd_program_run(p) == GD_OK, "run: %s", gd_ctx_error(ctx));
+    if (gd_tensor_read(s, sv, sizeof sv) == GD_OK)
+        for (int i = 0; i < 3; i++) CHECK(sv[i] == 0, "state written by a program without updates: %g", sv[i]);
+    gd_program_free(p);
+    p = gd_compile(g, 1, &y, GD_COMPILE_UPDATES);
+    CHECK(p != NULL && gd_program_run(p) == GD_OK, "run: %s", gd_ctx_error(ctx));
+    if (gd_tensor_read(s, sv, sizeof sv) == GD_OK) CHECK(memcmp(sv, xv, sizeof xv) == 0, "assign did not copy");
+    gd_program_free(p);
+    gd_ctx_clear_error(ctx);
+    CHECK(gd_assign(s, gd_input(g, "z", GD_F32, 1, (int64_t[]){4})) == NULL, "assign of another shape accepted");
+    gd_ctx_clear_error(ctx);
+
+    // clip_coef: min(1, max_norm / (norm + 1e-6))
+    gd_tensor *norm = gd_input(g, "norm", GD_F32, 0, NULL);
+    gd_attr a = gd_attr_f("max_norm", 1.0);
+    gd_tensor *coef = gd_op(g, "clip_coef", 1, &norm, 1, &a);
+    CHECK(coef != NULL && gd_tensor_ndim(coef) == 0, "clip_coef: %s", gd_ctx_error(ctx));
+    p = gd_compile(g, 1, &coef, 0);
+    CHECK(p != NULL, "compile: %s", gd_ctx_error(ctx));
+    const float norms[3] = {4, 0.5f, 1};
+    const double want[3] = {1 / (4 + 1e-6), 1, 1 / (1 + 1e-6)};
+    for (int i = 0; p != NULL && i < 3; i++) {
+        float cv = -1;
+        gd_tensor_write(norm, &norms[i], sizeof(float));
+        if (gd_program_run(p) == GD_OK && gd_tensor_read(coef, &cv, sizeof cv) == GD_OK)
+            CHECK(fabs(cv - want[i]) < 1e-7, "clip_coef(%g) = %.9g, want %.9g", norms[i], cv, want[i]);
+        else CHECK(0, "clip_coef run: %s", gd_ctx_error(ctx));
+    }
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
+/* y = x w^T + b with w = (2, -1, 0.5), b = 0.3, fitted from zero by `adam` or SGD-momentum. */
+static void test_linear_regression(int adam)
+{
+    enum { N = 64, D = 3 };
+    static float xs[N * D], ys[N];
+    const double w_true[D] = {2, -1, 0.5}, b_true = 0.3;
+    for (int i = 0; i < N; i++) {
+        double y = b_true;
+        for (int j = 0; j < D; j++) {
+            xs[i * D + j] = (float)sin(1.3 * i + 0.7 * j + 0.1 * i * j);
+            y += w_true[j] * xs[i * D + j];
+        }
+        ys[i] = (float)y;
+    }
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *x = gd_input(g, "x", GD_F32, 2, (int64_t[]){N, D}), *y = gd_input(g, "y", GD_F32, 2, (int64_t[]){N, 1});
+    gd_tensor *w = gd_param(g, "w", GD_F32, 2, (int64_t[]){1, D}), *b = gd_param(g, "b", GD_F32, 1, (int64_t[]){1});
+    gd_tensor *loss = gd_mse(gd_linear(x, w, b), y); // (N, 1) against (N, 1)
+    gd_status s = loss != NULL ? gd_backward(g, loss) : GD_ERR_INVALID;
+    if (s == GD_OK)
+        s = adam ? gd_optimizer_adamw(g, &(gd_adamw_config){.lr = 0.05})
+                 : gd_optimizer_sgd(g, &(gd_sgd_config){.lr = 0.1, .momentum = 0.9});
+    gd_program *p = s == GD_OK ? gd_compile(g, 1, &loss, GD_COMPILE_UPDATES) : NULL;
+    CHECK(p != NULL, "regression graph (%s): %s", adam ? "adamw" : "sgd", gd_ctx_error(ctx));
+    if (p == NULL) {
+        gd_graph_free(g);
+        return;
+    }
+    gd_tensor_write(x, xs, sizeof xs);
+    gd_tensor_write(y, ys, sizeof ys);
+    float first = 0, last = 0;
+    for (int it = 0; it < 600; it++) {
+        if (it == 400) gd_optimizer_set_lr(g, adam ? 0.005 : 0.02); // a step schedule
+        if (gd_program_run(p) != GD_OK || gd_tensor_read(loss, &last, sizeof last) != GD_OK) {
+            CHECK(0, "step %d: %s", it, gd_ctx_error(ctx));
+            break;
+        }
+        if (it == 0) first = last;
+        if (!isfinite(last)) {
+            CHECK(0, "loss is %g at step %d", last, it);
+            break;
+        }
+    }
+    CHECK(first > 1 && last < 1e-5, "%s: loss %g -> %g, want below 1e-5", adam ? "adamw" : "sgd", first, last);
+    float wv[D], bv;
+    if (gd_tensor_read(w, wv, sizeof wv) == GD_OK && gd_tensor_read(b, &bv, sizeof bv) == GD_OK) {
+        for (int j = 0; j < D; j++) CHECK(fabs(wv[j] - w_true[j]) < 1e-2, "w[%d] = %g, want %g", j, wv[j], w_true[j]);
+        CHECK(fabs(bv - b_true) < 1e-2, "b = %g, want %g", bv, b_true);
+    }
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
+int main(void)
+{
+    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
+        fprintf(stderr, "FAIL: no context\n");
+        return 1;
+    }
+    test_adamw_steps();
+    test_sgd_steps(0);
+    test_sgd_steps(1);
+    test_clip_and_lr();
+    test_errors();
+    test_assign_and_clip_coef();
+    test_linear_regression(1);
+    test_linear_regression(0);
+    gd_ctx_free(ctx);
+    if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
+    else printf("test_optim: ok\n");
+    return fails != 0;
+}
