@@ -1,0 +1,444 @@
+/* elementwise.cu — the elementwise family (src/ops/elementwise.c) and the activations
+ * (src/ops/activation.c): unary ops, binary ops with NumPy broadcasting, where, and the
+ * backward ops of both.
+ *
+ * Like the reference, every kernel computes in double and rounds once to the output
+ * dtype (through f32 for f16/bf16, as the core runs the reference), so results match the
+ * oracle bit for bit almost everywhere. These kernels are bound by memory bandwidth, so
+ * double arithmetic costs little; a runtime op code (uniform across a launch) keeps the
+ * template instantiations to one per dtype and arity.
+ */
+#include "cuda_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- op codes ------------------------------------------------------------------------------ */
+
+enum {
+    U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_POW, U_CLAMP, U_SCALE,
+    U_RELU, U_GELU, U_GELU_TANH, U_SILU, U_SIGMOID, U_TANH
+};
+/* (dy, v) -> dx */
+enum { G_ABS, G_CLAMP, G_RELU, G_GELU, G_GELU_TANH, G_SILU, G_SIGMOID, G_TANH };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MIN, B_MAX };
+
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+#define SQRT_2_OVER_PI 0.79788456080286535588
+#define GELU_C 0.044715
+
+/* Same branches as the reference: never exp of a large positive number. */
+static __device__ __forceinline__ double d_sigmoid(double x)
+{
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+static __device__ __forceinline__ double unary_f(int op, double x, double k0, double k1)
+{
+    switch (op) {
+    case U_NEG: return -x;
+    case U_ABS: return fabs(x);
+    case U_EXP: return exp(x);
+    case U_LOG: return log(x);
+    case U_SQRT: return sqrt(x);
+    case U_RSQRT: return 1.0 / sqrt(x);
+    case U_POW: return pow(x, k0);
+    case U_CLAMP: { double v = x < k0 ? k0 : x; return v > k1 ? k1 : v; }
+    case U_SCALE: return x * k0 + k1;
+    case U_RELU: return x < 0 ? 0.0 : x;
+    case U_GELU: return 0.5 * x * (1.0 + erf(x * SQRT1_2));
+    case U_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+    case U_SILU: return x * d_sigmoid(x);
+    case U_SIGMOID: return d_sigmoid(x);
+    case U_TANH: return tanh(x);
+    default: return x;
+    }
+}
+
+/* dx = dy * f'(v); abs and clamp as the reference writes them (sign(0) = 0; bounds in). */
+static __device__ __forceinline__ double grad_f(int op, double g, double v, double k0, double k1)
+{
+    switch (op) {
+    case G_ABS: return v > 0 ? g : v < 0 ? -g : 0.0;
+    case G_CLAMP: return v >= k0 && v <= k1 ? g : 0.0;
+    case G_RELU: return g * (v > 0 ? 1.0 : 0.0);
+    case G_GELU: return g * (0.5 * (1.0 + erf(v * SQRT1_2)) + v * INV_SQRT_2PI * exp(-0.5 * v * v));
+    case G_GELU_TANH: {
+        double t = tanh(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+        return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v));
+    }
+    case G_SILU: { double s = d_sigmoid(v); return g * (s * (1.0 + v * (1.0 - s))); }
+    case G_SIGMOID: return g * (v * (1.0 - v));
+    case G_TANH: return g * (1.0 - v * v);
+    default: return g;
+    }
+}
+
+/* NaN in either operand gives NaN; ties pick a (the reference's pick_a_min/max). */
+static __device__ __forceinline__ int pick_a(int op, double a, double b)
+{
+    return op == B_MIN ? (a <= b || a != a) : (a >= b || a != a);
+}
+
+static __device__ __forceinline__ double binary_f(int op, double a, double b)
+{
+    switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    default: return pick_a(op, a, b) ? a : b;
+    }
+}
+
+/* ---- broadcasting -------------------------------------------------------------------------- */
+
+/* Up to 3 inputs right-aligned to the output; stride 0 along broadcast dims. `full[k]`
+ * marks an input with the output's shape (its offset is the output index). */
+typedef struct bcast {
+    int ndim, n;
+    int full[3];
+    int64_t shape[GDP_MAX_DIMS];
+    int64_t stride[3][GDP_MAX_DIMS];
+} bcast;
+
+static void bcast_init(bcast *b, const gdp_tensor *out, int n, const gdp_tensor *const *in)
+{
+    memset(b, 0, sizeof *b);
+    b->ndim = out->ndim;
+    b->n = n;
+    for (int d = 0; d < out->ndim; d++) b->shape[d] = out->shape[d];
+    for (int k = 0; k < n; k++) {
+        int64_t s = 1;
+        for (int d = out->ndim - 1, e = in[k]->ndim - 1; d >= 0; d--, e--) {
+            int64_t dim = e >= 0 ? in[k]->shape[e] : 1;
+            b->stride[k][d] = dim == 1 ? 0 : s;
+            s *= dim;
+        }
+        b->full[k] = gdp_numel(in[k]) == gdp_numel(out);
+    }
+}
+
+static __device__ __forceinline__ void bcast_offsets(const bcast &b, int64_t i, int64_t *off)
+{
+    for (int k = 0; k < b.n; k++) off[k] = b.full[k] ? i : 0;
+    int need = 0;
+    for (int k = 0; k < b.n; k++) need |= !b.full[k];
+    if (!need) return;
+    int64_t rest = i;
+    for (int d = b.ndim - 1; d >= 0; d--) {
+        int64_t c = rest % b.shape[d];
+        rest /= b.shape[d];
+        for (int k = 0; k < b.n; k++)
+            if (!b.full[k]) off[k] += c * b.stride[k][d];
+    }
+}
+
+/* ---- kernels ---------------------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void unary_kernel(const T *x, T *y, int64_t n, int op, double k0, double k1)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cu_std(y, i, unary_f(op, (double)cu_ld(x, i), k0, k1));
+}
+
+template <typename T>
+__global__ void grad_kernel(const T *dy, const T *v, T *dx, int64_t n, int op, double k0, double k1)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cu_std(dx, i, grad_f(op, (double)cu_ld(dy, i), (double)cu_ld(v, i), k0, k1));
+}
+
+template <typename T>
+__global__ void binary_kernel(const T *a, const T *b, T *y, int64_t n, int op, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        cu_std(y, i, binary_f(op, (double)cu_ld(a, off[0]), (double)cu_ld(b, off[1])));
+    }
+}
+
+// (dy, a, b) -> (da, db), all of dy's shape; a and b broadcast to it
+template <typename T>
+__global__ void minmax_grad_kernel(const T *dy, const T *a, const T *b, T *da, T *db, int64_t n, int op, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        double g = (double)cu_ld(dy, i);
+        int to_a = pick_a(op, (double)cu_ld(a, off[1]), (double)cu_ld(b, off[2]));
+        cu_std(da, i, to_a ? g : 0.0);
+        cu_std(db, i, to_a ? 0.0 : g);
+    }
+}
+
+/* where: a selection, so it moves elements as raw bits (exact for every dtype). */
+template <typename E>
+__global__ void where_kernel(const uint8_t *cond, const E *a, const E *b, E *y, int64_t n, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        y[i] = cond[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
+/* ---- launchers ---------------------------------------------------------------------------------- */
+
+#define THREADS 256
+
+static int unary_code(const gdp_node *n)
+{
+    static const char *const names[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "pow", "clamp", "scale",
+                                        "relu", "gelu", "gelu", "silu", "sigmoid", "tanh"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(n->op, names[i]) == 0) {
+            if (i == U_GELU && gdp_attr_int(&n->attrs, "approximate", 0) != 0) return U_GELU_TANH;
+            return i;
+        }
+    return -1;
+}
+
+static int grad_code(const gdp_node *n)
+{
+    static const char *const names[] = {"abs_grad", "clamp_grad", "relu_grad", "gelu_grad", "gelu_grad",
+                                        "silu_grad", "sigmoid_grad", "tanh_grad"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(n->op, names[i]) == 0) {
+            if (i == G_GELU && gdp_attr_int(&n->attrs, "approximate", 0) != 0) return G_GELU_TANH;
+            return i;
+        }
+    return -1;
+}
+
+static int binary_code(const gdp_node *n)
+{
+    static const char *const names[] = {"add", "sub", "mul", "div", "minimum", "maximum"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(n->op, names[i]) == 0) return i;
+    return -1;
+}
+
+/* Float attributes of the unary ops: pow p; clamp lo, hi; scale s, bias. */
+static void unary_consts(const gdp_node *n, int op, double *k0, double *k1)
+{
+    *k0 = 0, *k1 = 0;
+    if (op == U_POW) *k0 = gdp_attr_float(&n->attrs, "p", 1.0);
+    if (op == U_CLAMP) {
+        *k0 = gdp_attr_float(&n->attrs, "lo", -INFINITY);
+        *k1 = gdp_attr_float(&n->attrs, "hi", INFINITY);
+    }
+    if (op == U_SCALE) {
+        *k0 = gdp_attr_float(&n->attrs, "s", 1.0);
+        *k1 = gdp_attr_float(&n->attrs, "bias", 0.0);
+    }
+}
+
+static int all_dtype(const gdp_node *n, int32_t dt)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i].dtype != dt) return 0;
+    for (int i = 0; i < n->n_out; i++)
+        if (n->out[i].dtype != dt) return 0;
+    return 1;
+}
+
+static int unary_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    return n->n_in == 1 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
+           gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]) && unary_code(n) >= 0;
+}
+
+static gdp_status unary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int op = unary_code(node);
+    double k0, k1;
+    unary_consts(node, op, &k0, &k1);
+    int64_t n = gdp_numel(y);
+    if (n == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(y->dtype, T,
+                    unary_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const T *)x->data, (T *)y->data, n,
+                                                                                   op, k0, k1));
+    return GDP_OK;
+}
+CU_LAUNCHER(unary_run)
+
+gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y, int64_t n, int act, gdp_err *err)
+{
+    /* linear_act's numbering: 2 gelu tanh, 3 gelu erf, 4 silu (relu is a cuBLASLt epilogue). */
+    int op = act == 2 ? U_GELU_TANH : act == 3 ? U_GELU : act == 4 ? U_SILU : -1;
+    if (op < 0) return gdp_fail(err, GDP_ERR_INVALID, "cuda linear_act: act=%d", act);
+    if (n == 0) return GDP_OK;
+    switch (dtype) {
+    case GDP_F32: unary_kernel<float><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const float *)y, (float *)y, n, op, 0, 0); break;
+    case GDP_F16: unary_kernel<__half><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const __half *)y, (__half *)y, n, op, 0, 0); break;
+    case GDP_BF16:
+        unary_kernel<__nv_bfloat16><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const __nv_bfloat16 *)y,
+                                                                                  (__nv_bfloat16 *)y, n, op, 0, 0);
+        break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda linear_act: dtype %d", (int)dtype);
+    }
+    return GDP_OK;
+}
+
+static int grad_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
+           cu_same_shape(&n->in[0], &n->out[0]) && cu_same_shape(&n->in[1], &n->out[0]) && grad_code(n) >= 0;
+}
+
+static gdp_status grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *dy = &node->in[0], *v = &node->in[1], *dx = &node->out[0];
+    int op = grad_code(node);
+    double k0 = 0, k1 = 0;
+    if (op == G_CLAMP) {
+        k0 = gdp_attr_float(&node->attrs, "lo", -INFINITY);
+        k1 = gdp_attr_float(&node->attrs, "hi", INFINITY);
+    }
+    int64_t n = gdp_numel(dx);
+    if (n == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(dx->dtype, T,
+                    grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1));
+    return GDP_OK;
+}
+CU_LAUNCHER(grad_run)
+
+/* Every input's dims, right-aligned, equal the output's or are 1. */
+static int broadcasts_to(const gdp_tensor *t, const gdp_tensor *out)
+{
+    if (t->ndim > out->ndim) return 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t td = t->shape[t->ndim - 1 - d], od = out->shape[out->ndim - 1 - d];
+        if (td != od && td != 1) return 0;
+    }
+    return 1;
+}
+
+static int binary_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
+           broadcasts_to(&n->in[0], &n->out[0]) && broadcasts_to(&n->in[1], &n->out[0]) && binary_code(n) >= 0;
+}
+
+static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *a = &node->in[0], *b = &node->in[1], *y = &node->out[0];
+    const gdp_tensor *ins[2] = {a, b};
+    bcast bc;
+    bcast_init(&bc, y, 2, ins);
+    int op = binary_code(node);
+    int64_t n = gdp_numel(y);
+    if (n == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(y->dtype, T,
+                    binary_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                        (const T *)a->data, (const T *)b->data, (T *)y->data, n, op, bc));
+    return GDP_OK;
+}
+CU_LAUNCHER(binary_run)
+
+static int minmax_grad_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 3 || n->n_out != 2 || !cu_is_float(n->in[0].dtype) || !all_dtype(n, n->in[0].dtype)) return 0;
+    const gdp_tensor *dy = &n->in[0];
+    return broadcasts_to(&n->in[1], dy) && broadcasts_to(&n->in[2], dy) && cu_same_shape(&n->out[0], dy) &&
+           cu_same_shape(&n->out[1], dy);
+}
+
+static gdp_status minmax_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *dy = &node->in[0], *a = &node->in[1], *b = &node->in[2];
+    const gdp_tensor *ins[3] = {dy, a, b};
+    bcast bc;
+    bcast_init(&bc, dy, 3, ins);
+    int op = strcmp(node->op, "minimum_grad") == 0 ? B_MIN : B_MAX;
+    int64_t n = gdp_numel(dy);
+    if (n == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(dy->dtype, T,
+                    minmax_grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy->data, (const T *)a->data, (const T *)b->data, (T *)node->out[0].data,
+                        (T *)node->out[1].data, n, op, bc));
+    return GDP_OK;
+}
+CU_LAUNCHER(minmax_grad_run)
+
+static int where_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 3 || n->n_out != 1 || n->in[0].dtype != GDP_BOOL) return 0;
+    int32_t dt = n->out[0].dtype;
+    size_t es = gdp_dtype_size(dt);
+    return n->in[1].dtype == dt && n->in[2].dtype == dt && (es == 2 || es == 4 || es == 8) &&
+           broadcasts_to(&n->in[0], &n->out[0]) && broadcasts_to(&n->in[1], &n->out[0]) &&
+           broadcasts_to(&n->in[2], &n->out[0]);
+}
+
+static gdp_status where_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *c = &node->in[0], *a = &node->in[1], *b = &node->in[2], *y = &node->out[0];
+    const gdp_tensor *ins[3] = {c, a, b};
+    bcast bc;
+    bcast_init(&bc, y, 3, ins);
+    int64_t n = gdp_numel(y);
+    if (n == 0) return GDP_OK;
+    unsigned g = cu_blocks(be, n, THREADS);
+    const uint8_t *pc = (const uint8_t *)c->data;
+    switch (gdp_dtype_size(y->dtype)) {
+    case 2: where_kernel<uint16_t><<<g, THREADS, 0, s>>>(pc, (const uint16_t *)a->data, (const uint16_t *)b->data, (uint16_t *)y->data, n, bc); break;
+    case 4: where_kernel<uint32_t><<<g, THREADS, 0, s>>>(pc, (const uint32_t *)a->data, (const uint32_t *)b->data, (uint32_t *)y->data, n, bc); break;
+    case 8: where_kernel<uint64_t><<<g, THREADS, 0, s>>>(pc, (const uint64_t *)a->data, (const uint64_t *)b->data, (uint64_t *)y->data, n, bc); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda where: dtype %d", (int)y->dtype);
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(where_run)
+
+#define FLOATS3(op, sup, fn, attrs) \
+    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("add", binary_supports, binary_run_launch, NULL),
+    FLOATS3("sub", binary_supports, binary_run_launch, NULL),
+    FLOATS3("mul", binary_supports, binary_run_launch, NULL),
+    FLOATS3("div", binary_supports, binary_run_launch, NULL),
+    FLOATS3("minimum", binary_supports, binary_run_launch, NULL),
+    FLOATS3("maximum", binary_supports, binary_run_launch, NULL),
+    FLOATS3("minimum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
+    FLOATS3("maximum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
+    FLOATS3("where", where_supports, where_run_launch, NULL),
+    CU_K("where", GDP_I32, where_supports, where_run_launch, NULL),
+    CU_K("where", GDP_I64, where_supports, where_run_launch, NULL),
+    FLOATS3("neg", unary_supports, unary_run_launch, NULL),
+    FLOATS3("abs", unary_supports, unary_run_launch, NULL),
+    FLOATS3("exp", unary_supports, unary_run_launch, NULL),
+    FLOATS3("log", unary_supports, unary_run_launch, NULL),
+    FLOATS3("sqrt", unary_supports, unary_run_launch, NULL),
+    FLOATS3("rsqrt", unary_supports, unary_run_launch, NULL),
+    FLOATS3("pow", unary_supports, unary_run_launch, NULL),
+    FLOATS3("clamp", unary_supports, unary_run_launch, NULL),
+    FLOATS3("scale", unary_supports, unary_run_launch, NULL),
+    FLOATS3("abs_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("clamp_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("relu", unary_supports, unary_run_launch, NULL),
+    FLOATS3("gelu", unary_supports, unary_run_launch, NULL),
+    FLOATS3("silu", unary_supports, unary_run_launch, NULL),
+    FLOATS3("sigmoid", unary_supports, unary_run_launch, NULL),
+    FLOATS3("tanh", unary_supports, unary_run_launch, NULL),
+    FLOATS3("relu_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("gelu_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("silu_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("sigmoid_grad", grad_supports, grad_run_launch, NULL),
+    FLOATS3("tanh_grad", grad_supports, grad_run_launch, NULL),
+};
+CU_FAMILY(elementwise, kernels);

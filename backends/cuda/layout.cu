@@ -1,0 +1,380 @@
+/* layout.cu — data movement: the layout family (src/ops/layout.c: reshape, copy, permute,
+ * slice, slice_grad, concat), cast (src/ops/cast.c), and gathers (src/ops/index.c:
+ * embedding, index_select).
+ *
+ * Everything but cast moves elements as raw bits, so one strided-copy kernel per element
+ * size serves it all: it walks a shape and reads and writes through two sets of strides.
+ */
+#include "cuda_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define THREADS 256
+
+typedef struct walk {
+    int ndim;
+    int64_t shape[GDP_MAX_DIMS];
+    int64_t src[GDP_MAX_DIMS], dst[GDP_MAX_DIMS]; /* element strides */
+    int64_t src_base, dst_base;
+} walk;
+
+template <typename E>
+__global__ void strided_copy_kernel(const E *x, E *y, int64_t n, walk w)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rest = i, so = w.src_base, d_o = w.dst_base;
+        for (int d = w.ndim - 1; d >= 0; d--) {
+            int64_t c = rest % w.shape[d];
+            rest /= w.shape[d];
+            so += c * w.src[d];
+            d_o += c * w.dst[d];
+        }
+        y[d_o] = x[so];
+    }
+}
+
+static void contiguous(int ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) st[d] = s, s *= shape[d];
+}
+
+static gdp_status run_walk(cu_backend *be, cudaStream_t s, size_t es, const void *x, void *y, const walk *w,
+                           gdp_err *err)
+{
+    int64_t n = cu_prod(w->shape, 0, w->ndim);
+    if (n == 0) return GDP_OK;
+    unsigned g = cu_blocks(be, n, THREADS);
+    switch (es) {
+    case 1: strided_copy_kernel<uint8_t><<<g, THREADS, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n, *w); break;
+    case 2: strided_copy_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x, (uint16_t *)y, n, *w); break;
+    case 4: strided_copy_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x, (uint32_t *)y, n, *w); break;
+    case 8: strided_copy_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x, (uint64_t *)y, n, *w); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda layout: element size %zu", es);
+    }
+    return GDP_OK;
+}
+
+static int same_dtype_1_1(const gdp_node *n)
+{
+    return n->n_in == 1 && n->n_out == 1 && n->in[0].dtype == n->out[0].dtype && gdp_dtype_size(n->out[0].dtype) > 0;
+}
+
+/* ---- reshape, copy: the bytes do not change ------------------------------------------------ */
+
+static int copy_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    return same_dtype_1_1(n) && gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]);
+}
+
+static gdp_status copy_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    (void)be;
+    size_t bytes = (size_t)gdp_numel(&node->out[0]) * gdp_dtype_size(node->out[0].dtype);
+    if (bytes == 0 || node->out[0].data == node->in[0].data) return GDP_OK;
+    CU_TRY(cudaMemcpyAsync(node->out[0].data, node->in[0].data, bytes, cudaMemcpyDeviceToDevice, s));
+    return GDP_OK;
+}
+CU_LAUNCHER(copy_run)
+
+/* ---- permute ------------------------------------------------------------------------------------ */
+
+static int permute_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (!same_dtype_1_1(n) || n->in[0].ndim != n->out[0].ndim) return 0;
+    int64_t perm[GDP_MAX_DIMS];
+    int nd = n->in[0].ndim, seen = 0;
+    if (gdp_attr_ints(&n->attrs, "perm", perm, GDP_MAX_DIMS) != nd) return 0;
+    for (int i = 0; i < nd; i++) {
+        int p = cu_axis(perm[i], nd);
+        if (p < 0 || (seen & (1 << p)) || n->out[0].shape[i] != n->in[0].shape[p]) return 0;
+        seen |= 1 << p;
+    }
+    return 1;
+}
+
+// y[i0..] = x[i_perm^-1...]: y's dim i is x's dim perm[i]
+static gdp_status permute_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS];
+    gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
+    walk w;
+    memset(&w, 0, sizeof w);
+    w.ndim = y->ndim;
+    contiguous(x->ndim, x->shape, xst);
+    contiguous(y->ndim, y->shape, w.dst);
+    for (int i = 0; i < y->ndim; i++) {
+        w.shape[i] = y->shape[i];
+        w.src[i] = xst[cu_axis(perm[i], x->ndim)];
+    }
+    return run_walk(be, s, gdp_dtype_size(y->dtype), x->data, y->data, &w, err);
+}
+CU_LAUNCHER(permute_run)
+
+/* ---- slice, slice_grad ------------------------------------------------------------------------------ */
+
+/* The reference's clamping of start/end into [0, n]. */
+static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, int64_t *len)
+{
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    start = start < 0 ? 0 : start > n ? n : start;
+    end = end < 0 ? 0 : end > n ? n : end;
+    *first = start;
+    *len = end > start ? end - start : 0;
+}
+
+/* The sliced tensor is `small`, the whole one `big`; both have the same rank. */
+static int slice_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (!same_dtype_1_1(n) || n->in[0].ndim != n->out[0].ndim) return 0;
+    int grad = strcmp(n->op, "slice_grad") == 0;
+    const gdp_tensor *big = grad ? &n->out[0] : &n->in[0], *small = grad ? &n->in[0] : &n->out[0];
+    int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), big->ndim);
+    if (axis < 0) return 0;
+    int64_t first, len;
+    slice_bounds(big->shape[axis], gdp_attr_int(&n->attrs, "start", 0), gdp_attr_int(&n->attrs, "end", INT64_MAX),
+                 &first, &len);
+    for (int d = 0; d < big->ndim; d++)
+        if (small->shape[d] != (d == axis ? len : big->shape[d])) return 0;
+    return 1;
+}
+
+static gdp_status slice_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    int grad = strcmp(node->op, "slice_grad") == 0;
+    const gdp_tensor *big = grad ? &node->out[0] : &node->in[0], *small = grad ? &node->in[0] : &node->out[0];
+    int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), big->ndim);
+    int64_t first, len, bst[GDP_MAX_DIMS], sst[GDP_MAX_DIMS];
+    slice_bounds(big->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
+                 gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
+    size_t es = gdp_dtype_size(big->dtype);
+    if (grad) /* zero outside the slice; all-zero bytes are 0 in every dtype */
+        CU_TRY(cudaMemsetAsync(big->data, 0, (size_t)gdp_numel(big) * es, s));
+    contiguous(big->ndim, big->shape, bst);
+    contiguous(small->ndim, small->shape, sst);
+    walk w;
+    memset(&w, 0, sizeof w);
+    w.ndim = small->ndim;
+    for (int d = 0; d < small->ndim; d++) w.shape[d] = small->shape[d];
+    memcpy(grad ? w.src : w.dst, sst, sizeof sst);
+    memcpy(grad ? w.dst : w.src, bst, sizeof bst);
+    if (grad) w.dst_base = first * bst[axis];
+    else w.src_base = first * bst[axis];
+    return run_walk(be, s, es, node->in[0].data, node->out[0].data, &w, err);
+}
+CU_LAUNCHER(slice_run)
+
+/* ---- concat ------------------------------------------------------------------------------------------- */
+
+static int concat_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in < 1 || n->n_out != 1) return 0;
+    const gdp_tensor *y = &n->out[0];
+    int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), y->ndim);
+    if (axis < 0 || gdp_dtype_size(y->dtype) == 0) return 0;
+    int64_t total = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        const gdp_tensor *x = &n->in[k];
+        if (x->dtype != y->dtype || x->ndim != y->ndim) return 0;
+        for (int d = 0; d < y->ndim; d++)
+            if (d != axis && x->shape[d] != y->shape[d]) return 0;
+        total += x->shape[axis];
+    }
+    return total == y->shape[axis];
+}
+
+static gdp_status concat_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *y = &node->out[0];
+    int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), y->ndim);
+    int64_t yst[GDP_MAX_DIMS], at = 0;
+    contiguous(y->ndim, y->shape, yst);
+    for (int k = 0; k < node->n_in; k++) {
+        const gdp_tensor *x = &node->in[k];
+        walk w;
+        memset(&w, 0, sizeof w);
+        w.ndim = x->ndim;
+        for (int d = 0; d < x->ndim; d++) w.shape[d] = x->shape[d];
+        contiguous(x->ndim, x->shape, w.src);
+        memcpy(w.dst, yst, sizeof yst);
+        w.dst_base = at * yst[axis];
+        gdp_status st = run_walk(be, s, gdp_dtype_size(y->dtype), x->data, y->data, &w, err);
+        if (st != GDP_OK) return st;
+        at += x->shape[axis];
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(concat_run)
+
+/* ---- embedding, index_select ---------------------------------------------------------------------------- */
+
+/* y (outer, m, block) = x (outer, n, block) at rows idx (m). An index out of range cannot
+ * be reported from the device; its rows are written as zeros (the reference fails). */
+template <typename E>
+__global__ void gather_kernel(const E *x, const void *idx, int idx64, E *y, int64_t outer, int64_t n, int64_t m,
+                              int64_t block)
+{
+    int64_t total = outer * m * block;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t e = i % block, j = (i / block) % m, o = i / (block * m);
+        int64_t id = idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
+        y[i] = id >= 0 && id < n ? x[(o * n + id) * block + e] : (E)0;
+    }
+}
+
+static int gather_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 2 || n->n_out != 1 || !cu_is_index(n->in[1].dtype)) return 0;
+    const gdp_tensor *x = &n->in[0], *idx = &n->in[1], *y = &n->out[0];
+    size_t es = gdp_dtype_size(x->dtype);
+    if (y->dtype != x->dtype || (es != 2 && es != 4 && es != 8)) return 0;
+    if (strcmp(n->op, "embedding") == 0)
+        return x->ndim == 2 && gdp_numel(y) == gdp_numel(idx) * x->shape[1];
+    int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), x->ndim);
+    return axis >= 0 && idx->ndim == 1 && gdp_numel(y) == gdp_numel(x) / (x->shape[axis] > 0 ? x->shape[axis] : 1) *
+                                                               idx->shape[0] && x->shape[axis] > 0;
+}
+
+static gdp_status gather_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *idx = &node->in[1], *y = &node->out[0];
+    int64_t outer = 1, n, m = gdp_numel(idx), block;
+    if (strcmp(node->op, "embedding") == 0) {
+        n = x->shape[0], block = x->shape[1]; // table (V, D), ids (...) -> y (..., D)
+    } else {
+        int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), x->ndim);
+        outer = cu_prod(x->shape, 0, axis), n = x->shape[axis], block = cu_prod(x->shape, axis + 1, x->ndim);
+    }
+    int64_t total = outer * m * block;
+    if (total == 0) return GDP_OK;
+    unsigned g = cu_blocks(be, total, THREADS);
+    int i64 = idx->dtype == GDP_I64;
+    switch (gdp_dtype_size(x->dtype)) {
+    case 2: gather_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, idx->data, i64, (uint16_t *)y->data, outer, n, m, block); break;
+    case 4: gather_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, idx->data, i64, (uint32_t *)y->data, outer, n, m, block); break;
+    case 8: gather_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, idx->data, i64, (uint64_t *)y->data, outer, n, m, block); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda %s: dtype %d", node->op, (int)x->dtype);
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(gather_run)
+
+/* ---- cast ------------------------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ int dt_float(int dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16; }
+
+static __device__ double load_f(const void *p, int dt, int64_t i)
+{
+    if (dt == GDP_F32) return ((const float *)p)[i];
+    if (dt == GDP_F16) return __half2float(((const __half *)p)[i]);
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+static __device__ int64_t load_i(const void *p, int dt, int64_t i)
+{
+    switch (dt) {
+    case GDP_I32: return ((const int32_t *)p)[i];
+    case GDP_I64: return ((const int64_t *)p)[i];
+    case GDP_U8: return ((const uint8_t *)p)[i];
+    case GDP_I8: return ((const int8_t *)p)[i];
+    default: return ((const uint8_t *)p)[i] != 0; /* bool: any non-zero byte is true */
+    }
+}
+
+/* Truncation toward zero into [lo, hi], NaN -> 0: cast.c's rule, compared in double. */
+static __device__ int64_t trunc_sat(double d, int64_t lo, int64_t hi)
+{
+    if (d != d) return 0;
+    if (d <= (double)lo) return lo;
+    if (d >= (double)hi) return hi;
+    return (int64_t)d;
+}
+
+static __device__ void store_float(void *p, int dt, int64_t i, float f)
+{
+    if (dt == GDP_F32) ((float *)p)[i] = f;
+    else if (dt == GDP_F16) ((__half *)p)[i] = __float2half_rn(f);
+    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(f);
+}
+
+static __device__ void store_int(void *p, int dt, int64_t i, int64_t v)
+{
+    uint64_t u = (uint64_t)v; /* narrowing wraps: two's complement */
+    switch (dt) {
+    case GDP_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)u; break;
+    case GDP_I64: ((int64_t *)p)[i] = v; break;
+    case GDP_U8: ((uint8_t *)p)[i] = (uint8_t)u; break;
+    case GDP_I8: ((int8_t *)p)[i] = (int8_t)(uint8_t)u; break;
+    default: ((uint8_t *)p)[i] = v != 0; break;
+    }
+}
+
+__global__ void cast_kernel(const void *x, int xdt, void *y, int ydt, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        if (dt_float(xdt)) {
+            double d = load_f(x, xdt, i);
+            if (dt_float(ydt)) store_float(y, ydt, i, (float)d);
+            else if (ydt == GDP_BOOL) ((uint8_t *)y)[i] = d != 0;
+            else if (ydt == GDP_I32) ((int32_t *)y)[i] = (int32_t)trunc_sat(d, INT32_MIN, INT32_MAX);
+            else if (ydt == GDP_I64) ((int64_t *)y)[i] = trunc_sat(d, INT64_MIN, INT64_MAX);
+            else if (ydt == GDP_U8) ((uint8_t *)y)[i] = (uint8_t)trunc_sat(d, 0, UINT8_MAX);
+            else ((int8_t *)y)[i] = (int8_t)trunc_sat(d, INT8_MIN, INT8_MAX);
+        } else {
+            int64_t v = load_i(x, xdt, i);
+            if (dt_float(ydt)) store_float(y, ydt, i, (float)v); /* i64 -> f32 rounds once */
+            else store_int(y, ydt, i, v);
+        }
+    }
+}
+
+static int cast_dtype_ok(int32_t dt) { return dt != GDP_F64 && gdp_dtype_size(dt) > 0; }
+
+static int cast_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 1 || n->n_out != 1) return 0;
+    int32_t to = n->out[0].dtype;
+    return cast_dtype_ok(n->in[0].dtype) && cast_dtype_ok(to) && gdp_attr_int(&n->attrs, "dtype", to) == to &&
+           gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]);
+}
+
+static gdp_status cast_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    (void)err;
+    int64_t n = gdp_numel(&node->out[0]);
+    if (n == 0) return GDP_OK;
+    cast_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(node->in[0].data, node->in[0].dtype, node->out[0].data,
+                                                              node->out[0].dtype, n);
+    return GDP_OK;
+}
+CU_LAUNCHER(cast_run)
+
+static const char *const perm_attrs[] = {"perm", NULL};
+static const char *const slice_attrs[] = {"axis", "start", "end", NULL};
+static const char *const axis_attrs[] = {"axis", NULL};
+static const char *const dtype_attrs[] = {"dtype", NULL};
+
+#define FLOATS3(op, sup, fn, attrs) \
+    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("reshape", copy_supports, copy_run_launch, NULL),
+    FLOATS3("copy", copy_supports, copy_run_launch, NULL),
+    FLOATS3("permute", permute_supports, permute_run_launch, perm_attrs),
+    FLOATS3("slice", slice_supports, slice_run_launch, slice_attrs),
+    FLOATS3("slice_grad", slice_supports, slice_run_launch, slice_attrs),
+    FLOATS3("concat", concat_supports, concat_run_launch, axis_attrs),
+    FLOATS3("embedding", gather_supports, gather_run_launch, NULL),
+    FLOATS3("index_select", gather_supports, gather_run_launch, axis_attrs),
+    FLOATS3("cast", cast_supports, cast_run_launch, dtype_attrs),
+};
+CU_FAMILY(layout, kernels);

@@ -1,0 +1,220 @@
+/* norm.cu — the norm family (src/ops/norm.c): layer_norm, rms_norm and their backward ops,
+ * all over the last axis: x is read as (rows, C).
+ *
+ * Forward: one block per row; the row's statistics are block reductions in double (two
+ * passes for the variance, as the reference). Backward: the row kernel writes dx and the
+ * row's statistics; the weight and bias gradients (sums over rows, per column) are then
+ * taken by a column kernel over chunks of rows and folded in chunk order: deterministic,
+ * with no atomics.
+ */
+#include "cuda_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define THREADS 256
+#define ROWS_PER_CHUNK 256
+
+static __device__ double block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* mean (0 for rms) and rstd of row r: layer norm subtracts the mean, rms norm does not. */
+template <typename T>
+static __device__ void row_stats(const T *x, int64_t r, int64_t C, double eps, int rms, double *sh, double *mean,
+                                 double *rstd)
+{
+    double m = 0.0;
+    if (!rms) {
+        double s = 0.0;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) s += (double)cu_ld(x, r * C + k);
+        m = block_sum(s, sh) / (double)C;
+    }
+    double ss = 0.0;
+    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+        double d = (double)cu_ld(x, r * C + k) - m;
+        ss += d * d;
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt(block_sum(ss, sh) / (double)C + eps);
+}
+
+// x (rows, C), [w (C)], [b (C)] -> y (rows, C)
+template <typename T>
+__global__ void norm_fwd_kernel(const T *x, const T *w, const T *b, T *y, int64_t rows, int64_t C, double eps, int rms)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        double mean, rstd;
+        row_stats(x, r, C, eps, rms, sh, &mean, &rstd);
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+            double v = ((double)cu_ld(x, r * C + k) - mean) * rstd;
+            if (w != NULL) v *= (double)cu_ld(w, k);
+            if (b != NULL) v += (double)cu_ld(b, k);
+            cu_std(y, r * C + k, v);
+        }
+    }
+}
+
+/* dx per row; stats[2r], stats[2r+1] = mean, rstd for the column pass.
+ *   layer: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ *   rms:   dx = rstd * g - rstd^3 * x * mean(g * x)          (g = dy * w) */
+template <typename T>
+__global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx, double *stats, int64_t rows, int64_t C,
+                                     double eps, int rms)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        double mean, rstd;
+        row_stats(x, r, C, eps, rms, sh, &mean, &rstd);
+        double sg = 0.0, sgx = 0.0;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+            double d = (double)cu_ld(dy, r * C + k), v = (double)cu_ld(x, r * C + k);
+            double g = w != NULL ? d * (double)cu_ld(w, k) : d;
+            sg += g;
+            sgx += rms ? g * v : g * (v - mean) * rstd;
+        }
+        sg = block_sum(sg, sh);
+        sgx = block_sum(sgx, sh);
+        double mg = sg / (double)C, mgx = sgx / (double)C;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+            double d = (double)cu_ld(dy, r * C + k), v = (double)cu_ld(x, r * C + k);
+            double g = w != NULL ? d * (double)cu_ld(w, k) : d;
+            double out = rms ? rstd * g - rstd * rstd * rstd * mgx * v : rstd * (g - mg - (v - mean) * rstd * mgx);
+            cu_std(dx, r * C + k, out);
+        }
+        if (threadIdx.x == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
+    }
+}
+
+/* part[c][k] = sum over chunk c's rows of dy * xhat; part[c][C + k] = sum of dy. */
+template <typename T>
+__global__ void norm_bwd_cols_kernel(const T *dy, const T *x, const double *stats, double *part, int64_t rows, int64_t C,
+                                     int64_t chunks)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < chunks * C; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i / C, k = i % C;
+        int64_t lo = c * ROWS_PER_CHUNK, hi = lo + ROWS_PER_CHUNK < rows ? lo + ROWS_PER_CHUNK : rows;
+        double aw = 0.0, ab = 0.0;
+        for (int64_t r = lo; r < hi; r++) {
+            double d = (double)cu_ld(dy, r * C + k);
+            aw += d * ((double)cu_ld(x, r * C + k) - stats[2 * r]) * stats[2 * r + 1];
+            ab += d;
+        }
+        part[c * 2 * C + k] = aw;
+        part[c * 2 * C + C + k] = ab;
+    }
+}
+
+template <typename T>
+__global__ void norm_bwd_fold_kernel(const double *part, T *dw, T *db, int64_t C, int64_t chunks)
+{
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < C; k += (int64_t)gridDim.x * blockDim.x) {
+        double aw = 0.0, ab = 0.0;
+        for (int64_t c = 0; c < chunks; c++) aw += part[c * 2 * C + k], ab += part[c * 2 * C + C + k];
+        if (dw != NULL) cu_std(dw, k, aw);
+        if (db != NULL) cu_std(db, k, ab);
+    }
+}
+
+/* ---- host side --------------------------------------------------------------------------- */
+
+static int is_rms(const gdp_node *n) { return strncmp(n->op, "rms_norm", 8) == 0; }
+static int is_grad(const gdp_node *n) { return strstr(n->op, "_grad") != NULL; }
+
+static int vec_of(const gdp_tensor *t, int32_t dt, int64_t C) { return t->dtype == dt && t->ndim == 1 && t->shape[0] == C; }
+
+static int norm_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    int rms = is_rms(n), grad = is_grad(n);
+    int first_vec = grad ? 2 : 1, max_in = grad ? 3 : (rms ? 2 : 3);
+    if (n->n_in < first_vec || n->n_in > max_in || n->n_out != (grad ? (rms ? 2 : 3) : 1)) return 0;
+    const gdp_tensor *x = &n->in[grad ? 1 : 0];
+    if (!cu_is_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
+    int64_t C = x->shape[x->ndim - 1];
+    if (!cu_same_shape(&n->out[0], x) || n->out[0].dtype != x->dtype) return 0;
+    if (grad && (!cu_same_shape(&n->in[0], x) || n->in[0].dtype != x->dtype)) return 0;
+    for (int k = first_vec; k < n->n_in; k++)
+        if (!vec_of(&n->in[k], x->dtype, C)) return 0;
+    for (int k = 1; k < n->n_out; k++)
+        if (!vec_of(&n->out[k], x->dtype, C)) return 0;
+    return 1;
+}
+
+static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int rms = is_rms(node);
+    double eps = gdp_attr_float(&node->attrs, "eps", rms ? 1e-6 : 1e-5);
+    int64_t C = x->shape[x->ndim - 1], rows = gdp_numel(x) / C;
+    if (rows == 0) return GDP_OK;
+    const void *w = node->n_in > 1 ? node->in[1].data : NULL, *b = node->n_in > 2 ? node->in[2].data : NULL;
+    unsigned g = cu_blocks(be, rows * THREADS, THREADS);
+    CU_FLOAT_SWITCH(x->dtype, T,
+                    norm_fwd_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (const T *)w, (const T *)b,
+                                                             (T *)y->data, rows, C, eps, rms));
+    return GDP_OK;
+}
+CU_LAUNCHER(norm_fwd_run)
+
+template <typename T>
+static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, double *stats, double *part,
+                            int64_t rows, int64_t C, int64_t chunks, double eps, int rms)
+{
+    const T *dy = (const T *)node->in[0].data, *x = (const T *)node->in[1].data;
+    const T *w = node->n_in > 2 ? (const T *)node->in[2].data : NULL;
+    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, (T *)node->out[0].data,
+                                                                                      stats, rows, C, eps, rms);
+    norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
+    norm_bwd_fold_kernel<T><<<cu_blocks(be, C, THREADS), THREADS, 0, s>>>(
+        part, (T *)node->out[1].data, node->n_out > 2 ? (T *)node->out[2].data : (T *)NULL, C, chunks);
+}
+
+// dy (rows, C), x (rows, C), [w (C)] -> dx (rows, C), dw (C) [, db (C) for layer_norm]
+static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[1];
+    int rms = is_rms(node);
+    double eps = gdp_attr_float(&node->attrs, "eps", rms ? 1e-6 : 1e-5);
+    int64_t C = x->shape[x->ndim - 1], rows = gdp_numel(x) / C;
+    if (rows == 0) {
+        /* no rows: the weight and bias gradients are sums of nothing */
+        for (int k = 1; k < node->n_out; k++)
+            CU_TRY(cudaMemsetAsync(node->out[k].data, 0, (size_t)C * gdp_dtype_size(x->dtype), s));
+        return GDP_OK;
+    }
+    int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+    void *scratch = NULL;
+    gdp_status st = cu_scratch_alloc(be, (size_t)(2 * rows + 2 * C * chunks) * sizeof(double), &scratch, err);
+    if (st != GDP_OK) return st;
+    double *stats = (double *)scratch, *part = stats + 2 * rows;
+    switch (x->dtype) {
+    case GDP_F32: norm_bwd_launch<float>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
+    case GDP_F16: norm_bwd_launch<__half>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
+    default: norm_bwd_launch<__nv_bfloat16>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
+    }
+    cu_scratch_free(be, scratch);
+    return GDP_OK;
+}
+CU_LAUNCHER(norm_bwd_run)
+
+#define FLOATS3(op, sup, fn, attrs) \
+    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("layer_norm", norm_supports, norm_fwd_run_launch, NULL),
+    FLOATS3("rms_norm", norm_supports, norm_fwd_run_launch, NULL),
+    FLOATS3("layer_norm_grad", norm_supports, norm_bwd_run_launch, NULL),
+    FLOATS3("rms_norm_grad", norm_supports, norm_bwd_run_launch, NULL),
+};
+CU_FAMILY(norm, kernels);

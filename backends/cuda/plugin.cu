@@ -1,0 +1,206 @@
+/* plugin.cu — the exported entry point: finds the device, reads the settings, fills the
+ * gdp_plugin, registers the kernel families, and wraps every kernel launch.
+ *
+ * Settings (through host->getenv):
+ *   GRADUS_CUDA_MANAGED=1  managed memory; the device is then host visible, so the CPU
+ *                          reference may run on it in place after a synchronize
+ *   GRADUS_SYNC=1          synchronize after every kernel: errors name the kernel that
+ *                          caused them (a debug switch; slow)
+ *   GRADUS_CUDA_DEVICE=n   which device to use (default 0)
+ */
+#include "cuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The families; each .cu defines one (see CU_FAMILY). */
+extern const cu_family cu_family_matmul;
+extern const cu_family cu_family_elementwise;
+extern const cu_family cu_family_reduce;
+extern const cu_family cu_family_softmax;
+extern const cu_family cu_family_norm;
+extern const cu_family cu_family_layout;
+extern const cu_family cu_family_optim;
+
+static const cu_family *const families[] = {
+    &cu_family_matmul, &cu_family_elementwise, &cu_family_reduce,
+    &cu_family_softmax, &cu_family_norm, &cu_family_layout, &cu_family_optim,
+};
+
+static const char *setting(const gdp_host *host, const char *name)
+{
+    if (!GDP_HAS_FIELD(host, gdp_host, getenv) || host->getenv == NULL) return NULL;
+    return host->getenv(host->host, name);
+}
+
+static int setting_on(const gdp_host *host, const char *name)
+{
+    const char *v = setting(host, name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+static void host_log(const gdp_host *host, const char *line)
+{
+    if (GDP_HAS_FIELD(host, gdp_host, log) && host->log != NULL) host->log(host->host, line);
+}
+
+/* ---- kernel launches ------------------------------------------------------------------- */
+
+gdp_status cu_run(void *backend, const gdp_node *node, void *stream, gdp_err *err, cu_run_fn fn)
+{
+    cu_backend *be = (cu_backend *)backend;
+    if (be == NULL || node == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda launch: NULL backend or node");
+    cudaStream_t s = cu_stream(be, stream);
+    CU_TRY(cudaSetDevice(be->device));
+    cudaEvent_t start = NULL;
+    if (be->prof.on) cu_prof_begin(be, s, &start);
+    gdp_status st = fn(be, node, s, err);
+    if (st == GDP_OK) {
+        /* Launch errors (bad configuration, missing kernel image) surface here. */
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            st = gdp_fail(err, GDP_ERR_DEVICE, "cuda %s: kernel launch failed: %s (%s)", node->op,
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (start != NULL) cu_prof_end(be, s, node->op, start);
+    if (st == GDP_OK && be->sync_each) {
+        cudaError_t e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = gdp_fail(err, GDP_ERR_DEVICE, "cuda %s: kernel failed (GRADUS_SYNC): %s (%s)", node->op,
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+    }
+    return st;
+}
+
+/* ---- registration ----------------------------------------------------------------------- */
+
+static gdp_status register_kernels(void *backend, const gdp_host *host, gdp_err *err)
+{
+    (void)backend;
+    if (host == NULL || !GDP_HAS_FIELD(host, gdp_host, register_kernel) || host->register_kernel == NULL)
+        return gdp_fail(err, GDP_ERR_INVALID, "cuda: host offers no register_kernel");
+    int refused = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        for (int k = 0; k < families[f]->count; k++) {
+            const gdp_kernel *kd = &families[f]->kernels[k];
+            gdp_err e;
+            memset(&e, 0, sizeof e);
+            e.size = sizeof e;
+            if (host->register_kernel(host->host, kd, &e) != GDP_OK) {
+                /* One refused kernel (an op this gradus does not know) must not take the
+                 * others down: that op falls back, and the log says why. */
+                char line[700];
+                snprintf(line, sizeof line, "cuda: kernel %s/%d not registered: %s", kd->op, (int)kd->dtype, e.msg);
+                host_log(host, line);
+                refused++;
+            }
+        }
+    }
+    (void)refused;
+    return GDP_OK;
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+static void shutdown_backend(void *backend)
+{
+    cu_backend *be = (cu_backend *)backend;
+    if (be == NULL) return;
+    (void)cudaSetDevice(be->device);
+    cu_prof_close(be);
+    cu_matmul_close(be);
+    cu_device_close(be);
+    pthread_mutex_destroy(&be->mu);
+    free(be);
+}
+
+static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *err)
+{
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gdp_fail(err, GDP_ERR_NODEVICE, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+    }
+    if (count <= 0) return gdp_fail(err, GDP_ERR_NODEVICE, "cudaGetDeviceCount found no CUDA device");
+
+    int dev = 0;
+    const char *dv = setting(host, "GRADUS_CUDA_DEVICE");
+    if (dv != NULL && dv[0] != '\0') {
+        char *end = NULL;
+        long v = strtol(dv, &end, 10);
+        if (end == dv || *end != '\0' || v < 0 || v >= count)
+            return gdp_fail(err, GDP_ERR_INVALID, "GRADUS_CUDA_DEVICE=%s: expected 0..%d", dv, count - 1);
+        dev = (int)v;
+    }
+
+    cu_backend *be = (cu_backend *)calloc(1, sizeof *be);
+    if (be == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "cuda: out of host memory");
+    pthread_mutex_init(&be->mu, NULL);
+    be->host = host;
+    be->device = dev;
+    be->managed = setting_on(host, "GRADUS_CUDA_MANAGED");
+    be->sync_each = setting_on(host, "GRADUS_SYNC");
+
+    gdp_status s = cu_check(cudaSetDevice(dev), "cudaSetDevice", err);
+    cudaDeviceProp prop;
+    if (s == GDP_OK) s = cu_check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties", err);
+    if (s == GDP_OK) {
+        snprintf(be->name, sizeof be->name, "%s", prop.name);
+        be->sm_count = prop.multiProcessorCount;
+        if (be->managed && !prop.managedMemory)
+            s = gdp_fail(err, GDP_ERR_UNSUPPORTED, "GRADUS_CUDA_MANAGED=1: %s has no managed memory", prop.name);
+    }
+    if (s == GDP_OK) s = cu_device_open(be, err);
+    if (s == GDP_OK) s = cu_matmul_open(be, err);
+    if (s != GDP_OK) {
+        shutdown_backend(be);
+        return s;
+    }
+    be->dev = cu_device_module;
+    be->dev.name = be->name;
+    be->dev.host_visible = be->managed;
+    *out = be;
+    return GDP_OK;
+}
+
+extern "C" __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_host *host,
+                                                                                  gdp_plugin *plugin,
+                                                                                  gdp_err *err)
+{
+    if (plugin == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda: plugin is NULL");
+    if (GDP_HAS_FIELD(plugin, gdp_plugin, abi_minor)) {
+        plugin->abi_major = GDP_ABI_MAJOR;
+        plugin->abi_minor = GDP_ABI_MINOR;
+    }
+    if (host == NULL || !GDP_HAS_FIELD(host, gdp_host, abi_minor))
+        return gdp_fail(err, GDP_ERR_INVALID, "cuda: host is NULL or too old");
+    if (host->abi_major != GDP_ABI_MAJOR)
+        return gdp_fail(err, GDP_ERR_VERSION, "cuda: plugin ABI %d, host ABI %d", GDP_ABI_MAJOR, host->abi_major);
+    if (!GDP_HAS_FIELD(plugin, gdp_plugin, shutdown))
+        return gdp_fail(err, GDP_ERR_VERSION, "cuda: host's gdp_plugin (%zu bytes) lacks fields this plugin fills",
+                        plugin->size);
+
+    cu_backend *be = NULL;
+    gdp_status s = open_backend(host, &be, err);
+    if (s != GDP_OK) return s;
+
+    plugin->name = "cuda";
+    plugin->priority = 100; /* above the CPU backends: the GPU is the point of loading us */
+    plugin->backend = be;
+    plugin->device = &be->dev;
+    plugin->profiler = &cu_profiler_module;
+    plugin->graph_pass = NULL;
+    plugin->register_kernels = register_kernels;
+    plugin->shutdown = shutdown_backend;
+
+    char line[400];
+    snprintf(line, sizeof line, "cuda: %s (device %d, %d SMs)%s%s", be->name, be->device, be->sm_count,
+             be->managed ? ", managed memory" : "", be->sync_each ? ", synchronous" : "");
+    host_log(host, line);
+    return GDP_OK;
+}

@@ -1,0 +1,445 @@
+/* reduce.cu — the reduce family (src/ops/reduce.c): sum, mean, max, max_grad, argmax,
+ * global_norm, and expand (the broadcast that undoes a reduction).
+ *
+ * One walk serves every reduction: output element o and reduced position r (row-major
+ * over the reduced axes) name the element of x at offset(o) + offset(r). A block reduces
+ * one output over one chunk of r; when there are few outputs, several chunks per output
+ * keep the GPU busy and a second pass folds the chunk results in chunk order. Sums are
+ * kept in double and both passes combine in a fixed order: results are deterministic (no
+ * atomics) and within rounding of the reference's sequential double sum. max/argmax keep
+ * the reference's choice: the first maximal element, NaN counting as the largest.
+ */
+#include "cuda_internal.h"
+
+#include <string.h>
+
+#define THREADS 256
+
+enum { R_SUM, R_SUMSQ, R_MAX };
+
+typedef struct rdesc {
+    int n_keep, n_red;
+    int64_t keep_shape[GDP_MAX_DIMS], keep_stride[GDP_MAX_DIMS];
+    int64_t red_shape[GDP_MAX_DIMS], red_stride[GDP_MAX_DIMS];
+    int64_t n_out, len; /* outputs, reduced elements per output */
+} rdesc;
+
+/* Splits x's axes into kept and reduced ones (red[d] != 0). */
+static void rdesc_init(rdesc *r, const gdp_tensor *x, const int *red)
+{
+    memset(r, 0, sizeof *r);
+    int64_t stride[GDP_MAX_DIMS], s = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) stride[d] = s, s *= x->shape[d];
+    r->n_out = 1, r->len = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (red[d]) {
+            r->red_shape[r->n_red] = x->shape[d], r->red_stride[r->n_red++] = stride[d];
+            r->len *= x->shape[d];
+        } else {
+            r->keep_shape[r->n_keep] = x->shape[d], r->keep_stride[r->n_keep++] = stride[d];
+            r->n_out *= x->shape[d];
+        }
+    }
+}
+
+static __device__ __forceinline__ int64_t unravel(int64_t i, int n, const int64_t *shape, const int64_t *stride)
+{
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+        off += (i % shape[d]) * stride[d];
+        i /= shape[d];
+    }
+    return off;
+}
+
+/* The reference's order: a later element replaces the best only if strictly larger, or
+ * NaN over a number; so among equals (and among NaNs) the smaller position wins. */
+static __device__ __forceinline__ int better(double v, int64_t i, double bv, int64_t bi)
+{
+    if (bi < 0) return i >= 0;
+    if (i < 0) return 0;
+    int vn = v != v, bn = bv != bv;
+    if (vn != bn) return vn;
+    if (!vn && v != bv) return v > bv;
+    return i < bi;
+}
+
+/* Block b reduces output o = b / chunks over chunk c = b % chunks of its positions into
+ * part_v[b] (and part_i[b] for R_MAX). */
+template <typename T>
+__global__ void reduce_kernel(const T *x, rdesc r, int mode, int64_t chunks, double *part_v, int64_t *part_i)
+{
+    __shared__ double sv[THREADS];
+    __shared__ int64_t si[THREADS];
+    int64_t clen = (r.len + chunks - 1) / chunks;
+    for (int64_t b = blockIdx.x; b < r.n_out * chunks; b += gridDim.x) {
+        int64_t o = b / chunks, c = b % chunks;
+        int64_t base = unravel(o, r.n_keep, r.keep_shape, r.keep_stride);
+        int64_t lo = c * clen, hi = lo + clen < r.len ? lo + clen : r.len;
+        double acc = 0.0;
+        int64_t best = -1;
+        for (int64_t p = lo + threadIdx.x; p < hi; p += blockDim.x) {
+            double v = (double)cu_ld(x, base + unravel(p, r.n_red, r.red_shape, r.red_stride));
+            if (mode == R_SUM) acc += v;
+            else if (mode == R_SUMSQ) acc += v * v;
+            else if (better(v, p, acc, best)) acc = v, best = p;
+        }
+        sv[threadIdx.x] = acc;
+        si[threadIdx.x] = best;
+        __syncthreads();
+        for (int w = blockDim.x / 2; w > 0; w /= 2) {
+            if (threadIdx.x < w) {
+                int j = threadIdx.x + w;
+                if (mode != R_MAX) sv[threadIdx.x] += sv[j];
+                else if (better(sv[j], si[j], sv[threadIdx.x], si[threadIdx.x]))
+                    sv[threadIdx.x] = sv[j], si[threadIdx.x] = si[j];
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            part_v[b] = sv[0];
+            if (part_i != NULL) part_i[b] = si[0];
+        }
+        __syncthreads(); /* sv is reused by this block's next output */
+    }
+}
+
+/* Folds each output's chunks in chunk order: sums (divided by div: mean divides as the
+ * reference does), or the best position. */
+__global__ void fold_kernel(const double *part_v, const int64_t *part_i, int64_t n_out, int64_t chunks, int mode,
+                            double div, double *out_v, int64_t *out_i)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n_out; o += (int64_t)gridDim.x * blockDim.x) {
+        double acc = part_v[o * chunks];
+        int64_t best = part_i != NULL ? part_i[o * chunks] : -1;
+        for (int64_t c = 1; c < chunks; c++) {
+            double v = part_v[o * chunks + c];
+            if (mode != R_MAX) acc += v;
+            else if (better(v, part_i[o * chunks + c], acc, best)) acc = v, best = part_i[o * chunks + c];
+        }
+        out_v[o] = acc / div;
+        if (out_i != NULL) out_i[o] = best;
+    }
+}
+
+template <typename T>
+__global__ void store_kernel(const double *v, T *y, int64_t n, int sqrt_it)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cu_std(y, i, sqrt_it ? sqrt(v[i]) : v[i]);
+}
+
+/* y[o] = x[offset of o's best position]: a bit copy, as the reference's max. */
+template <typename T>
+__global__ void gather_max_kernel(const T *x, rdesc r, const int64_t *best, T *y)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < r.n_out; o += (int64_t)gridDim.x * blockDim.x)
+        y[o] = x[unravel(o, r.n_keep, r.keep_shape, r.keep_stride) +
+                 unravel(best[o], r.n_red, r.red_shape, r.red_stride)];
+}
+
+/* dx (zeroed before) gets dy[o] at o's best position. */
+template <typename T>
+__global__ void scatter_max_kernel(const T *dy, rdesc r, const int64_t *best, T *dx)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < r.n_out; o += (int64_t)gridDim.x * blockDim.x)
+        dx[unravel(o, r.n_keep, r.keep_shape, r.keep_stride) + unravel(best[o], r.n_red, r.red_shape, r.red_stride)] =
+            dy[o];
+}
+
+/* ---- host side --------------------------------------------------------------------------------- */
+
+/* Chunks per output: enough blocks for the machine, each chunk a few thousand elements. */
+static int64_t chunks_for(const cu_backend *be, const rdesc *r)
+{
+    int64_t want = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * 4;
+    if (r->n_out >= want || r->len <= 4096) return 1;
+    int64_t c = (want + r->n_out - 1) / r->n_out, by_len = (r->len + 4095) / 4096;
+    return c < by_len ? c : by_len;
+}
+
+/* Runs the reduction of x into out_v (doubles, n_out of them) and, for R_MAX, out_i
+ * (positions); both device scratch owned by the caller. */
+static gdp_status reduce_into(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const rdesc *r, int mode,
+                              double div, double *out_v, int64_t *out_i, gdp_err *err)
+{
+    int64_t chunks = chunks_for(be, r);
+    double *pv = out_v;
+    int64_t *pi = out_i;
+    void *scratch = NULL;
+    if (chunks > 1) {
+        size_t nb = (size_t)(r->n_out * chunks);
+        gdp_status st = cu_scratch_alloc(be, nb * (sizeof(double) + sizeof(int64_t)), &scratch, err);
+        if (st != GDP_OK) return st;
+        pv = (double *)scratch;
+        pi = (int64_t *)(pv + nb);
+    }
+    unsigned grid = cu_blocks(be, r->n_out * chunks * THREADS, THREADS);
+    int bad = 0;
+    switch (x->dtype) {
+    case GDP_F32: reduce_kernel<float><<<grid, THREADS, 0, s>>>((const float *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
+    case GDP_F16: reduce_kernel<__half><<<grid, THREADS, 0, s>>>((const __half *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
+    case GDP_BF16: reduce_kernel<__nv_bfloat16><<<grid, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
+    default: bad = 1;
+    }
+    if (!bad && (chunks > 1 || div != 1.0))
+        fold_kernel<<<cu_blocks(be, r->n_out, THREADS), THREADS, 0, s>>>(pv, mode == R_MAX ? pi : NULL, r->n_out, chunks,
+                                                                         mode, div, out_v, mode == R_MAX ? out_i : NULL);
+    if (scratch != NULL) cu_scratch_free(be, scratch);
+    if (bad) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda reduce: dtype %d", (int)x->dtype);
+    return GDP_OK;
+}
+
+/* The "axes" attribute as reduce.c reads it: none or empty means every axis. */
+static int parse_axes(const gdp_node *n, const gdp_tensor *x, int *red)
+{
+    int64_t ax[GDP_MAX_DIMS + 1];
+    int k = gdp_attr_ints(&n->attrs, "axes", ax, GDP_MAX_DIMS + 1);
+    if (k > GDP_MAX_DIMS) return 0;
+    for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = k == 0;
+    for (int i = 0; i < k; i++) {
+        int a = cu_axis(ax[i], x->ndim);
+        if (a < 0 || red[a]) return 0;
+        red[a] = 1;
+    }
+    return 1;
+}
+
+static int all_float(const gdp_node *n, int32_t dt)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i].dtype != dt) return 0;
+    for (int i = 0; i < n->n_out; i++)
+        if (n->out[i].dtype != dt) return 0;
+    return cu_is_float(dt);
+}
+
+/* y[i] = v[i] (or its square root), rounded as the reference rounds a double. */
+static gdp_status store_doubles(cu_backend *be, cudaStream_t s, const double *v, const gdp_tensor *y, int64_t n,
+                                int sqrt_it, gdp_err *err)
+{
+    unsigned g = cu_blocks(be, n, THREADS);
+    switch (y->dtype) {
+    case GDP_F32: store_kernel<float><<<g, THREADS, 0, s>>>(v, (float *)y->data, n, sqrt_it); break;
+    case GDP_F16: store_kernel<__half><<<g, THREADS, 0, s>>>(v, (__half *)y->data, n, sqrt_it); break;
+    case GDP_BF16: store_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>(v, (__nv_bfloat16 *)y->data, n, sqrt_it); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda reduce: output dtype %d", (int)y->dtype);
+    }
+    return GDP_OK;
+}
+
+/* sum, mean, max, max_grad: float x, the axes attribute valid, and nothing empty (an
+ * empty reduction is 0, NaN or an error in the reference: rare enough to leave to it). */
+static int reduce_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    int red[GDP_MAX_DIMS];
+    int is_grad = strcmp(n->op, "max_grad") == 0;
+    if (n->n_out != 1 || n->n_in != (is_grad ? 2 : 1) || !all_float(n, n->in[0].dtype)) return 0;
+    const gdp_tensor *x = &n->in[is_grad ? 1 : 0];
+    if (!parse_axes(n, x, red) || gdp_numel(x) == 0) return 0;
+    rdesc r;
+    rdesc_init(&r, x, red);
+    /* The output has the kept dims' element count (keepdims only inserts 1s). */
+    return gdp_numel(&n->out[0]) == (is_grad ? gdp_numel(x) : r.n_out) && (!is_grad || gdp_numel(&n->in[0]) == r.n_out);
+}
+
+static gdp_status sum_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    int red[GDP_MAX_DIMS];
+    parse_axes(node, x, red);
+    rdesc r;
+    rdesc_init(&r, x, red);
+    double div = strcmp(node->op, "mean") == 0 ? (double)r.len : 1.0;
+    void *acc = NULL;
+    gdp_status st = cu_scratch_alloc(be, (size_t)r.n_out * sizeof(double), &acc, err);
+    if (st != GDP_OK) return st;
+    st = reduce_into(be, s, x, &r, R_SUM, div, (double *)acc, NULL, err);
+    if (st == GDP_OK) st = store_doubles(be, s, (const double *)acc, y, r.n_out, 0, err);
+    cu_scratch_free(be, acc);
+    return st;
+}
+CU_LAUNCHER(sum_run)
+
+/* max and max_grad find, per output, the position of the first maximal element. */
+static gdp_status max_positions(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const rdesc *r, void **scratch,
+                                int64_t **best, gdp_err *err)
+{
+    size_t n = (size_t)r->n_out;
+    gdp_status st = cu_scratch_alloc(be, n * (sizeof(double) + sizeof(int64_t)), scratch, err);
+    if (st != GDP_OK) return st;
+    double *v = (double *)*scratch;
+    *best = (int64_t *)(v + n);
+    return reduce_into(be, s, x, r, R_MAX, 1.0, v, *best, err);
+}
+
+static gdp_status max_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    int is_grad = strcmp(node->op, "max_grad") == 0;
+    const gdp_tensor *x = &node->in[is_grad ? 1 : 0], *y = &node->out[0];
+    int red[GDP_MAX_DIMS];
+    parse_axes(node, x, red);
+    rdesc r;
+    rdesc_init(&r, x, red);
+    void *scratch = NULL;
+    int64_t *best = NULL;
+    gdp_status st = max_positions(be, s, x, &r, &scratch, &best, err);
+    if (st == GDP_OK && is_grad)
+        st = cu_check(cudaMemsetAsync(y->data, 0, (size_t)gdp_numel(y) * gdp_dtype_size(y->dtype), s), "cudaMemsetAsync",
+                      err);
+    if (st == GDP_OK) {
+        unsigned g = cu_blocks(be, r.n_out, THREADS);
+        const void *src = is_grad ? node->in[0].data : x->data;
+        /* Bit copies, so one instantiation per element size. */
+        if (gdp_dtype_size(y->dtype) == 4) {
+            if (is_grad) scatter_max_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)src, r, best, (uint32_t *)y->data);
+            else gather_max_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)src, r, best, (uint32_t *)y->data);
+        } else {
+            if (is_grad) scatter_max_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)src, r, best, (uint16_t *)y->data);
+            else gather_max_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)src, r, best, (uint16_t *)y->data);
+        }
+    }
+    cu_scratch_free(be, scratch);
+    return st;
+}
+CU_LAUNCHER(max_run)
+
+static int argmax_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 1 || n->n_out != 1 || !cu_is_float(n->in[0].dtype) || n->out[0].dtype != GDP_I64) return 0;
+    const gdp_tensor *x = &n->in[0];
+    int a = cu_axis(gdp_attr_int(&n->attrs, "axis", -1), x->ndim);
+    return a >= 0 && x->shape[a] > 0 && gdp_numel(&n->out[0]) == gdp_numel(x) / x->shape[a];
+}
+
+// x (outer, n, inner) -> y (outer, inner) i64: the index along axis of the first maximum
+static gdp_status argmax_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0];
+    int red[GDP_MAX_DIMS] = {0};
+    red[cu_axis(gdp_attr_int(&node->attrs, "axis", -1), x->ndim)] = 1;
+    rdesc r;
+    rdesc_init(&r, x, red);
+    if (r.n_out == 0) return GDP_OK;
+    void *v = NULL;
+    gdp_status st = cu_scratch_alloc(be, (size_t)r.n_out * sizeof(double), &v, err);
+    /* With one reduced axis the position is the index along it: written straight out. */
+    if (st == GDP_OK) st = reduce_into(be, s, x, &r, R_MAX, 1.0, (double *)v, (int64_t *)node->out[0].data, err);
+    cu_scratch_free(be, v);
+    return st;
+}
+CU_LAUNCHER(argmax_run)
+
+static int global_norm_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    return n->n_in >= 1 && n->n_out == 1 && all_float(n, n->in[0].dtype) && gdp_numel(&n->out[0]) == 1;
+}
+
+/* Sums all doubles of v[0..n) in order, once: n is small (chunk results). */
+__global__ void sum_serial_kernel(const double *v, int64_t n, double *out)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < n; i++) acc += v[i];
+        out[0] = acc;
+    }
+}
+
+// xs[0..n) (any shapes) -> y () = sqrt(sum of squares of every element)
+static gdp_status global_norm_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    void *scratch = NULL;
+    gdp_status st = cu_scratch_alloc(be, (size_t)(node->n_in + 1) * sizeof(double), &scratch, err);
+    if (st != GDP_OK) return st;
+    double *per = (double *)scratch;
+    st = cu_check(cudaMemsetAsync(per, 0, (size_t)(node->n_in + 1) * sizeof(double), s), "cudaMemsetAsync", err);
+    for (int k = 0; k < node->n_in && st == GDP_OK; k++) {
+        const gdp_tensor *x = &node->in[k];
+        if (gdp_numel(x) == 0) continue;
+        int red[GDP_MAX_DIMS];
+        for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = 1;
+        rdesc r;
+        rdesc_init(&r, x, red);
+        st = reduce_into(be, s, x, &r, R_SUMSQ, 1.0, per + k, NULL, err);
+    }
+    if (st == GDP_OK) sum_serial_kernel<<<1, 1, 0, s>>>(per, node->n_in, per + node->n_in);
+    if (st == GDP_OK) st = store_doubles(be, s, per + node->n_in, &node->out[0], 1, 1, err);
+    cu_scratch_free(be, scratch);
+    return st;
+}
+CU_LAUNCHER(global_norm_run)
+
+/* expand: y[o] = x[offset of o with stride 0 along broadcast axes], bits copied. */
+typedef struct xdesc {
+    int ndim;
+    int64_t shape[GDP_MAX_DIMS], xstride[GDP_MAX_DIMS];
+} xdesc;
+
+template <typename E>
+__global__ void expand_kernel(const E *x, E *y, int64_t n, xdesc e)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[unravel(i, e.ndim, e.shape, e.xstride)];
+}
+
+static int expand_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 1 || n->n_out != 1) return 0;
+    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    size_t es = gdp_dtype_size(y->dtype);
+    if (x->dtype != y->dtype || x->ndim > y->ndim || (es != 2 && es != 4 && es != 8)) return 0;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t xd = x->shape[x->ndim - 1 - d], yd = y->shape[y->ndim - 1 - d];
+        if (xd != 1 && xd != yd) return 0;
+    }
+    return 1;
+}
+
+static gdp_status expand_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    xdesc e;
+    memset(&e, 0, sizeof e);
+    e.ndim = y->ndim;
+    int off = y->ndim - x->ndim;
+    int64_t st = 1;
+    for (int d = y->ndim - 1; d >= 0; d--) {
+        e.shape[d] = y->shape[d];
+        if (d >= off) {
+            e.xstride[d] = x->shape[d - off] == 1 ? 0 : st;
+            st *= x->shape[d - off];
+        }
+    }
+    int64_t n = gdp_numel(y);
+    if (n == 0) return GDP_OK;
+    unsigned g = cu_blocks(be, n, THREADS);
+    switch (gdp_dtype_size(y->dtype)) {
+    case 2: expand_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, n, e); break;
+    case 4: expand_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, n, e); break;
+    case 8: expand_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, (uint64_t *)y->data, n, e); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda expand: dtype %d", (int)y->dtype);
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(expand_run)
+
+static const char *const axes_attrs[] = {"axes", NULL};
+static const char *const axis_attrs[] = {"axis", NULL};
+
+#define FLOATS3(op, sup, fn, attrs) \
+    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("sum", reduce_supports, sum_run_launch, axes_attrs),
+    FLOATS3("mean", reduce_supports, sum_run_launch, axes_attrs),
+    FLOATS3("max", reduce_supports, max_run_launch, axes_attrs),
+    FLOATS3("max_grad", reduce_supports, max_run_launch, axes_attrs),
+    FLOATS3("argmax", argmax_supports, argmax_run_launch, axis_attrs),
+    FLOATS3("global_norm", global_norm_supports, global_norm_run_launch, NULL),
+    FLOATS3("expand", expand_supports, expand_run_launch, NULL),
+};
+CU_FAMILY(reduce, kernels);

@@ -1,0 +1,274 @@
+/* softmax.cu — the softmax family (src/ops/softmax.c): softmax, log_softmax, their
+ * backward ops, cross_entropy (and its backward op), mse.
+ *
+ * A tensor is read as (outer, n, inner) around the softmax axis: outer * inner rows of n
+ * elements lying `inner` apart. One block handles one row at a time; the row's maximum
+ * and sums are block reductions in double over a fixed tree, so results are deterministic
+ * and follow the reference (fmax for the maximum, which skips NaN just as it does).
+ */
+#include "cuda_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define THREADS 256
+
+/* Block-wide sum / max of one double per thread, in a fixed order; every thread gets the
+ * result. `sh` is THREADS doubles of shared memory. */
+static __device__ double block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads(); /* sh is reused by the next reduction */
+    return r;
+}
+
+static __device__ double block_max(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) sh[threadIdx.x] = fmax(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+enum { S_SOFTMAX, S_LOG_SOFTMAX, S_SOFTMAX_GRAD, S_LOG_SOFTMAX_GRAD };
+
+// x (outer, n, inner) -> y, normalized along n; or (dy, y) -> dx for the grad modes
+template <typename T>
+__global__ void softmax_kernel(const T *x, const T *y_in, T *out, int64_t outer, int64_t n, int64_t inner, int mode)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t row = blockIdx.x; row < outer * inner; row += gridDim.x) {
+        int64_t base = (row / inner) * n * inner + row % inner;
+        if (mode == S_SOFTMAX || mode == S_LOG_SOFTMAX) {
+            double m = -INFINITY;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) m = fmax(m, (double)cu_ld(x, base + k * inner));
+            m = block_max(m, sh);
+            double s = 0.0;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += exp((double)cu_ld(x, base + k * inner) - m);
+            s = block_sum(s, sh);
+            double log_s = log(s);
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                double z = (double)cu_ld(x, base + k * inner) - m;
+                cu_std(out, base + k * inner, mode == S_LOG_SOFTMAX ? z - log_s : exp(z) / s);
+            }
+        } else {
+            /* x is dy here; y_in the forward output */
+            double acc = 0.0;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                double dy = (double)cu_ld(x, base + k * inner);
+                acc += mode == S_SOFTMAX_GRAD ? dy * (double)cu_ld(y_in, base + k * inner) : dy;
+            }
+            acc = block_sum(acc, sh);
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                int64_t i = base + k * inner;
+                double dy = (double)cu_ld(x, i), y = (double)cu_ld(y_in, i);
+                cu_std(out, i, mode == S_SOFTMAX_GRAD ? y * (dy - acc) : dy - exp(y) * acc);
+            }
+        }
+    }
+}
+
+static int split_axis(const gdp_node *n, const gdp_tensor *x, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    int a = cu_axis(gdp_attr_int(&n->attrs, "axis", -1), x->ndim);
+    if (a < 0) return 0;
+    *outer = cu_prod(x->shape, 0, a);
+    *len = x->shape[a];
+    *inner = cu_prod(x->shape, a + 1, x->ndim);
+    return 1;
+}
+
+static int same_all(const gdp_node *n)
+{
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i].dtype != n->out[0].dtype || !cu_same_shape(&n->in[i], &n->out[0])) return 0;
+    return cu_is_float(n->out[0].dtype);
+}
+
+static int softmax_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    int64_t o, l, i;
+    int is_grad = strstr(n->op, "_grad") != NULL;
+    return n->n_in == (is_grad ? 2 : 1) && n->n_out == 1 && same_all(n) && split_axis(n, &n->out[0], &o, &l, &i);
+}
+
+static gdp_status softmax_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    int64_t outer, n, inner;
+    const gdp_tensor *y = &node->out[0];
+    split_axis(node, y, &outer, &n, &inner);
+    if (gdp_numel(y) == 0) return GDP_OK;
+    int mode = strcmp(node->op, "softmax") == 0       ? S_SOFTMAX
+               : strcmp(node->op, "log_softmax") == 0 ? S_LOG_SOFTMAX
+               : strcmp(node->op, "softmax_grad") == 0 ? S_SOFTMAX_GRAD
+                                                       : S_LOG_SOFTMAX_GRAD;
+    const void *second = node->n_in > 1 ? node->in[1].data : NULL;
+    unsigned g = cu_blocks(be, outer * inner * THREADS, THREADS);
+    CU_FLOAT_SWITCH(y->dtype, T,
+                    softmax_kernel<T><<<g, THREADS, 0, s>>>((const T *)node->in[0].data, (const T *)second, (T *)y->data,
+                                                            outer, n, inner, mode));
+    return GDP_OK;
+}
+CU_LAUNCHER(softmax_run)
+
+/* ---- cross_entropy ------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ int64_t load_target(const void *t, int is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
+}
+
+/* Per row: loss[r] = logsumexp(row) - row[target] (0 for ignored rows) and kept[r].
+ * A target that names no class cannot be reported from here; its row's loss is NaN so the
+ * result is loudly wrong rather than quietly so (the reference fails with a message). */
+template <typename T>
+__global__ void ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore, double *loss,
+                               double *kept)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+        int64_t target = load_target(t, t64, r);
+        if (target == ignore) {
+            if (threadIdx.x == 0) loss[r] = 0.0, kept[r] = 0.0;
+            continue; /* uniform across the block: no thread reaches the reductions */
+        }
+        double m = -INFINITY;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) m = fmax(m, (double)cu_ld(x, r * C + k));
+        m = block_max(m, sh);
+        double s = 0.0;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) s += exp((double)cu_ld(x, r * C + k) - m);
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0) {
+            int ok = target >= 0 && target < C;
+            loss[r] = ok ? m + log(s) - (double)cu_ld(x, r * C + target) : NAN;
+            kept[r] = 1.0;
+        }
+    }
+}
+
+/* One block: total = sum of loss, count = sum of kept, each in a fixed order; writes
+ * out[0] = total / count (0 when nothing is kept) and out[1] = count. */
+__global__ void ce_total_kernel(const double *loss, const double *kept, int64_t N, double *out)
+{
+    __shared__ double sh[THREADS];
+    double a = 0.0, c = 0.0;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) a += loss[r], c += kept[r];
+    a = block_sum(a, sh);
+    c = block_sum(c, sh);
+    if (threadIdx.x == 0) out[0] = c > 0 ? a / c : 0.0, out[1] = c;
+}
+
+template <typename T>
+__global__ void ce_store_kernel(const double *v, T *y)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) cu_std(y, 0, v[0]);
+}
+
+// dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
+template <typename T>
+__global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore,
+                               const double *totals, T *dx)
+{
+    __shared__ double sh[THREADS];
+    double count = totals[1];
+    double scale = count > 0 ? (double)cu_ld(dl, 0) / count : 0.0;
+    for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+        int64_t target = load_target(t, t64, r);
+        if (target == ignore) {
+            for (int64_t k = threadIdx.x; k < C; k += blockDim.x) cu_std(dx, r * C + k, 0.0);
+            continue;
+        }
+        double m = -INFINITY;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) m = fmax(m, (double)cu_ld(x, r * C + k));
+        m = block_max(m, sh);
+        double s = 0.0;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) s += exp((double)cu_ld(x, r * C + k) - m);
+        s = block_sum(s, sh);
+        double lse = m + log(s);
+        int ok = target >= 0 && target < C;
+        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+            double p = exp((double)cu_ld(x, r * C + k) - lse);
+            cu_std(dx, r * C + k, ok ? (p - (k == target ? 1.0 : 0.0)) * scale : NAN);
+        }
+    }
+}
+
+static int ce_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
+    if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1) return 0;
+    const gdp_tensor *x = &n->in[is_grad ? 1 : 0], *t = &n->in[is_grad ? 2 : 1];
+    if (!cu_is_float(x->dtype) || !cu_is_index(t->dtype) || n->out[0].dtype != x->dtype || x->ndim < 1) return 0;
+    if (is_grad && (n->in[0].dtype != x->dtype || gdp_numel(&n->in[0]) != 1 || !cu_same_shape(&n->out[0], x)))
+        return 0;
+    if (!is_grad && gdp_numel(&n->out[0]) != 1) return 0;
+    int64_t C = x->shape[x->ndim - 1];
+    return C >= 1 && gdp_numel(t) * C == gdp_numel(x);
+}
+
+static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    int is_grad = strcmp(node->op, "cross_entropy_grad") == 0;
+    const gdp_tensor *x = &node->in[is_grad ? 1 : 0], *t = &node->in[is_grad ? 2 : 1], *y = &node->out[0];
+    int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
+    int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
+    int t64 = t->dtype == GDP_I64;
+    void *scratch = NULL;
+    gdp_status st = cu_scratch_alloc(be, (size_t)(2 * N + 2) * sizeof(double), &scratch, err);
+    if (st != GDP_OK) return st;
+    double *loss = (double *)scratch, *kept = loss + N, *tot = kept + N;
+    unsigned g = cu_blocks(be, N * THREADS, THREADS);
+    switch (x->dtype) {
+    case GDP_F32: ce_rows_kernel<float><<<g, THREADS, 0, s>>>((const float *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
+    case GDP_F16: ce_rows_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
+    default: ce_rows_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
+    }
+    ce_total_kernel<<<1, THREADS, 0, s>>>(loss, kept, N, tot);
+    /* The row losses are recomputed by the grad pass rather than stored: only the count
+     * is needed there, and the forward node may have run long before. */
+    switch (x->dtype) {
+    case GDP_F32:
+        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0].data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data);
+        else ce_store_kernel<float><<<1, 1, 0, s>>>(tot, (float *)y->data);
+        break;
+    case GDP_F16:
+        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0].data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data);
+        else ce_store_kernel<__half><<<1, 1, 0, s>>>(tot, (__half *)y->data);
+        break;
+    default:
+        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0].data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data);
+        else ce_store_kernel<__nv_bfloat16><<<1, 1, 0, s>>>(tot, (__nv_bfloat16 *)y->data);
+        break;
+    }
+    cu_scratch_free(be, scratch);
+    return GDP_OK;
+}
+CU_LAUNCHER(ce_run)
+
+static const char *const axis_attrs[] = {"axis", NULL};
+
+#define FLOATS3(op, sup, fn, attrs) \
+    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("softmax", softmax_supports, softmax_run_launch, axis_attrs),
+    FLOATS3("log_softmax", softmax_supports, softmax_run_launch, axis_attrs),
+    FLOATS3("softmax_grad", softmax_supports, softmax_run_launch, axis_attrs),
+    FLOATS3("log_softmax_grad", softmax_supports, softmax_run_launch, axis_attrs),
+    FLOATS3("cross_entropy", ce_supports, ce_run_launch, NULL),
+    FLOATS3("cross_entropy_grad", ce_supports, ce_run_launch, NULL),
+};
+CU_FAMILY(softmax, kernels);
