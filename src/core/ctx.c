@@ -56,8 +56,17 @@ static int env_flag(const char *name)
     return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
+#ifdef GD_HAVE_CPU_BACKEND
+/* The built-in CPU backend's pool: the ABI has no thread setting, and this backend is
+ * linked in, so the context sets it directly. */
+int gradus_cpu_set_threads(int n);
+#endif
+
 void gd_ctx_set_threads(gd_ctx *ctx, int n)
 {
+#ifdef GD_HAVE_CPU_BACKEND
+    if (n > 0 || ctx->threads > 0) n = gradus_cpu_set_threads(n);
+#endif
     if (n <= 0) {
         const char *v = getenv("GRADUS_THREADS");
         n = v != NULL ? atoi(v) : 0;

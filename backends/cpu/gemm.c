@@ -1,0 +1,340 @@
+/* gemm.c — cache-blocked, packed f32 GEMM (see gemm.h).
+ *
+ * The loop nest is the usual one for a packed GEMM:
+ *
+ *   for jc over N in NC columns          B block (KC x NC) packed once, stays in L2/L3
+ *     for pc over K in KC steps
+ *       pack op(B)[pc.., jc..] into NR-wide micro-panels
+ *       for ic over M in MC rows          A block (MC x KC) packed, stays in L2
+ *         pack op(A)[ic.., pc..] into MR-tall micro-panels
+ *         for jr over NR micro-panels     one B micro-panel (KC x NR) stays in L1
+ *           for ir over MR micro-panels
+ *             micro-kernel: C[ir.., jr..] (MR x NR) += A panel * B panel
+ *
+ * Threads do not share packed data: C is cut into a grid of rectangles aligned to MR and
+ * NR, and each thread runs the whole nest above on its own rectangle with its own packing
+ * buffers. That re-packs a little (each thread packs the part of A and B it needs, a few
+ * percent of the work for the sizes that are worth threading) but needs no barrier, and
+ * every element of C is computed by the same sequence of instructions whatever the grid:
+ * the sum over k always runs in the same KC blocks and the same order, so results do not
+ * depend on the thread count.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include "gemm.h"
+#include "gemm_kernel.h"
+#include "threadpool.h"
+
+#include "gradus_plugin.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef GRADUS_CPU_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+/* Block sizes: KC*NR*4 bytes of B micro-panel should sit in L1 with room to spare, MC*KC*4
+ * of A in L2, KC*NC*4 of B in L2/L3. Measured on the machines we have (bench_gemm). */
+#ifndef GCPU_KC
+#define GCPU_KC 256
+#endif
+#ifndef GCPU_MC
+#define GCPU_MC (GCPU_MR * 16)
+#endif
+#ifndef GCPU_NC
+#define GCPU_NC (GCPU_NR * 64)
+#endif
+
+/* Below this many multiply-adds a GEMM runs on one thread: waking workers costs more. */
+#define GCPU_PARALLEL_MIN_FLOPS (96 * 96 * 96)
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* op(A)[m0 .. m0+mc, k0 .. k0+kc] into MR-tall micro-panels, zero-padded to a multiple of MR. */
+static void pack_a(int ta, const float *A, int64_t lda, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float *dst)
+{
+    for (int64_t ir = 0; ir < mc; ir += GCPU_MR) {
+        int m = (int)(mc - ir < GCPU_MR ? mc - ir : GCPU_MR);
+        float *d = dst + ir * kc;
+        if (!ta) {
+            /* rows of A are contiguous in k: gather MR of them per k step */
+            const float *rows[GCPU_MR];
+            for (int i = 0; i < GCPU_MR; i++) rows[i] = A + (m0 + ir + (i < m ? i : 0)) * lda + k0;
+            if (m == GCPU_MR) {
+                for (int64_t k = 0; k < kc; k++)
+                    for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = rows[i][k];
+            } else {
+                for (int64_t k = 0; k < kc; k++)
+                    for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = i < m ? rows[i][k] : 0.0f;
+            }
+        } else {
+            /* A stored (K, M): each k step is a contiguous run of m values */
+            for (int64_t k = 0; k < kc; k++) {
+                const float *s = A + (k0 + k) * lda + m0 + ir;
+                float *dk = d + k * GCPU_MR;
+                for (int i = 0; i < m; i++) dk[i] = s[i];
+                for (int i = m; i < GCPU_MR; i++) dk[i] = 0.0f;
+            }
+        }
+    }
+}
+
+/* op(B)[k0 .. k0+kc, n0 .. n0+nc] into NR-wide micro-panels, zero-padded to a multiple of NR. */
+static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst)
+{
+    for (int64_t jr = 0; jr < nc; jr += GCPU_NR) {
+        int n = (int)(nc - jr < GCPU_NR ? nc - jr : GCPU_NR);
+        float *d = dst + jr * kc;
+        if (!tb) {
+            for (int64_t k = 0; k < kc; k++) {
+                const float *s = B + (k0 + k) * ldb + n0 + jr;
+                float *dk = d + k * GCPU_NR;
+                if (n == GCPU_NR) {
+                    memcpy(dk, s, sizeof(float) * GCPU_NR);
+                } else {
+                    for (int j = 0; j < n; j++) dk[j] = s[j];
+                    for (int j = n; j < GCPU_NR; j++) dk[j] = 0.0f;
+                }
+            }
+        } else {
+            /* B stored (N, K): column j of op(B) is row j of B, contiguous in k */
+            for (int j = 0; j < GCPU_NR; j++) {
+                if (j < n) {
+                    const float *s = B + (n0 + jr + j) * ldb + k0;
+                    for (int64_t k = 0; k < kc; k++) d[k * GCPU_NR + j] = s[k];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) d[k * GCPU_NR + j] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* ---- one rectangle of C, one thread ------------------------------------------------------ */
+
+typedef struct gemm_args {
+    int ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    int64_t lda, ldb, ldc;
+    float *C;
+    /* the grid of rectangles */
+    int64_t gm, gn;          /* rectangles along M and N */
+    int64_t bm, bn;          /* rectangle size (multiples of MR, NR) */
+    atomic_int failed;
+} gemm_args;
+
+static void edge_tile(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
+                      int m, int n)
+{
+    float tile[GCPU_MR * GCPU_NR] __attribute__((aligned(64)));
+    gcpu_ukernel(kc, a, b, tile, GCPU_NR, 1.0f, 0.0f);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float *p = c + i * ldc + j;
+            *p = gcpu_epilogue(tile[i * GCPU_NR + j], alpha, beta, beta == 0.0f ? 0.0f : *p);
+        }
+}
+
+static int gemm_rect(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int tid)
+{
+    float *pa = gcpu_scratch(tid, GCPU_SLOT_GEMM_A, sizeof(float) * GCPU_MC * GCPU_KC);
+    float *pb = gcpu_scratch(tid, GCPU_SLOT_GEMM_B, sizeof(float) * GCPU_KC * GCPU_NC);
+    if (pa == NULL || pb == NULL) return GDP_ERR_NOMEM;
+    for (int64_t jc = n0; jc < n1; jc += GCPU_NC) {
+        int64_t nc = n1 - jc < GCPU_NC ? n1 - jc : GCPU_NC;
+        for (int64_t pc = 0; pc < g->K; pc += GCPU_KC) {
+            int64_t kc = g->K - pc < GCPU_KC ? g->K - pc : GCPU_KC;
+            /* the first K block applies the caller's beta; later ones accumulate */
+            float beta = pc == 0 ? g->beta : 1.0f;
+            pack_b(g->tb, g->B, g->ldb, pc, kc, jc, nc, pb);
+            for (int64_t ic = m0; ic < m1; ic += GCPU_MC) {
+                int64_t mc = m1 - ic < GCPU_MC ? m1 - ic : GCPU_MC;
+                pack_a(g->ta, g->A, g->lda, ic, mc, pc, kc, pa);
+                for (int64_t jr = 0; jr < nc; jr += GCPU_NR) {
+                    int n = (int)(nc - jr < GCPU_NR ? nc - jr : GCPU_NR);
+                    for (int64_t ir = 0; ir < mc; ir += GCPU_MR) {
+                        int m = (int)(mc - ir < GCPU_MR ? mc - ir : GCPU_MR);
+                        float *c = g->C + (ic + ir) * g->ldc + jc + jr;
+                        if (m == GCPU_MR && n == GCPU_NR)
+                            gcpu_ukernel(kc, pa + ir * kc, pb + jr * kc, c, g->ldc, g->alpha, beta);
+                        else
+                            edge_tile(kc, pa + ir * kc, pb + jr * kc, c, g->ldc, g->alpha, beta, m, n);
+                    }
+                }
+            }
+        }
+    }
+    return GDP_OK;
+}
+
+static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    gemm_args *g = ctx;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t rm = r / g->gn, rn = r % g->gn;
+        int64_t m0 = rm * g->bm, n0 = rn * g->bn;
+        int64_t m1 = m0 + g->bm < g->M ? m0 + g->bm : g->M;
+        int64_t n1 = n0 + g->bn < g->N ? n0 + g->bn : g->N;
+        if (m0 >= m1 || n0 >= n1) continue;
+        if (gemm_rect(g, m0, m1, n0, n1, tid) != GDP_OK) atomic_store(&g->failed, 1);
+    }
+}
+
+static int64_t round_up(int64_t x, int64_t q)
+{
+    return (x + q - 1) / q * q;
+}
+
+/* Picks the grid: T rectangles (or fewer) whose largest one is cheapest, counting the
+ * micro-kernel work plus the packing each rectangle repeats. */
+static void choose_grid(gemm_args *g, int T)
+{
+    int64_t best = -1;
+    g->gm = g->gn = 1;
+    g->bm = round_up(g->M, GCPU_MR);
+    g->bn = round_up(g->N, GCPU_NR);
+    for (int gm = 1; gm <= T; gm++) {
+        int gn = T / gm;
+        int64_t bm = round_up((g->M + gm - 1) / gm, GCPU_MR);
+        int64_t bn = round_up((g->N + gn - 1) / gn, GCPU_NR);
+        int64_t cost = bm * bn + 2 * (bm + bn) * GCPU_MR; /* per unit of K */
+        if (best < 0 || cost < best) {
+            best = cost;
+            g->gm = (g->M + bm - 1) / bm;
+            g->gn = (g->N + bn - 1) / bn;
+            g->bm = bm;
+            g->bn = bn;
+        }
+    }
+}
+
+static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+}
+
+static int gemm_own(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (K == 0 || alpha == 0.0f) {
+        if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
+        return GDP_OK;
+    }
+    gemm_args g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                   .A = A, .B = B, .lda = lda, .ldb = ldb, .ldc = ldc, .C = C};
+    atomic_init(&g.failed, 0);
+    int T = 1;
+    if ((double)M * N * K >= (double)GCPU_PARALLEL_MIN_FLOPS && !gcpu_in_parallel()) T = gcpu_pool_threads();
+    choose_grid(&g, T);
+    gcpu_parallel_for(g.gm * g.gn, gemm_task, &g);
+    return atomic_load(&g.failed) ? GDP_ERR_NOMEM : GDP_OK;
+}
+
+/* ---- OpenBLAS ------------------------------------------------------------------------------ */
+
+static int gemm_blas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+#ifdef GRADUS_CPU_HAVE_BLAS
+    const int64_t lim = 0x7fffffff;
+    if (M > lim || N > lim || K > lim || lda > lim || ldb > lim || ldc > lim) return GDP_ERR_UNSUPPORTED;
+    /* OpenBLAS runs its own threads; keep them to the pool's count, and to one inside a
+     * parallel_for, where the other cores are already busy. */
+    static int blas_threads = 0;
+    int want = gcpu_in_parallel() ? 1 : gcpu_pool_threads();
+    if (want != blas_threads) {
+        openblas_set_num_threads(want);
+        blas_threads = want;
+    }
+    /* OpenBLAS's beta == 0 path stores zeros without reading C, as BLAS requires. */
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return GDP_OK;
+#else
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda;
+    (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+    return GDP_ERR_UNSUPPORTED;
+#endif
+}
+
+/* ---- choice ------------------------------------------------------------------------------- */
+
+static int policy = -1; /* -1: not read yet from GRADUS_GEMM */
+
+static gcpu_gemm_impl current_policy(void)
+{
+    if (policy < 0) {
+        const char *s = getenv("GRADUS_GEMM");
+        policy = GCPU_GEMM_AUTO;
+        if (s != NULL && strcmp(s, "own") == 0) policy = GCPU_GEMM_OWN;
+        if (s != NULL && strcmp(s, "blas") == 0) policy = GCPU_GEMM_BLAS;
+    }
+    return (gcpu_gemm_impl)policy;
+}
+
+void gcpu_gemm_set_policy(gcpu_gemm_impl impl)
+{
+    policy = impl;
+}
+
+int gcpu_gemm_have_blas(void)
+{
+#ifdef GRADUS_CPU_HAVE_BLAS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const char *gcpu_gemm_kernel_name(void)
+{
+    return GCPU_KERNEL_NAME;
+}
+
+/* The rule, from bench_gemm on the 2-core AMD EPYC (Zen 4) dev machine, OpenBLAS 0.3.21:
+ * own and OpenBLAS are within a few percent of each other at 256..2048, square and
+ * transposed, 1 and 2 threads (both near the FMA peak), and own wins at small sizes. The
+ * own GEMM also runs on the backend's pool, where OpenBLAS's threads would busy-wait
+ * against it, and its results do not depend on the thread count. So: own everywhere,
+ * OpenBLAS only when asked for (GRADUS_GEMM=blas or gcpu_gemm_set_policy). A machine where
+ * OpenBLAS wins by a margin for some shapes changes this function, after measuring. */
+gcpu_gemm_impl gcpu_gemm_choose(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K)
+{
+    (void)trans_a; (void)trans_b; (void)M; (void)N; (void)K;
+    gcpu_gemm_impl p = current_policy();
+    if (!gcpu_gemm_have_blas()) return GCPU_GEMM_OWN;
+    if (p != GCPU_GEMM_AUTO) return p;
+    return GCPU_GEMM_OWN;
+}
+
+static int check_args(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    if (M < 0 || N < 0 || K < 0) return GDP_ERR_INVALID;
+    if (lda < (ta ? (M > 1 ? M : 1) : (K > 1 ? K : 1))) return GDP_ERR_INVALID;
+    if (ldb < (tb ? (K > 1 ? K : 1) : (N > 1 ? N : 1))) return GDP_ERR_INVALID;
+    if (ldc < (N > 1 ? N : 1)) return GDP_ERR_INVALID;
+    return GDP_OK;
+}
+
+int gcpu_sgemm_impl(gcpu_gemm_impl impl, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    int st = check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (st != GDP_OK) return st;
+    if (M == 0 || N == 0) return GDP_OK;
+    if (impl == GCPU_GEMM_AUTO) impl = gcpu_gemm_choose(trans_a, trans_b, M, N, K);
+    if (impl == GCPU_GEMM_BLAS) return gemm_blas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_own(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+int gcpu_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+               const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    return gcpu_sgemm_impl(GCPU_GEMM_AUTO, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}

@@ -1,0 +1,96 @@
+/* k_optim.c — the optimizer updates adamw_update and sgd_update (f32, in place), and
+ * assign.
+ *
+ * Definitions are in src/ops/optim.c. Outputs may alias inputs (p' over p, moments over
+ * moments): each element is read completely before it is written, as in the reference.
+ * The arithmetic is the reference's, in double per element, so results match it to the
+ * last bit; the work is memory-bound, so double costs nothing that matters.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct opt_job {
+    const gdp_node *n;
+    double lr, b1, b2, eps, wd, bc1, bc2, momentum;
+    int nesterov;
+} opt_job;
+
+static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const opt_job *j = ctx;
+    const float *P = j->n->in[0].data, *G = j->n->in[1].data, *M = j->n->in[2].data, *V = j->n->in[3].data;
+    float *Po = j->n->out[0].data, *Mo = j->n->out[1].data, *Vo = j->n->out[2].data;
+    const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2;
+    for (int64_t i = begin; i < end; i++) {
+        double p = P[i], g = G[i], m = M[i], v = V[i];
+        p -= lr * wd * p;
+        m = b1 * m + (1.0 - b1) * g;
+        v = b2 * v + (1.0 - b2) * g * g;
+        p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
+        Po[i] = (float)p;
+        Mo[i] = (float)m;
+        Vo[i] = (float)v;
+    }
+}
+
+// (p, g, m, v, step, lr) -> (p', m', v'): PyTorch AdamW, step 1-based
+static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream; (void)err;
+    opt_job j = {.n = n};
+    double t = ((const float *)n->in[4].data)[0];
+    j.lr = ((const float *)n->in[5].data)[0];
+    j.b1 = gdp_attr_float(&n->attrs, "beta1", 0.9);
+    j.b2 = gdp_attr_float(&n->attrs, "beta2", 0.999);
+    j.eps = gdp_attr_float(&n->attrs, "eps", 1e-8);
+    j.wd = gdp_attr_float(&n->attrs, "weight_decay", 0.0);
+    j.bc1 = 1.0 - pow(j.b1, t);
+    j.bc2 = 1.0 - pow(j.b2, t);
+    gcpu_parallel_for_grain(gdp_numel(&n->in[0]), GCPU_GRAIN_ELEMS / 4, adamw_task, &j);
+    return GDP_OK;
+}
+
+static void sgd_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const opt_job *j = ctx;
+    const float *P = j->n->in[0].data, *G = j->n->in[1].data, *B = j->n->in[2].data;
+    float *Po = j->n->out[0].data, *Bo = j->n->out[1].data;
+    for (int64_t i = begin; i < end; i++) {
+        double p = P[i], g = G[i], buf = B[i];
+        g += j->wd * p;
+        buf = j->momentum * buf + g;
+        double update = j->nesterov ? g + j->momentum * buf : buf;
+        Po[i] = (float)(p - j->lr * update);
+        Bo[i] = (float)buf;
+    }
+}
+
+// (p, g, buf, lr) -> (p', buf'): PyTorch SGD with momentum, weight decay, nesterov
+static gdp_status k_sgd(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream; (void)err;
+    opt_job j = {.n = n};
+    j.lr = ((const float *)n->in[3].data)[0];
+    j.momentum = gdp_attr_float(&n->attrs, "momentum", 0.0);
+    j.wd = gdp_attr_float(&n->attrs, "weight_decay", 0.0);
+    j.nesterov = gdp_attr_int(&n->attrs, "nesterov", 0) != 0;
+    gcpu_parallel_for_grain(gdp_numel(&n->in[0]), GCPU_GRAIN_ELEMS / 2, sgd_task, &j);
+    return GDP_OK;
+}
+
+static int s_f32(void *backend, const gdp_node *n)
+{
+    (void)backend;
+    return gcpu_all_f32(n);
+}
+
+gdp_status gcpu_register_optim(const gdp_host *host, gdp_err *err)
+{
+    gdp_status s = gcpu_reg(host, "adamw_update", GDP_F32, k_adamw, s_f32, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg(host, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
+    return s;
+}
