@@ -1,14 +1,16 @@
-/* bench_ops.c — gradus's side of the op and model benchmarks: the rows of
- * ../shared/peers/torch_peer.py (ops, cnn), timed on one backend, one JSON object per line.
+/* bench_ops.c — gradus's side of the op and model benchmarks: the rows of the PyTorch
+ * peer benchmarks (torch_peer.py ops/cnn on the GPU machine, bench/torch_cpu_peer.py on
+ * CPUs), timed on one backend, one JSON object per line.
  *
- *     bench_ops [--backend NAME] [--only ops|cnn] [--quick]
+ *     bench_ops [--backend NAME] [--only ops|cnn|mlp] [--samples N] [--warmup N] [--max-n N]
  *
  * Method: inputs are written once; each program is run a few times to warm up, then
  * timed in samples of R back-to-back runs between two synchronizations (so launch cost
  * counts, host synchronization does not), R chosen so a sample lasts >= 20 ms; the figure
  * is the median over samples, in milliseconds per run. The CNN is the peer's: conv 1->32,
  * conv 32->64 (3x3, pad 1, each + relu + 2x2 max-pool), linear 3136->128, relu, linear
- * 128->10, cross-entropy, SGD lr 0.01, batch 128. matmul runs in fp32 (no TF32). */
+ * 128->10, cross-entropy, SGD lr 0.01, batch 128; the MLP is gd_nn_mlp (784->128->128->10).
+ * matmul runs in fp32 (no TF32). */
 #define _POSIX_C_SOURCE 200809L
 #include "gradus.h"
 
@@ -32,7 +34,7 @@ static int cmp_d(const void *a, const void *b)
 }
 
 static gd_ctx *ctx;
-static int quick;
+static int quick, warmups = 3, samples_wanted = 9, max_n = 4096;
 
 static void die(const char *what)
 {
@@ -43,7 +45,7 @@ static void die(const char *what)
 /* Median ms per run of prog. */
 static double time_prog(gd_program *p)
 {
-    int warm = quick ? 1 : 3, samples = quick ? 3 : 9;
+    int warm = quick ? 1 : warmups, samples = quick ? 3 : samples_wanted < 1 ? 1 : samples_wanted > 64 ? 64 : samples_wanted;
     for (int i = 0; i < warm; i++)
         if (gd_program_run(p) != GD_OK) die("run");
     gd_ctx_synchronize(ctx);
@@ -55,7 +57,7 @@ static double time_prog(gd_program *p)
     if (reps < 1) reps = 1;
     if (reps > 1000) reps = 1000;
     if (quick) reps = 1;
-    double ts[32];
+    double ts[64];
     for (int s = 0; s < samples; s++) {
         gd_ctx_synchronize(ctx);
         t0 = now_ms();
@@ -96,7 +98,7 @@ static void op_row(const char *name, gd_graph *g, gd_tensor *out, const char *ba
 static void ops(const char *backend)
 {
     for (int n = 512; n <= 4096; n *= 2) {
-        if (quick && n > 1024) break;
+        if ((quick && n > 1024) || n > max_n) break;
         gd_graph *g = gd_graph_new(ctx);
         gd_tensor *a = gd_input(g, "a", GD_F32, 2, (int64_t[]){n, n}), *b = gd_input(g, "b", GD_F32, 2, (int64_t[]){n, n});
         fill(a, 1), fill(b, 2);
@@ -124,6 +126,34 @@ static void ops(const char *backend)
     op_row(name, g, gd_relu(gd_scale(r, 2.0, 1.0)), backend);
     snprintf(name, sizeof name, "Softmax %lldx%lld rows", (long long)R, (long long)R);
     op_row(name, g, gd_softmax(r, -1), backend);
+    gd_graph_free(g);
+}
+
+/* The MLP of gradus train (784 -> 128 -> 128 -> 10, relu), one SGD step at batch 128. */
+static void mlp(const char *backend)
+{
+    gd_graph *g = gd_graph_new(ctx);
+    int64_t B = 128;
+    gd_tensor *x = gd_input(g, "x", GD_F32, 4, (int64_t[]){B, 1, 28, 28});
+    gd_tensor *y = gd_input(g, "y", GD_I32, 1, (int64_t[]){B});
+    gd_tensor *logits = gd_nn_mlp(x, 128);
+    gd_tensor *loss = gd_cross_entropy(logits, y, -100);
+    if (gd_backward(g, loss) != GD_OK) die("backward");
+    if (gd_optimizer_sgd(g, &(gd_sgd_config){.lr = 0.01}) != GD_OK) die("sgd");
+    if (gd_graph_init_params(g, 1) != GD_OK) die("init");
+    fill(x, 7);
+    int32_t labels[128];
+    for (int i = 0; i < 128; i++) labels[i] = (i * 3) % 10;
+    if (gd_tensor_write(y, labels, sizeof labels) != GD_OK) die("write");
+    gd_program *step = gd_compile(g, 1, &loss, GD_COMPILE_UPDATES);
+    gd_program *fwd = gd_compile(g, 1, &logits, 0);
+    if (step == NULL || fwd == NULL) die("compile");
+    double ts = time_prog(step), tf = time_prog(fwd);
+    printf("{\"kind\": \"mlp\", \"backend\": \"%s\", \"train_step_ms\": %.6g, \"forward_ms\": %.6g, \"threads\": %d}\n",
+           backend, ts, tf, gd_ctx_threads(ctx));
+    fflush(stdout);
+    gd_program_free(step);
+    gd_program_free(fwd);
     gd_graph_free(g);
 }
 
@@ -166,8 +196,12 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) samples_wanted = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmups = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn] [--quick]\n");
+            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp] [--samples N] [--warmup N] "
+                            "[--max-n N] [--quick]\n");
             return 2;
         }
     }
@@ -175,6 +209,7 @@ int main(int argc, char **argv)
     if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) die("backend");
     const char *label = backend != NULL ? backend : "default";
     if (only == NULL || strcmp(only, "ops") == 0) ops(label);
+    if (only == NULL || strcmp(only, "mlp") == 0) mlp(label);
     if (only == NULL || strcmp(only, "cnn") == 0) cnn(label);
     gd_ctx_free(ctx);
     return 0;

@@ -1,59 +1,61 @@
 #!/usr/bin/env python3
-"""Merges the JSON lines of bench_ops (one file per gradus backend) and of the PyTorch
-peer (torch_peer.py ops cnn) into one markdown table with ratios.
+"""Merges benchmark JSON lines into one markdown table with ratios.
 
-    compare.py --gradus cuda=cuda.jsonl --gradus cpu=cpu.jsonl --torch torch.jsonl
+    compare.py --in cuda=g_cuda.jsonl --in cpu=g_cpu.jsonl --in torch=torch.jsonl \
+               --ratio cuda/torch-cuda --ratio cpu/torch-cpu
 
-A ratio is gradus time / peer time: below 1 gradus is faster. Rows are matched by name."""
-import argparse, json, sys
+Inputs: bench_ops output (rows labelled with the given label), torch_peer.py output (its
+gpu_ms/cpu_ms become torch-cuda/torch-cpu; the label is ignored), torch_cpu_peer.py output
+(labelled by its backend field). A ratio a/b is a's time over b's: below 1, a is faster."""
+import argparse, json
 
 
-def load(path):
-    rows = []
+def rows_of(label, path, table):
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if line.startswith("{"):
-                rows.append(json.loads(line))
-    return rows
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            k = r.get("kind")
+            if k == "op":
+                if "gpu_ms" in r:  # torch_peer.py
+                    table.setdefault(r["name"], {})["torch-cuda"] = r["gpu_ms"]
+                    table.setdefault(r["name"], {})["torch-cpu"] = r["cpu_ms"]
+                else:
+                    lab = label if r.get("backend", "").startswith(("ref", "cpu", "cuda", "default", "testdev")) else r["backend"]
+                    table.setdefault(r["name"], {})[lab] = r["ms"]
+            elif k in ("cnn", "mlp"):
+                if "device" in r:  # torch_peer.py
+                    lab = "torch-cpu" if r["device"] == "cpu" else "torch-cuda"
+                else:
+                    lab = label if not r.get("backend", "").startswith("torch") else r["backend"]
+                name = k.upper()
+                table.setdefault(f"{name} train step b128", {})[lab] = r["train_step_ms"]
+                table.setdefault(f"{name} forward b128", {})[lab] = r["forward_ms"]
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gradus", action="append", default=[], help="label=file")
-    ap.add_argument("--torch", help="torch_peer.py output")
+    ap.add_argument("--in", dest="inputs", action="append", default=[], help="label=file")
+    ap.add_argument("--ratio", action="append", default=[], help="a/b")
     a = ap.parse_args()
-    g = {}
-    for spec in a.gradus:
+    table, labels = {}, []
+    for spec in a.inputs:
         label, path = spec.split("=", 1)
-        for r in load(path):
-            if r["kind"] == "op":
-                g.setdefault(r["name"], {})[label] = r["ms"]
-            elif r["kind"] == "cnn":
-                g.setdefault("CNN train step b128", {})[label] = r["train_step_ms"]
-                g.setdefault("CNN forward b128", {})[label] = r["forward_ms"]
-    t = {}
-    if a.torch:
-        for r in load(a.torch):
-            if r["kind"] == "op":
-                t[r["name"]] = (r["gpu_ms"], r["cpu_ms"])
-            elif r["kind"] == "cnn":
-                key = "gpu" if r["device"] != "cpu" else "cpu"
-                t.setdefault("CNN train step b128", [None, None])[0 if key == "gpu" else 1] = r["train_step_ms"]
-                t.setdefault("CNN forward b128", [None, None])[0 if key == "gpu" else 1] = r["forward_ms"]
-    labels = [s.split("=", 1)[0] for s in a.gradus]
-    head = ["row"] + [f"gradus {l} ms" for l in labels] + ["torch cuda ms", "torch cpu ms"]
-    head += [f"{l} / torch {'cuda' if l == 'cuda' else 'cpu'}" for l in labels]
+        rows_of(label, path, table)
+    for per in table.values():
+        for l in per:
+            if l not in labels:
+                labels.append(l)
+    head = ["row"] + [f"{l} ms" for l in labels] + a.ratio
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    fmt = lambda v: "—" if v is None else (f"{v:.4g}")
-    for name, per in g.items():
-        tg, tc = t.get(name, (None, None))
-        cells = [name] + [fmt(per.get(l)) for l in labels] + [fmt(tg), fmt(tc)]
-        for l in labels:
-            peer = tg if l == "cuda" else tc
-            v = per.get(l)
-            cells.append(f"{v / peer:.2f}x" if v and peer else "—")
+    for name, per in table.items():
+        cells = [name] + [f"{per[l]:.4g}" if l in per else "—" for l in labels]
+        for q in a.ratio:
+            x, y = q.split("/")
+            cells.append(f"{per[x] / per[y]:.2f}" if x in per and y in per and per[y] > 0 else "—")
         print("| " + " | ".join(cells) + " |")
 
 

@@ -72,7 +72,8 @@ struct gd_tensor {
     double init_std;
     /* Autodiff. */
     gd_tensor *grad;
-    int grad_visited;
+    /* A target of some compiled program: graph passes must keep it. */
+    int exposed;
 };
 
 struct gd_node {

@@ -158,3 +158,5 @@ gd_status gd_ctx_synchronize(gd_ctx *ctx)
     }
     return GD_OK;
 }
+
+const char *gd_ctx_backend(const gd_ctx *ctx) { return ctx->backends[ctx->preferred]->name; }

@@ -53,14 +53,14 @@ static const gdp_attrs *v_attrs(void *g, int32_t id)
     a = gd_node_attrs(n);
     return &a;
 }
-/* Users of an output: nodes reading it, plus one if it is needed outside the nodes (a
- * target someone may read, or a gradient rule's input) — a fusion must not swallow it. */
+/* Users of an output: nodes reading it, plus one when it is exposed outside the nodes (a
+ * target of a compiled program) — a fusion must not swallow it. */
 static int32_t v_users(void *g, int32_t id, int32_t k)
 {
     gd_node *n = node_at(g, id);
     if (n == NULL || k < 0 || k >= n->n_out) return 0;
     gd_tensor *t = n->out[k];
-    int32_t users = 0;
+    int32_t users = t->exposed;
     for (int i = 0; i < G(g)->n_nodes; i++) {
         gd_node *m = G(g)->nodes[i];
         if (m->dead) continue;
@@ -116,13 +116,21 @@ static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *o
     old->node = nn;
     old->out_index = 0;
     nn->out[0] = old;
-    for (int32_t id = first; id <= last; id++) {
+    /* Remove the chain: `last`, then, going back, every node in [first, last) that fed a
+     * removed node and has no other use. Nodes in that range outside the chain stay. */
+    nl->dead = 1;
+    for (int32_t id = last - 1; id >= first; id--) {
         gd_node *m = node_at(gv, id);
         if (m == NULL) continue;
-        int used_outside = 0;
-        for (int k = 0; k < m->n_out; k++)
-            if (m->out[k] != old && v_users(gv, id, k) > 0) used_outside = 1;
-        if (m == nl || !used_outside) m->dead = 1;
+        int feeds_chain = 0, used = 0;
+        for (int32_t j = id + 1; j <= last; j++) {
+            gd_node *c = g->nodes[j];
+            if (!c->dead) continue;
+            for (int i = 0; i < c->n_in; i++)
+                for (int k = 0; k < m->n_out; k++) feeds_chain |= c->in[i] == m->out[k];
+        }
+        for (int k = 0; k < m->n_out; k++) used += v_users(gv, id, k);
+        if (feeds_chain && used == 0) m->dead = 1;
     }
     /* move the new node from the end of the list to the chain's last position */
     g->nodes[g->n_nodes - 1] = nl;

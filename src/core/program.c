@@ -255,6 +255,17 @@ gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, in
             return NULL;
         }
     }
+    for (int i = 0; i < n_targets; i++) {
+        if (targets[i]->node != NULL && targets[i]->node->dead) {
+            char b[128];
+            gd_fail(ctx, GD_ERR_INVALID,
+                    "compile: target %s was fused away by a backend's graph pass when an earlier program was "
+                    "compiled; make it a target of that first program too (or disable the pass)",
+                    gd_tensor_describe(targets[i], b, sizeof b));
+            return NULL;
+        }
+        targets[i]->exposed = 1;
+    }
     if (gd_graph_run_passes(g) != GD_OK) return NULL;
 
     gd_backend **node_be = NULL;

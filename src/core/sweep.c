@@ -81,7 +81,8 @@ static int dtype_supported(const gd_backend *b, int dtype)
 }
 
 /* One cell: the op's cases at dtype on backend b. */
-static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *b, gd_sweep_cell *cell)
+static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *b, gd_sweep_cell *cell,
+                       unsigned *case_keys)
 {
     int cdt = dtype < 0 ? GDP_F32 : dtype;
     cell->verdict = b->is_ref ? GD_V_REFERENCE : GD_V_VERIFIED;
@@ -107,6 +108,17 @@ static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *
             /* the reference result */
             ctx->strict = 0;
             gd_status st = gd_case_build(ctx, op, &cs, 0, backward, 1234, &rp);
+            if (st == GD_OK && rp.n_fwd > 0 && rp.fwd[0]->node != NULL)
+                *case_keys |= GD_M(gd_node_key_dtype(rp.fwd[0]->node));
+            if (st == GD_OK && !backward) {
+                /* a case with integer outputs only (add of i32) has no backward pass */
+                int any_float = 0;
+                for (int k = 0; k < rp.n_fwd; k++) {
+                    int32_t d = rp.fwd[k]->dtype;
+                    any_float |= d == GDP_F32 || d == GDP_F16 || d == GDP_BF16 || d == GDP_F64;
+                }
+                if (!any_float) passes = 1;
+            }
             if (st == GD_OK) st = gd_case_exec(&rp, &ro);
             if (st != GD_OK) {
                 cell->verdict = b->is_ref ? GD_V_FAILING : GD_V_UNACCOUNTED;
@@ -193,7 +205,7 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
                     snprintf(cell->note, sizeof cell->note, "not swept");
                     continue;
                 }
-                sweep_cell(ctx, op, dt, b, cell);
+                sweep_cell(ctx, op, dt, b, cell, &row->case_keys);
                 out->count[bi][cell->verdict]++;
             }
             if (progress != NULL) progress(user, row, out->n_rows, total);
@@ -202,10 +214,14 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
     for (int bi = 0; bi < ctx->n_backends; bi++) {
         gd_backend *b = ctx->backends[bi];
         snprintf(out->registration[bi], sizeof out->registration[bi], "%s", b->bad_registrations);
-        /* a kernel registered for an op × dtype the sweep never visits is unaccounted */
+        /* a kernel registered for an op × dtype the sweep never visits is unaccounted: the
+         * dtype is neither one the op declares nor the key of one of its cases */
         for (int k = 0; k < b->n_kernels; k++) {
             const gd_kernel_entry *e = &b->kernels[k];
-            int seen = e->op->dtypes ? (e->op->dtypes & GD_M(e->dtype)) != 0 && e->dtype != GDP_F64 : 1;
+            unsigned keys = e->op->dtypes;
+            for (int r = 0; r < out->n_rows; r++)
+                if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys;
+            int seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 && e->dtype != GDP_F64 : 1;
             if (!seen) {
                 size_t used = strlen(out->registration[bi]);
                 snprintf(out->registration[bi] + used, sizeof out->registration[bi] - used,

@@ -21,6 +21,9 @@ typedef struct gd_sweep_row {
     const gd_op_def *op;
     int dtype;            /* -1 for ops whose dtype is an attribute */
     gd_sweep_cell cell[GD_MAX_BACKENDS];
+    /* Mask of the kernel key dtypes the row's cases have (an integer case of add is keyed
+     * by i32): a kernel registered for one of them is exercised by the sweep. */
+    unsigned case_keys;
 } gd_sweep_row;
 
 typedef struct gd_sweep {

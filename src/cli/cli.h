@@ -1,0 +1,34 @@
+/* cli.h — the `gradus` command.
+ *
+ * Each subcommand lives in its own file, src/cli/cmd_<name>.c, as one function
+ * `int cmd_<name>(int argc, char **argv)` (argv[0] is the subcommand's name; the return
+ * value is the exit status). Adding one is: write the file, declare the function below,
+ * add a row to the table in main.c. */
+#ifndef GD_CLI_H
+#define GD_CLI_H
+
+#include "gradus.h"
+
+#include <stdint.h>
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;              /* one line for `gradus --help` */
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+int cmd_train(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
+
+/* Helpers shared by the commands (main.c). Each parses `value`, the argument of option
+ * `opt`, and on failure prints "gradus: bad value ... for --opt" to stderr and returns 0. */
+int cli_int(const char *opt, const char *value, int64_t lo, int64_t hi, int64_t *out);
+int cli_double(const char *opt, const char *value, double lo, double hi, double *out);
+/* For options with an argument: returns argv[*i + 1] and advances *i, or prints
+ * "option --x needs a value" and returns NULL. */
+const char *cli_value(int argc, char **argv, int *i);
+/* Creates a context, prefers `backend` when it is not NULL, prints errors; NULL on failure. */
+gd_ctx *cli_ctx(const char *backend);
+
+#endif

@@ -1,0 +1,105 @@
+/* main.c — `gradus <command> [options]`: finds the command in the table and runs it. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const cli_command commands[] = {
+    {"train", "train the MLP or CNN classifier on Fashion-MNIST or the procedural shapes", cmd_train},
+    {"devices", "list backends, plugins found (and why any declined) and device memory", cmd_devices},
+    {"sweep", "verify every op on every backend against the CPU reference", cmd_sweep},
+};
+static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gradus <command> [options]\n\ncommands:\n");
+    for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n  gradus <command> --help   options of a command\n"
+               "  gradus --version          print the version\n");
+}
+
+int cli_int(const char *opt, const char *value, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "gradus: bad value \"%s\" for %s (want an integer in [%lld, %lld])\n", value, opt,
+                (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_double(const char *opt, const char *value, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "gradus: bad value \"%s\" for %s (want a number in [%g, %g])\n", value, opt, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+const char *cli_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "gradus: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+gd_ctx *cli_ctx(const char *backend)
+{
+    gd_ctx *ctx = NULL;
+    gd_status st = gd_ctx_create(&ctx, NULL);
+    if (st != GD_OK || ctx == NULL) {
+        fprintf(stderr, "gradus: cannot create a context: %s\n", gd_status_name(st));
+        return NULL;
+    }
+    if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) {
+        fprintf(stderr, "gradus: no backend \"%s\"; available:", backend);
+        for (int i = 0; i < gd_backend_count(ctx); i++) fprintf(stderr, " %s", gd_backend_name(ctx, i));
+        fprintf(stderr, "\n");
+        gd_ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        /* `gradus help train` is `gradus train --help` */
+        if (strcmp(cmd, "help") == 0 && argc > 2) {
+            for (int i = 0; i < n_commands; i++)
+                if (strcmp(argv[2], commands[i].name) == 0)
+                    return commands[i].run(2, (char *[]){argv[2], "--help", NULL});
+        }
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        printf("gradus %s\n", GD_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < n_commands; i++)
+        if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "gradus: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
