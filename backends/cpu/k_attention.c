@@ -1,21 +1,26 @@
-/* k_attention.c — rope, attention and attention_grad (f32).
+/* k_attention.c — rope, attention and attention_grad (f32; f16 and bf16 through f32 copies).
  *
  * Definitions are in src/ops/attention.c: q (B, H, T, D), k and v (B, Hkv, S, D), query
  * head h reads key/value head h / (H / Hkv); causal query t sees keys s <= t + S - T (a
  * prefix, empty when that is negative, in which case the row's output and gradients are
  * zero).
  *
- * attention: work items are (b, h, block of query rows). A block's scores are one GEMM
- * (QB x n) against the head's keys, the softmax is taken row by row in scratch, and the
- * output is a second GEMM (QB x D) written in place.
+ * The query heads of a group (H / Hkv of them share a key/value head) are adjacent in q,
+ * so a group's queries are one run of G*T rows, and work is cut into blocks of those rows:
+ * one GEMM then serves every head of the group.
+ *
+ * attention: per (b, kv head, block of rows), the scores are one GEMM (QB x n) against the
+ * head's keys, the softmax is taken row by row in scratch, and the output is a second
+ * GEMM (QB x D) written in place.
  *
  * attention_grad, in two passes, as FlashAttention-2 splits it so that no sum is shared
  * between threads:
- *   1. per (b, h, query block): P and dP = dy V^T, the row terms pdp = sum_s P dP, and
- *      dq = scale (P * (dP - pdp)) K; each row's max, 1/sum and pdp are kept;
- *   2. per (b, kv head, block of keys): for every query head of the group and every query
- *      block in order, P and dP of that tile again, dv += P^T dy and dk += scale dS^T q,
- *      accumulated by GEMMs with beta = 1 in a fixed order.
+ *   1. per (b, kv head, block of rows): P and dP = dy V^T, the row terms
+ *      pdp = sum_s P dP, and dq = scale (P * (dP - pdp)) K; each row's max, 1/sum and
+ *      pdp are kept;
+ *   2. per (b, kv head, block of keys): for every block of the group's rows in order, P
+ *      and dP of that tile again, dv += P^T dy and dk += scale dS^T q, accumulated by
+ *      GEMMs with beta = 1 in a fixed order.
  * Every block size is a function of the shape, and the GEMM's bits do not depend on the
  * thread count, so neither do these.
  *
@@ -37,7 +42,8 @@ typedef struct rope_job {
     int64_t B, T, H, D, half, pos_offset;
     double theta, sign;
     int interleaved;
-    float *cs; /* (T, half, 2): cos, sign * sin */
+    float *cs;    /* (T, half, 2): cos, sign * sin */
+    double *freq; /* (half): theta^(-2i/D) */
 } rope_job;
 
 /* The angles as the reference computes them, in double, rounded once to float. */
@@ -49,7 +55,7 @@ static void rope_table(void *ctx, int64_t begin, int64_t end, int tid)
         double pos = (double)(t + j->pos_offset);
         float *cs = j->cs + t * 2 * j->half;
         for (int64_t i = 0; i < j->half; i++) {
-            double angle = pos * pow(j->theta, -2.0 * (double)i / (double)j->D);
+            double angle = pos * j->freq[i];
             cs[2 * i] = (float)cos(angle);
             cs[2 * i + 1] = (float)(j->sign * sin(angle));
         }
@@ -96,9 +102,12 @@ static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err
     j.pos_offset = gdp_attr_int(&n->attrs, "pos_offset", 0);
     j.sign = gdp_attr_int(&n->attrs, "inverse", 0) ? -1.0 : 1.0;
     if (gdp_numel(x) == 0 || j.half == 0) return GDP_OK;
-    /* the table is (T, D) floats in the caller's scratch; the row pass needs no other */
-    j.cs = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(float) * (size_t)(j.T * 2 * j.half));
-    if (j.cs == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rope: no memory for %lld angles", (long long)(j.T * j.half));
+    /* the frequencies (half doubles) and the table (T, D) floats in the caller's scratch;
+     * the row pass needs no other */
+    j.freq = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)j.half + sizeof(float) * (size_t)(j.T * 2 * j.half));
+    if (j.freq == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rope: no memory for %lld angles", (long long)(j.T * j.half));
+    j.cs = (float *)(j.freq + j.half);
+    for (int64_t i = 0; i < j.half; i++) j.freq[i] = pow(j.theta, -2.0 * (double)i / (double)j.D);
     /* a cos and a sin in double cost some 50 ns */
     gcpu_parallel_for_grain(j.T, GCPU_GRAIN_ELEMS / (8 * j.half) + 1, rope_table, &j);
     gcpu_parallel_for_grain(j.B * j.T, GCPU_GRAIN_ELEMS / (j.H * j.D) + 1, rope_rows, &j);
@@ -161,8 +170,8 @@ static inline int64_t visible(const attn_dims *a, int64_t t)
     return n < 0 ? 0 : n > a->S ? a->S : n;
 }
 
-/* Query rows per block: enough for the GEMM's register tile, few enough that a block's
- * scores (QB x S floats, two such buffers in the backward pass) stay in cache. */
+/* Rows per block: enough for the GEMM's register tile, few enough that a block's scores
+ * (QB x S floats, two such buffers in the backward pass) stay in cache. */
 static int64_t query_block(const attn_dims *a)
 {
     int64_t qb = 65536 / (a->S > 0 ? a->S : 1);
@@ -198,10 +207,14 @@ static void softmax_row(float *p, int64_t n, int64_t nmax, float *m_out, float *
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
+/* The query heads of a group read the same keys, and their rows are adjacent in q
+ * (B, H, T, D): a group is one run of G*T rows, row r being query t = r % T of head
+ * h = hkv*G + r / T. Blocks of rows are cut from that run, so one GEMM serves every head
+ * of the group (a decoding step, T = 1, still gets G rows per GEMM). */
 typedef struct attn_job {
     const gdp_node *n;
     attn_dims a;
-    int64_t qb, nqb;            /* query rows per block, blocks per head */
+    int64_t qb, nqb;            /* rows per block, blocks per group run */
     float *stat;                /* attention_grad: (B, H, T, 3) max, 1/sum, pdp */
     atomic_int status;
 } attn_job;
@@ -211,11 +224,65 @@ static void fail_status(attn_job *j, int st)
     if (st != GDP_OK) atomic_store(&j->status, st); /* any failure will do */
 }
 
-// y[b, h, t0:t1] = softmax(scale q k^T) v for one block of query rows
+/* Rows of block starting at row r0 of a group run, and the most keys any of them sees. */
+static int64_t block_rows(const attn_job *j, int64_t r0, int64_t *nmax)
+{
+    const attn_dims *a = &j->a;
+    int64_t rows = a->group * a->T - r0 < j->qb ? a->group * a->T - r0 : j->qb, m = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t nv = visible(a, (r0 + i) % a->T);
+        m = nv > m ? nv : m;
+    }
+    *nmax = m;
+    return rows;
+}
+
+/* Blocks of fewer rows than this (a decoding step: G*T rows in all) are done with dot
+ * products and axpys straight from k and v, which are then read once, instead of GEMMs
+ * that would pack all of k for a handful of rows. */
+#define DIRECT_ROWS 8
+
+static void attn_direct(const attn_job *j, int64_t r0, int64_t rows, int64_t nmax, const float *q, const float *k,
+                        const float *v, float *y, float *P)
+{
+    const attn_dims *a = &j->a;
+    const int64_t D = a->D;
+    for (int64_t s = 0; s < nmax; s++) {
+        const float *ks = k + s * D;
+        for (int64_t i = 0; i < rows; i++) {
+            const float *qi = q + i * D;
+            float acc[16] = {0};
+            int64_t d = 0;
+            for (; d + 16 <= D; d += 16)
+                for (int l = 0; l < 16; l++) acc[l] += qi[d + l] * ks[d + l];
+            for (int l = 0; d < D; d++, l++) acc[l] += qi[d] * ks[d];
+            for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+            float dot = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            P[i * nmax + s] = a->scale * dot;
+        }
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        float m, inv;
+        softmax_row(P + i * nmax, visible(a, (r0 + i) % a->T), nmax, &m, &inv);
+    }
+    memset(y, 0, sizeof(float) * (size_t)(rows * D));
+    for (int64_t s = 0; s < nmax; s++) {
+        const float *vs = v + s * D;
+        for (int64_t i = 0; i < rows; i++) {
+            const float p = P[i * nmax + s];
+            float *yi = y + i * D;
+            if (p == 0.0f) continue; /* a masked key (the reference never reads it) adds nothing */
+            for (int64_t d = 0; d < D; d++) yi[d] += p * vs[d];
+        }
+    }
+}
+
+// y rows [r0, r0 + rows) of group bkv = softmax(scale q k^T) v
 static void attn_blocks(void *ctx, int64_t begin, int64_t end, int tid)
 {
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
+    const int64_t D = a->D;
     const float *Q = j->n->in[0].data, *K = j->n->in[1].data, *V = j->n->in[2].data;
     float *Y = j->n->out[0].data;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(j->qb * a->S + 1));
@@ -224,38 +291,55 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end, int tid)
         return;
     }
     for (int64_t it = begin; it < end; it++) {
-        int64_t bh = it / j->nqb, t0 = (it % j->nqb) * j->qb;
-        int64_t rows = a->T - t0 < j->qb ? a->T - t0 : j->qb;
-        int64_t b = bh / a->H, h = bh % a->H;
-        const float *q = Q + (bh * a->T + t0) * a->D;                 // (rows, D)
-        const float *k = K + (b * a->Hkv + h / a->group) * a->S * a->D; // (S, D)
-        const float *v = V + (b * a->Hkv + h / a->group) * a->S * a->D; // (S, D)
-        float *y = Y + (bh * a->T + t0) * a->D;                       // (rows, D)
-        int64_t nmax = visible(a, t0 + rows - 1);
-        if (nmax == 0 || a->D == 0) {
-            memset(y, 0, sizeof(float) * (size_t)(rows * a->D));
+        int64_t bkv = it / j->nqb, r0 = (it % j->nqb) * j->qb, nmax;
+        int64_t rows = block_rows(j, r0, &nmax);
+        int64_t row0 = bkv * a->group * a->T + r0;           /* first row in q and y */
+        const float *q = Q + row0 * D;                       // (rows, D)
+        const float *k = K + bkv * a->S * D, *v = V + bkv * a->S * D; // (S, D)
+        float *y = Y + row0 * D;                             // (rows, D)
+        if (nmax == 0) {
+            memset(y, 0, sizeof(float) * (size_t)(rows * D));
             continue;
         }
-        int st = gcpu_sgemm(0, 1, rows, nmax, a->D, a->scale, q, a->D, k, a->D, 0.0f, P, nmax);
+        if (rows < DIRECT_ROWS) {
+            attn_direct(j, r0, rows, nmax, q, k, v, y, P);
+            continue;
+        }
+        int st = gcpu_sgemm(0, 1, rows, nmax, D, a->scale, q, D, k, D, 0.0f, P, nmax);
         for (int64_t i = 0; i < rows && st == GDP_OK; i++) {
             float m, inv;
-            softmax_row(P + i * nmax, visible(a, t0 + i), nmax, &m, &inv);
+            softmax_row(P + i * nmax, visible(a, (r0 + i) % a->T), nmax, &m, &inv);
         }
-        if (st == GDP_OK) st = gcpu_sgemm(0, 0, rows, a->D, nmax, 1.0f, P, nmax, v, a->D, 0.0f, y, a->D);
+        if (st == GDP_OK) st = gcpu_sgemm(0, 0, rows, D, nmax, 1.0f, P, nmax, v, D, 0.0f, y, D);
         fail_status(j, st);
     }
 }
 
-/* Items of at least ~1 MFLOP each, so that small heads do not wake every thread. */
-static int64_t item_grain(int64_t flops_per_item)
+/* Splits items over the pool, or, when there are too few to keep it busy, runs them one
+ * after the other on this thread so that each GEMM is threaded instead. The bits are the
+ * same either way (the GEMM's do not depend on its thread count). */
+static void run_items(int64_t items, int64_t flops_per_item, gcpu_range_fn fn, attn_job *j)
 {
-    int64_t g = (1 << 20) / (flops_per_item > 0 ? flops_per_item : 1);
-    return g < 1 ? 1 : g;
+    if (j->qb >= DIRECT_ROWS && items < gcpu_pool_threads() && flops_per_item >= 4 * 96 * 96 * 96) {
+        fn(j, 0, items, 0);
+        return;
+    }
+    /* items of at least ~1 MFLOP, so that small heads do not wake every thread */
+    int64_t grain = (1 << 20) / (flops_per_item > 0 ? flops_per_item : 1);
+    gcpu_parallel_for_grain(items, grain < 1 ? 1 : grain, fn, j);
 }
 
 static gdp_status attn_failed(const gdp_node *n, int st, gdp_err *err)
 {
     return gdp_fail(err, st, "%s: %s", n->op, st == GDP_ERR_NOMEM ? "out of memory" : "GEMM failed");
+}
+
+static void attn_plan(attn_job *j)
+{
+    j->qb = query_block(&j->a);
+    if (j->qb > j->a.group * j->a.T) j->qb = j->a.group * j->a.T; /* a decoding step: G*T rows */
+    if (j->qb < 1) j->qb = 1;                                        /* no rows at all */
+    j->nqb = (j->a.group * j->a.T + j->qb - 1) / j->qb;
 }
 
 static gdp_status k_attention(void *be, const gdp_node *n, void *stream, gdp_err *err)
@@ -264,10 +348,8 @@ static gdp_status k_attention(void *be, const gdp_node *n, void *stream, gdp_err
     attn_job j = {.n = n, .a = dims_of(n, &n->in[0], &n->in[1])};
     atomic_init(&j.status, GDP_OK);
     if (gdp_numel(&n->out[0]) == 0) return GDP_OK;
-    j.qb = query_block(&j.a);
-    j.nqb = (j.a.T + j.qb - 1) / j.qb;
-    int64_t items = j.a.B * j.a.H * j.nqb;
-    gcpu_parallel_for_grain(items, item_grain(4 * j.qb * j.a.S * j.a.D), attn_blocks, &j);
+    attn_plan(&j);
+    run_items(j.a.B * j.a.Hkv * j.nqb, 4 * j.qb * j.a.S * j.a.D, attn_blocks, &j);
     int st = atomic_load(&j.status);
     return st == GDP_OK ? GDP_OK : attn_failed(n, st, err);
 }
@@ -282,11 +364,12 @@ static int s_attention(void *be, const gdp_node *n)
 
 /* ---- attention_grad ------------------------------------------------------------------------- */
 
-/* Pass 1 over (b, h, query block): dq, and each row's max, 1/sum and pdp. */
+/* Pass 1 over (b, kv head, block of group rows): dq, and each row's max, 1/sum and pdp. */
 static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
 {
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
+    const int64_t D = a->D;
     const float *dY = j->n->in[0].data, *Q = j->n->in[1].data, *K = j->n->in[2].data, *V = j->n->in[3].data;
     float *dQ = j->n->out[0].data;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(2 * j->qb * a->S + 1));
@@ -296,16 +379,14 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
     float *dP = P + j->qb * a->S;
     for (int64_t it = begin; it < end; it++) {
-        int64_t bh = it / j->nqb, t0 = (it % j->nqb) * j->qb;
-        int64_t rows = a->T - t0 < j->qb ? a->T - t0 : j->qb;
-        int64_t b = bh / a->H, h = bh % a->H, D = a->D;
-        const float *q = Q + (bh * a->T + t0) * D, *dy = dY + (bh * a->T + t0) * D; // (rows, D)
-        const float *k = K + (b * a->Hkv + h / a->group) * a->S * D;               // (S, D)
-        const float *v = V + (b * a->Hkv + h / a->group) * a->S * D;               // (S, D)
-        float *dq = dQ + (bh * a->T + t0) * D;                                      // (rows, D)
-        float *stat = j->stat + (bh * a->T + t0) * 3;
-        int64_t nmax = visible(a, t0 + rows - 1);
-        if (nmax == 0 || D == 0) {
+        int64_t bkv = it / j->nqb, r0 = (it % j->nqb) * j->qb, nmax;
+        int64_t rows = block_rows(j, r0, &nmax);
+        int64_t row0 = bkv * a->group * a->T + r0;
+        const float *q = Q + row0 * D, *dy = dY + row0 * D;            // (rows, D)
+        const float *k = K + bkv * a->S * D, *v = V + bkv * a->S * D;  // (S, D)
+        float *dq = dQ + row0 * D;                                     // (rows, D)
+        float *stat = j->stat + row0 * 3;
+        if (nmax == 0) {
             memset(dq, 0, sizeof(float) * (size_t)(rows * D));
             for (int64_t i = 0; i < 3 * rows; i++) stat[i] = 0.0f;
             continue;
@@ -314,7 +395,7 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
         if (st == GDP_OK) st = gcpu_sgemm(0, 1, rows, nmax, D, 1.0f, dy, D, v, D, 0.0f, dP, nmax);
         for (int64_t i = 0; i < rows && st == GDP_OK; i++) {
             float *p = P + i * nmax, *dp = dP + i * nmax;
-            int64_t nv = visible(a, t0 + i);
+            int64_t nv = visible(a, (r0 + i) % a->T);
             softmax_row(p, nv, nmax, &stat[3 * i], &stat[3 * i + 1]);
             double acc[8] = {0};
             int64_t s = 0;
@@ -323,7 +404,7 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
             for (int l = 0; s < nv; s++, l++) acc[l] += (double)p[s] * dp[s];
             float pdp = (float)(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
             stat[3 * i + 2] = pdp;
-            /* dS, in place of dP; zero where P is (the masked tail) */
+            /* dS in place of dP; zero where P is (the masked tail) */
             for (s = 0; s < nmax; s++) dp[s] = p[s] * (dp[s] - pdp);
         }
         if (st == GDP_OK) st = gcpu_sgemm(0, 0, rows, D, nmax, a->scale, dP, nmax, k, D, 0.0f, dq, D);
@@ -331,14 +412,15 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-/* Pass 2 over (b, kv head, key block): dk and dv of those keys. */
+/* Pass 2 over (b, kv head, block of keys): dk and dv of those keys, from every block of
+ * the group's rows in order. */
 static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
 {
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
+    const int64_t D = a->D, nkb = (a->S + KEY_BLOCK - 1) / KEY_BLOCK;
     const float *dY = j->n->in[0].data, *Q = j->n->in[1].data, *K = j->n->in[2].data, *V = j->n->in[3].data;
     float *dK = j->n->out[1].data, *dV = j->n->out[2].data;
-    int64_t nkb = (a->S + KEY_BLOCK - 1) / KEY_BLOCK, D = a->D;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(2 * j->qb * KEY_BLOCK));
     if (P == NULL) {
         fail_status(j, GDP_ERR_NOMEM);
@@ -348,39 +430,33 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     for (int64_t it = begin; it < end; it++) {
         int64_t bkv = it / nkb, s0 = (it % nkb) * KEY_BLOCK;
         int64_t kb = a->S - s0 < KEY_BLOCK ? a->S - s0 : KEY_BLOCK;
-        int64_t b = bkv / a->Hkv, hkv = bkv % a->Hkv;
         const float *k = K + (bkv * a->S + s0) * D, *v = V + (bkv * a->S + s0) * D; // (kb, D)
         float *dk = dK + (bkv * a->S + s0) * D, *dv = dV + (bkv * a->S + s0) * D;   // (kb, D)
-        /* the first query row that sees key s0: t + S - T >= s0 */
-        int64_t t_first = a->causal ? s0 + a->T - a->S : 0;
-        if (t_first < 0) t_first = 0;
         float beta = 0.0f;
         int st = GDP_OK;
-        for (int64_t g = 0; g < a->group && st == GDP_OK; g++) {
-            int64_t bh = b * a->H + hkv * a->group + g;
-            /* query blocks as pass 1 cut them, from the one holding t_first */
-            for (int64_t t0 = t_first / j->qb * j->qb; t0 < a->T && st == GDP_OK; t0 += j->qb) {
-                int64_t rows = a->T - t0 < j->qb ? a->T - t0 : j->qb;
-                const float *q = Q + (bh * a->T + t0) * D, *dy = dY + (bh * a->T + t0) * D; // (rows, D)
-                const float *stat = j->stat + (bh * a->T + t0) * 3;
-                st = gcpu_sgemm(0, 1, rows, kb, D, a->scale, q, D, k, D, 0.0f, P, kb);
-                if (st == GDP_OK) st = gcpu_sgemm(0, 1, rows, kb, D, 1.0f, dy, D, v, D, 0.0f, dP, kb);
-                if (st != GDP_OK) break;
-                for (int64_t i = 0; i < rows; i++) {
-                    float *p = P + i * kb, *dp = dP + i * kb;
-                    int64_t nv = visible(a, t0 + i) - s0; /* keys of this block row i sees */
-                    nv = nv < 0 ? 0 : nv > kb ? kb : nv;
-                    const float m = stat[3 * i], inv = stat[3 * i + 1], pdp = stat[3 * i + 2];
-                    for (int64_t s = 0; s < nv; s++) {
-                        p[s] = exp_neg(p[s] - m) * inv;
-                        dp[s] = p[s] * (dp[s] - pdp);
-                    }
-                    for (int64_t s = nv; s < kb; s++) p[s] = dp[s] = 0.0f;
+        for (int64_t r0 = 0; r0 < a->group * a->T && st == GDP_OK; r0 += j->qb) {
+            int64_t nmax, rows = block_rows(j, r0, &nmax);
+            if (nmax <= s0) continue; /* no row of this block sees these keys */
+            int64_t row0 = bkv * a->group * a->T + r0;
+            const float *q = Q + row0 * D, *dy = dY + row0 * D; // (rows, D)
+            const float *stat = j->stat + row0 * 3;
+            st = gcpu_sgemm(0, 1, rows, kb, D, a->scale, q, D, k, D, 0.0f, P, kb);
+            if (st == GDP_OK) st = gcpu_sgemm(0, 1, rows, kb, D, 1.0f, dy, D, v, D, 0.0f, dP, kb);
+            if (st != GDP_OK) break;
+            for (int64_t i = 0; i < rows; i++) {
+                float *p = P + i * kb, *dp = dP + i * kb;
+                int64_t nv = visible(a, (r0 + i) % a->T) - s0; /* keys of this block row i sees */
+                nv = nv < 0 ? 0 : nv > kb ? kb : nv;
+                const float m = stat[3 * i], inv = stat[3 * i + 1], pdp = stat[3 * i + 2];
+                for (int64_t s = 0; s < nv; s++) {
+                    p[s] = exp_neg(p[s] - m) * inv;
+                    dp[s] = p[s] * (dp[s] - pdp);
                 }
-                st = gcpu_sgemm(1, 0, kb, D, rows, 1.0f, P, kb, dy, D, beta, dv, D);
-                if (st == GDP_OK) st = gcpu_sgemm(1, 0, kb, D, rows, a->scale, dP, kb, q, D, beta, dk, D);
-                beta = 1.0f;
+                for (int64_t s = nv; s < kb; s++) p[s] = dp[s] = 0.0f;
             }
+            st = gcpu_sgemm(1, 0, kb, D, rows, 1.0f, P, kb, dy, D, beta, dv, D);
+            if (st == GDP_OK) st = gcpu_sgemm(1, 0, kb, D, rows, a->scale, dP, kb, q, D, beta, dk, D);
+            beta = 1.0f;
         }
         if (st == GDP_OK && beta == 0.0f) { /* no query sees these keys */
             memset(dk, 0, sizeof(float) * (size_t)(kb * D));
@@ -397,28 +473,31 @@ static gdp_status k_attention_grad(void *be, const gdp_node *n, void *stream, gd
     attn_job j = {.n = n, .a = dims_of(n, &n->in[1], &n->in[2])};
     atomic_init(&j.status, GDP_OK);
     const attn_dims *a = &j.a;
-    if (a->D == 0 || a->B == 0) return GDP_OK; /* every output is empty */
-    j.qb = query_block(a);
-    j.nqb = (a->T + j.qb - 1) / j.qb;
+    if (a->D == 0 || a->B == 0 || a->Hkv == 0) return GDP_OK; /* every output is empty */
+    attn_plan(&j);
     if (a->T > 0 && a->H > 0) {
         /* row statistics for pass 2 in the caller's second slot (the threads use the first) */
         j.stat = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(float) * (size_t)(a->B * a->H * a->T * 3));
         if (j.stat == NULL) return attn_failed(n, GDP_ERR_NOMEM, err);
-        gcpu_parallel_for_grain(a->B * a->H * j.nqb, item_grain(8 * j.qb * a->S * a->D), grad_query_blocks, &j);
+        run_items(a->B * a->Hkv * j.nqb, 8 * j.qb * a->S * a->D, grad_query_blocks, &j);
     }
-    if (atomic_load(&j.status) == GDP_OK && a->S > 0 && a->Hkv > 0) {
+    if (atomic_load(&j.status) == GDP_OK && a->S > 0) {
         int64_t nkb = (a->S + KEY_BLOCK - 1) / KEY_BLOCK;
-        gcpu_parallel_for_grain(a->B * a->Hkv * nkb, item_grain(8 * KEY_BLOCK * a->group * a->T * a->D),
-                                grad_key_blocks, &j);
+        run_items(a->B * a->Hkv * nkb, 8 * KEY_BLOCK * a->group * a->T * a->D, grad_key_blocks, &j);
     }
     int st = atomic_load(&j.status);
     return st == GDP_OK ? GDP_OK : attn_failed(n, st, err);
 }
 
+/* f16 and bf16: the f32 kernels on f32 copies, rounded back, as the reference does them */
+GCPU_HALF_OF(k_rope, s_rope)
+GCPU_HALF_OF(k_attention, s_attention)
+GCPU_HALF_OF(k_attention_grad, s_attention)
+
 gdp_status gcpu_register_attention(const gdp_host *host, gdp_err *err)
 {
-    gdp_status s = gcpu_reg(host, "rope", GDP_F32, k_rope, s_rope, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "attention", GDP_F32, k_attention, s_attention, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "attention_grad", GDP_F32, k_attention_grad, s_attention, NULL, err);
+    gdp_status s = GCPU_REG_FLOATS(host, "rope", k_rope, s_rope, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "attention", k_attention, s_attention, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "attention_grad", k_attention_grad, s_attention, NULL, err);
     return s;
 }

@@ -304,10 +304,15 @@ static int s_conv(void *backend, const gdp_node *n)
     return gcpu_all_f32(n);
 }
 
+/* f16 and bf16: widened to f32 around the f32 kernels, as the reference does (k_half.c) */
+GCPU_HALF_OF(k_conv2d, s_conv)
+GCPU_HALF_OF(k_conv2d_grad_input, s_conv)
+GCPU_HALF_OF(k_conv2d_grad_weight, s_conv)
+
 gdp_status gcpu_register_conv(const gdp_host *host, gdp_err *err)
 {
-    gdp_status s = gcpu_reg(host, "conv2d", GDP_F32, k_conv2d, s_conv, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "conv2d_grad_input", GDP_F32, k_conv2d_grad_input, s_conv, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "conv2d_grad_weight", GDP_F32, k_conv2d_grad_weight, s_conv, NULL, err);
+    gdp_status s = GCPU_REG_FLOATS(host, "conv2d", k_conv2d, s_conv, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "conv2d_grad_input", k_conv2d_grad_input, s_conv, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "conv2d_grad_weight", k_conv2d_grad_weight, s_conv, NULL, err);
     return s;
 }

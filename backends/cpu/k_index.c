@@ -168,10 +168,17 @@ static void scatter_task(void *ctx, int64_t begin, int64_t end, int tid)
     }
     float *row = (float *)(acc + inner);
     int32_t dt = j->dy->dtype;
+    size_t es = gdp_dtype_size(dt);
     for (int64_t r = begin; r < end; r++) {
         int64_t o = r / j->n, i = r % j->n;
+        int64_t q0 = j->start[i], q1 = j->start[i + 1];
+        /* rows nobody picked are most of a large vocabulary's: zero bits are 0 in every dtype */
+        if (q0 == q1) {
+            memset((char *)j->dx->data + (size_t)(r * inner) * es, 0, (size_t)inner * es);
+            continue;
+        }
         for (int64_t c = 0; c < inner; c++) acc[c] = 0.0;
-        for (int64_t q = j->start[i]; q < j->start[i + 1]; q++) {
+        for (int64_t q = q0; q < q1; q++) {
             int64_t src = (o * j->m + j->order[q]) * inner;
             if (dt == GDP_F32) {
                 const float *s = (const float *)j->dy->data + src;
@@ -186,7 +193,7 @@ static void scatter_task(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-/* Counting sort of the m entries of sel (each in [0, n), checked) into start (n + 1) and
+/* Counting sort of the m entries of sel (each in [0, n), checked) into start (n + 1 used) and
  * order (m), in thread 0's second kernel slot; NULL when out of memory. Stable: a target's
  * positions come out ascending, the order in which the reference adds them. */
 static int64_t *sort_by_target(const gdp_tensor *sel, int64_t m, int64_t n, int64_t **order)

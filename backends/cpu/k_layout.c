@@ -1,10 +1,22 @@
-/* k_layout.c — reshape, copy and assign: byte copies, split over threads in fixed-size
- * pieces. Registered for every float dtype the ops are defined for (a copy does not care
- * what the bytes mean). memmove, because a host may hand a copy the same buffer twice.
+/* k_layout.c — ops that move bytes: reshape, copy, assign (plain copies), permute and
+ * expand (strided copies). Registered for every dtype they are swept at (a copy does not
+ * care what the bytes mean): assign also for i32 and i64, which its cases use.
+ *
+ * Plain copies are split over threads in fixed-size pieces, with memmove because a host
+ * may hand a copy the same buffer twice.
+ *
+ * Strided copies walk the output in row-major order, reading the input through strides:
+ * permuted ones for permute, 0 along broadcast axes for expand. Dims are merged where the
+ * input steps across them as across one dim; then the innermost run is copied with memcpy
+ * (stride 1), filled with one element (stride 0), or, for a transpose-like permute, moved
+ * in 32 x 32 tiles between the output's inner dim and the dim along which the input is
+ * contiguous, so that both sides are read and written a cache line at a time.
  */
 #include "kernels.h"
 
 #include <string.h>
+
+/* ---- plain copies -------------------------------------------------------------------------- */
 
 typedef struct copy_job {
     const char *src;
@@ -47,6 +59,179 @@ static gdp_status k_assign(void *be, const gdp_node *n, void *stream, gdp_err *e
     return copy_node(n, 1);
 }
 
+/* ---- strided copies -------------------------------------------------------------------------- */
+
+#define TILE 32
+
+typedef struct scopy {
+    const char *src;
+    char *dst;
+    size_t es;                      /* element size */
+    int ndim;                       /* merged output dims, outer to inner */
+    int64_t shape[GDP_MAX_DIMS];
+    int64_t st[GDP_MAX_DIMS];       /* input stride per output dim, in elements */
+    int64_t ost[GDP_MAX_DIMS];      /* output strides */
+    int tb;                         /* tiled: the output dim along which the input is contiguous, else -1 */
+    int64_t nta, ntb;               /* tiles along the inner dim and along tb */
+} scopy;
+
+/* Merges dims of y (shape, input strides st) and chooses the inner loop. */
+static void scopy_plan(scopy *c, int nd, const int64_t *shape, const int64_t *st)
+{
+    int64_t sh[GDP_MAX_DIMS], ms[GDP_MAX_DIMS];
+    int m = 0;
+    for (int d = nd - 1; d >= 0; d--) { /* inner first */
+        if (shape[d] == 1) continue;
+        if (m > 0 && st[d] == ms[m - 1] * sh[m - 1]) {
+            sh[m - 1] *= shape[d];
+            continue;
+        }
+        sh[m] = shape[d], ms[m] = st[d], m++;
+    }
+    if (m == 0) sh[0] = 1, ms[0] = 0, m = 1;
+    c->ndim = m;
+    for (int i = 0; i < m; i++) c->shape[m - 1 - i] = sh[i], c->st[m - 1 - i] = ms[i];
+    int64_t s = 1;
+    for (int d = m - 1; d >= 0; d--) c->ost[d] = s, s *= c->shape[d];
+    c->tb = -1;
+    int in = m - 1;
+    if (c->st[in] > 1) /* a permute that moves the input's inner dim outwards */
+        for (int d = 0; d < in; d++)
+            if (c->st[d] == 1) c->tb = d;
+    if (c->tb >= 0) {
+        c->nta = (c->shape[in] + TILE - 1) / TILE;
+        c->ntb = (c->shape[c->tb] + TILE - 1) / TILE;
+    }
+}
+
+/* element copies of size es: one loop per size, so that each is a plain typed loop */
+#define FOR_SIZES(es, BODY)                                              \
+    switch (es) {                                                        \
+    case 1: { typedef uint8_t T; BODY; break; }                          \
+    case 2: { typedef uint16_t T; BODY; break; }                         \
+    case 4: { typedef uint32_t T; BODY; break; }                         \
+    default: { typedef uint64_t T; BODY; break; }                        \
+    }
+
+/* Rows: items are output rows of the inner dim. */
+static void rows_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const scopy *c = ctx;
+    int in = c->ndim - 1;
+    int64_t L = c->shape[in], s = c->st[in], idx[GDP_MAX_DIMS], off = 0, rem = begin;
+    for (int d = in - 1; d >= 0; d--) {
+        idx[d] = rem % c->shape[d];
+        rem /= c->shape[d];
+        off += idx[d] * c->st[d];
+    }
+    for (int64_t r = begin; r < end; r++) {
+        char *dst = c->dst + (size_t)(r * L) * c->es;
+        const char *src = c->src + (size_t)off * c->es;
+        if (s == 1) {
+            memcpy(dst, src, (size_t)L * c->es);
+        } else {
+            FOR_SIZES(c->es, {
+                T *y = (T *)dst;
+                const T *x = (const T *)src;
+                for (int64_t i = 0; i < L; i++) y[i] = x[i * s];
+            })
+        }
+        for (int d = in - 1; d >= 0; d--) { /* next row */
+            off += c->st[d];
+            if (++idx[d] < c->shape[d]) break;
+            off -= c->st[d] * c->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Tiles: items are (index over the dims other than the inner one and tb, tile along tb,
+ * tile along the inner dim). */
+static void tiles_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const scopy *c = ctx;
+    int in = c->ndim - 1, tb = c->tb;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t ta = it % c->nta, r = it / c->nta, tbi = r % c->ntb;
+        r /= c->ntb;
+        int64_t ioff = 0, ooff = 0;
+        for (int d = in - 1; d >= 0; d--) {
+            if (d == tb) continue;
+            int64_t i = r % c->shape[d];
+            r /= c->shape[d];
+            ioff += i * c->st[d];
+            ooff += i * c->ost[d];
+        }
+        int64_t a0 = ta * TILE, b0 = tbi * TILE;
+        int64_t na = c->shape[in] - a0 < TILE ? c->shape[in] - a0 : TILE;
+        int64_t nb = c->shape[tb] - b0 < TILE ? c->shape[tb] - b0 : TILE;
+        int64_t sa = c->st[in], ob = c->ost[tb];
+        ioff += a0 * sa + b0;
+        ooff += b0 * ob + a0;
+        FOR_SIZES(c->es, {
+            const T *x = (const T *)c->src + ioff;
+            T *y = (T *)c->dst + ooff;
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t a = 0; a < na; a++) y[b * ob + a] = x[a * sa + b];
+        })
+    }
+}
+
+static void scopy_run(scopy *c)
+{
+    int in = c->ndim - 1;
+    if (c->tb >= 0) {
+        int64_t rest = 1;
+        for (int d = 0; d < in; d++)
+            if (d != c->tb) rest *= c->shape[d];
+        gcpu_parallel_for_grain(rest * c->ntb * c->nta, GCPU_GRAIN_ELEMS / (TILE * TILE) + 1, tiles_task, c);
+    } else {
+        int64_t L = c->shape[in], rows = 1;
+        for (int d = 0; d < in; d++) rows *= c->shape[d];
+        gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (L + 1) + 1, rows_task, c);
+    }
+}
+
+// x (d0, ..) -> y (d_perm[0], ..): out dim i is x dim perm[i]
+static gdp_status k_permute(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream;
+    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    int nd = x->ndim;
+    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS], st[GDP_MAX_DIMS];
+    if (gdp_attr_ints(&n->attrs, "perm", perm, GDP_MAX_DIMS) != nd)
+        return gdp_fail(err, GDP_ERR_INVALID, "permute: perm does not match x's %d dims", nd);
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) xst[d] = s, s *= x->shape[d];
+    for (int i = 0; i < nd; i++) st[i] = xst[perm[i] < 0 ? perm[i] + nd : perm[i]];
+    if (gdp_numel(y) == 0) return GDP_OK;
+    scopy c = {.src = x->data, .dst = y->data, .es = gdp_dtype_size(x->dtype)};
+    scopy_plan(&c, nd, y->shape, st);
+    scopy_run(&c);
+    return GDP_OK;
+}
+
+// x (aligned to the right of y's shape, 1 along broadcast axes) -> y
+static gdp_status k_expand(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream;
+    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    if (x->ndim > y->ndim) return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into %d", x->ndim, y->ndim);
+    int64_t st[GDP_MAX_DIMS], s = 1;
+    for (int d = y->ndim - 1, e = x->ndim - 1; d >= 0; d--, e--) {
+        int64_t dim = e >= 0 ? x->shape[e] : 1;
+        st[d] = dim == 1 ? 0 : s;
+        s *= dim;
+    }
+    if (gdp_numel(y) == 0) return GDP_OK;
+    scopy c = {.src = x->data, .dst = y->data, .es = gdp_dtype_size(x->dtype)};
+    scopy_plan(&c, y->ndim, y->shape, st);
+    scopy_run(&c);
+    return GDP_OK;
+}
+
 gdp_status gcpu_register_layout(const gdp_host *host, gdp_err *err)
 {
     static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
@@ -54,7 +239,11 @@ gdp_status gcpu_register_layout(const gdp_host *host, gdp_err *err)
         gdp_status s = gcpu_reg(host, "reshape", dts[d], k_copy, NULL, NULL, err);
         if (s == GDP_OK) s = gcpu_reg(host, "copy", dts[d], k_copy, NULL, NULL, err);
         if (s == GDP_OK) s = gcpu_reg(host, "assign", dts[d], k_assign, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(host, "permute", dts[d], k_permute, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(host, "expand", dts[d], k_expand, NULL, NULL, err);
         if (s != GDP_OK) return s;
     }
-    return GDP_OK;
+    gdp_status s = gcpu_reg(host, "assign", GDP_I32, k_assign, NULL, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg(host, "assign", GDP_I64, k_assign, NULL, NULL, err);
+    return s;
 }

@@ -289,23 +289,27 @@ static void rms_grad_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-/* dweight[k] (and dbias[k]) = the block partials added in block order. Items are columns. */
+/* dweight[k] (and dbias[k]) = the block partials added in block order. Items are columns;
+ * a chunk walks the blocks in order, each adding a contiguous run of columns. */
+#define COLS 256
 static void sum_partials(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     norm_job *j = ctx;
     const int64_t C = j->C;
-    float buf[256];
+    double acc[COLS];
+    float buf[COLS];
     for (int which = 0; which < 2; which++) {
         void *out = which == 0 ? j->dw : j->db;
         if (out == NULL) continue;
-        for (int64_t c0 = begin; c0 < end; c0 += 256) {
-            int64_t cn = end - c0 < 256 ? end - c0 : 256;
-            for (int64_t c = 0; c < cn; c++) {
-                double s = 0;
-                for (int64_t blk = 0; blk < j->blocks; blk++) s += j->part[blk * 2 * C + which * C + c0 + c];
-                buf[c] = (float)s;
+        for (int64_t c0 = begin; c0 < end; c0 += COLS) {
+            int64_t cn = end - c0 < COLS ? end - c0 : COLS;
+            for (int64_t c = 0; c < cn; c++) acc[c] = 0.0;
+            for (int64_t blk = 0; blk < j->blocks; blk++) {
+                const double *p = j->part + blk * 2 * C + which * C + c0;
+                for (int64_t c = 0; c < cn; c++) acc[c] += p[c];
             }
+            for (int64_t c = 0; c < cn; c++) buf[c] = (float)acc[c];
             gcpu_store_f32(j->dt, out, c0, buf, cn);
         }
     }
@@ -342,7 +346,8 @@ static gdp_status backward(const gdp_node *n, gcpu_range_fn fn, double eps_defau
         return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld partial sums", n->op, (long long)(j.blocks * j.C));
     gcpu_parallel_for(j.blocks, fn, &j);
     if (atomic_load(&j.oom)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for rows of %lld", n->op, (long long)j.C);
-    gcpu_parallel_for_grain(j.C, GCPU_GRAIN_ELEMS / (j.blocks + 1) + 1, sum_partials, &j);
+    /* chunks of whole COLS runs, so that a chunk's inner loops stay long */
+    gcpu_parallel_for_grain(j.C, COLS * (GCPU_GRAIN_ELEMS / (COLS * j.blocks) + 1), sum_partials, &j);
     return GDP_OK;
 }
 

@@ -1,5 +1,6 @@
 /* k_optim.c — the optimizer updates adamw_update and sgd_update (f32, in place), and
- * assign.
+ * clip_coef, the factor of clipping by global norm (f32; f16 and bf16 through k_half.c).
+ * assign is a copy, in k_layout.c.
  *
  * Definitions are in src/ops/optim.c. Outputs may alias inputs (p' over p, moments over
  * moments): each element is read completely before it is written, as in the reference.
@@ -82,15 +83,28 @@ static gdp_status k_sgd(void *be, const gdp_node *n, void *stream, gdp_err *err)
     return GDP_OK;
 }
 
+// (norm) -> min(1, max_norm / (norm + 1e-6)), a scalar; a NaN norm gives NaN, as the reference
+static gdp_status k_clip_coef(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream; (void)err;
+    double norm = ((const float *)n->in[0].data)[0];
+    double coef = gdp_attr_float(&n->attrs, "max_norm", 1.0) / (norm + 1e-6);
+    ((float *)n->out[0].data)[0] = (float)(coef > 1.0 ? 1.0 : coef);
+    return GDP_OK;
+}
+
 static int s_f32(void *backend, const gdp_node *n)
 {
     (void)backend;
     return gcpu_all_f32(n);
 }
 
+GCPU_HALF_OF(k_clip_coef, s_f32)
+
 gdp_status gcpu_register_optim(const gdp_host *host, gdp_err *err)
 {
     gdp_status s = gcpu_reg(host, "adamw_update", GDP_F32, k_adamw, s_f32, NULL, err);
     if (s == GDP_OK) s = gcpu_reg(host, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "clip_coef", k_clip_coef, s_f32, NULL, err);
     return s;
 }

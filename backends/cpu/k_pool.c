@@ -1,9 +1,12 @@
-/* k_pool.c — max_pool2d and max_pool2d_grad (f32, NCHW), threaded over (n, c) planes.
+/* k_pool.c — max_pool2d, avg_pool2d and their backward ops (f32, NCHW; f16 and bf16
+ * through k_half.c), threaded over (n, c) planes.
  *
- * Definitions are in src/ops/pool.c: padding never wins a window, the first maximum in
- * row-major window order wins, a NaN wins so that it propagates; the gradient adds each
- * dy at its window's winner. Each plane is one thread's, so overlapping windows add up in
- * the same order whatever the thread count.
+ * Definitions are in src/ops/pool.c: padding never wins a max window, the first maximum
+ * in row-major window order wins, a NaN wins so that it propagates; the gradient adds each
+ * dy at its window's winner. An average divides by kernel^2, padding counted as zeros.
+ * Sums are in double in the reference's order, so results match it to the bit. Each plane
+ * is one thread's, so overlapping windows add up in the same order whatever the thread
+ * count.
  */
 #include "kernels.h"
 
@@ -153,15 +156,105 @@ static gdp_status k_max_pool2d_grad(void *backend, const gdp_node *n, void *stre
     return GDP_OK;
 }
 
+/* ---- avg_pool2d, avg_pool2d_grad -------------------------------------------------------- */
+
+static void avgpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const pool_job *j = ctx;
+    const pgeom *g = &j->g;
+    const float *x = j->n->in[0].data;
+    float *y = j->n->out[0].data;
+    double area = (double)(g->k * g->k);
+    for (int64_t pl = begin; pl < end; pl++) {
+        const float *xp = x + pl * g->H * g->W;
+        float *yp = y + pl * g->Ho * g->Wo;
+        for (int64_t oh = 0; oh < g->Ho; oh++) {
+            int64_t i0 = oh * g->s - g->p, ia = i0 < 0 ? 0 : i0, ib = i0 + g->k > g->H ? g->H : i0 + g->k;
+            for (int64_t ow = 0; ow < g->Wo; ow++) {
+                int64_t j0 = ow * g->s - g->p, ja = j0 < 0 ? 0 : j0, jb = j0 + g->k > g->W ? g->W : j0 + g->k;
+                double sum = 0;
+                for (int64_t ih = ia; ih < ib; ih++)
+                    for (int64_t iw = ja; iw < jb; iw++) sum += xp[ih * g->W + iw];
+                yp[oh * g->Wo + ow] = (float)(sum / area);
+            }
+        }
+    }
+}
+
+// y (N, C, Ho, Wo) = sum over each window of x / kernel^2
+static gdp_status k_avg_pool2d(void *backend, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)backend; (void)stream; (void)err;
+    pool_job j = {.n = n};
+    atomic_init(&j.failed, 0);
+    pgeom_make(&j.g, &n->attrs, n->in[0].shape);
+    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
+    gcpu_parallel_for_grain(j.g.planes, grain, avgpool_planes, &j);
+    return GDP_OK;
+}
+
+/* Each dy / kernel^2 is added to the real elements of its window in a double plane, in
+ * the reference's order, and the plane rounded once. */
+static void avgpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    const pool_job *j = ctx;
+    const pgeom *g = &j->g;
+    const float *dy = j->n->in[0].data;
+    float *dx = j->n->out[0].data;
+    double area = (double)(g->k * g->k);
+    double *acc = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(double) * (size_t)(g->H * g->W));
+    if (acc == NULL) {
+        atomic_store(&((pool_job *)ctx)->failed, 1);
+        return;
+    }
+    for (int64_t pl = begin; pl < end; pl++) {
+        const float *dyp = dy + pl * g->Ho * g->Wo;
+        for (int64_t i = 0; i < g->H * g->W; i++) acc[i] = 0.0;
+        for (int64_t oh = 0; oh < g->Ho; oh++) {
+            int64_t i0 = oh * g->s - g->p, ia = i0 < 0 ? 0 : i0, ib = i0 + g->k > g->H ? g->H : i0 + g->k;
+            for (int64_t ow = 0; ow < g->Wo; ow++) {
+                int64_t j0 = ow * g->s - g->p, ja = j0 < 0 ? 0 : j0, jb = j0 + g->k > g->W ? g->W : j0 + g->k;
+                double d = dyp[oh * g->Wo + ow] / area;
+                for (int64_t ih = ia; ih < ib; ih++)
+                    for (int64_t iw = ja; iw < jb; iw++) acc[ih * g->W + iw] += d;
+            }
+        }
+        float *dxp = dx + pl * g->H * g->W;
+        for (int64_t i = 0; i < g->H * g->W; i++) dxp[i] = (float)acc[i];
+    }
+}
+
+// dx (N, C, H, W) from dy (N, C, Ho, Wo); dx's shape is the output's (attr input_shape)
+static gdp_status k_avg_pool2d_grad(void *backend, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)backend; (void)stream;
+    if (n->out[0].ndim != 4) return gdp_fail(err, GDP_ERR_INVALID, "%s: dx must be (N, C, H, W)", n->op);
+    pool_job j = {.n = n};
+    atomic_init(&j.failed, 0);
+    pgeom_make(&j.g, &n->attrs, n->out[0].shape);
+    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
+    gcpu_parallel_for_grain(j.g.planes, grain, avgpool_grad_planes, &j);
+    if (atomic_load(&j.failed)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+    return GDP_OK;
+}
+
 static int s_pool(void *backend, const gdp_node *n)
 {
     (void)backend;
     return gcpu_all_f32(n);
 }
 
+GCPU_HALF_OF(k_max_pool2d, s_pool)
+GCPU_HALF_OF(k_max_pool2d_grad, s_pool)
+GCPU_HALF_OF(k_avg_pool2d, s_pool)
+GCPU_HALF_OF(k_avg_pool2d_grad, s_pool)
+
 gdp_status gcpu_register_pool(const gdp_host *host, gdp_err *err)
 {
-    gdp_status s = gcpu_reg(host, "max_pool2d", GDP_F32, k_max_pool2d, s_pool, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "max_pool2d_grad", GDP_F32, k_max_pool2d_grad, s_pool, NULL, err);
+    gdp_status s = GCPU_REG_FLOATS(host, "max_pool2d", k_max_pool2d, s_pool, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "max_pool2d_grad", k_max_pool2d_grad, s_pool, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "avg_pool2d", k_avg_pool2d, s_pool, NULL, err);
+    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "avg_pool2d_grad", k_avg_pool2d_grad, s_pool, NULL, err);
     return s;
 }

@@ -32,6 +32,35 @@ gdp_status gcpu_register_norm(const gdp_host *host, gdp_err *err);
 gdp_status gcpu_register_attention(const gdp_host *host, gdp_err *err);
 gdp_status gcpu_register_index(const gdp_host *host, gdp_err *err);
 gdp_status gcpu_register_random(const gdp_host *host, gdp_err *err);
+gdp_status gcpu_register_unary(const gdp_host *host, gdp_err *err);
+gdp_status gcpu_register_activation(const gdp_host *host, gdp_err *err);
+
+/* f16 and bf16 through f32 (k_half.c), as the reference does them: the node's f16/bf16
+ * operands are widened into f32 scratch, the f32 kernel runs on an f32 copy of the node,
+ * and its f16/bf16 outputs are rounded back to nearest even (an output updated in place
+ * lives in its input's f32 copy meanwhile). Other operands (indices, f32) pass as they
+ * are. supports: the f32 kernel's answer for the f32 copy of the node (1 when NULL). */
+gdp_status gcpu_half_launch(gdp_launch_fn f32, void *be, const gdp_node *n, void *stream, gdp_err *err);
+int gcpu_half_supports(gdp_supports_fn f32, void *be, const gdp_node *n);
+
+/* Defines launch##_half and launch##_half_ok, the f16/bf16 kernel made of an f32 one. */
+#define GCPU_HALF_OF(launch, supports)                                                          \
+    static gdp_status launch##_half(void *be_, const gdp_node *n_, void *stream_, gdp_err *err_) \
+    {                                                                                           \
+        return gcpu_half_launch(launch, be_, n_, stream_, err_);                                \
+    }                                                                                           \
+    static int launch##_half_ok(void *be_, const gdp_node *n_)                                  \
+    {                                                                                           \
+        return gcpu_half_supports(supports, be_, n_);                                           \
+    }
+
+/* Registers an f32 kernel and, for f16 and bf16, the half kernel made of it. */
+gdp_status gcpu_reg_floats(const gdp_host *host, const char *op, gdp_launch_fn launch, gdp_supports_fn supports,
+                           gdp_launch_fn half, gdp_supports_fn half_supports, const char *const *attrs,
+                           gdp_err *err);
+/* The same for a kernel that has a GCPU_HALF_OF above it. */
+#define GCPU_REG_FLOATS(host, op, launch, supports, attrs, err) \
+    gcpu_reg_floats(host, op, launch, supports, launch##_half, launch##_half_ok, attrs, err)
 
 /* 1 when every input and output listed (by index; -1 ends) is f32. */
 static inline int gcpu_all_f32(const gdp_node *n)

@@ -51,8 +51,10 @@ void gcpu_pool_shutdown(void);
  * `bytes` for thread `tid` and `slot` (0 .. GCPU_SCRATCH_SLOTS-1; different users of one
  * thread take different slots), kept between calls and grown on demand. NULL when out of
  * memory. Valid until the next call with the same (tid, slot) and a larger size. */
-#define GCPU_SCRATCH_SLOTS 4
-enum { GCPU_SLOT_GEMM_A = 0, GCPU_SLOT_GEMM_B = 1, GCPU_SLOT_KERNEL = 2, GCPU_SLOT_KERNEL2 = 3 };
+#define GCPU_SCRATCH_SLOTS 5
+/* GCPU_SLOT_HALF: the f32 copies of a half-precision node's operands (k_half.c), alive
+ * while the f32 kernel runs and uses the other slots. */
+enum { GCPU_SLOT_GEMM_A = 0, GCPU_SLOT_GEMM_B = 1, GCPU_SLOT_KERNEL = 2, GCPU_SLOT_KERNEL2 = 3, GCPU_SLOT_HALF = 4 };
 void *gcpu_scratch(int tid, int slot, size_t bytes);
 
 #endif

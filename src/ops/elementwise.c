@@ -557,17 +557,20 @@ gd_tensor *gd_scale(gd_tensor *x, double s, double bias)
 /* ---- registration ---------------------------------------------------------------------------------- */
 
 /* Broadcasting both ways, a scalar on either side, a 0-d result, and (excluded from the
- * gradient check, as integers have no gradient) an integer case. */
+ * gradient check, as integers have no gradient) integer cases, of i32 and of i64 where the
+ * op takes integers: a backend's integer kernel is keyed by its dtype, and the sweep
+ * checks it only through a case of that dtype. */
 #define BINARY_CASES \
     "f[2,3] f[2,3]", "f[4,1,3] f[5,1]", "f[] f[3,4]", "f[2,3] f[]", "f[] f[]", "f[1,6] f[3,1]"
 
 static const char *const add_cases[] = {BINARY_CASES, "!i32[2,3]<-50:50 i32[3]<-50:50", "!i64[5]<10 i64[5]<10", NULL};
-static const char *const sub_cases[] = {BINARY_CASES, "!i32[2,3]<-50:50 i32[2,1]<-50:50", NULL};
-static const char *const mul_cases[] = {BINARY_CASES, "!i64[3,2]<-9:9 i64[2]<-9:9", NULL};
+static const char *const sub_cases[] = {BINARY_CASES, "!i32[2,3]<-50:50 i32[2,1]<-50:50", "!i64[4,1]<-50:50 i64[3]<-50:50",
+                                        NULL};
+static const char *const mul_cases[] = {BINARY_CASES, "!i64[3,2]<-9:9 i64[2]<-9:9", "!i32[2,3]<-9:9 i32[]<-9:9", NULL};
 /* the denominator stays in [0.5, 2], away from the pole */
 static const char *const div_cases[] = {"f[2,3] p[2,3]", "f[4,1,3] p[5,1]", "p[] p[3,4]", "f[2,3] p[]",
                                         "n[1,6] p[3,1]", NULL};
-static const char *const minmax_cases[] = {BINARY_CASES, "!i32[2,3]<-5:5 i32[3]<-5:5", NULL};
+static const char *const minmax_cases[] = {BINARY_CASES, "!i32[2,3]<-5:5 i32[3]<-5:5", "!i64[3,1]<-5:5 i64[4]<-5:5", NULL};
 static const char *const minmax_grad_cases[] = {"f[2,3] f[2,3] f[2,3]", "f[4,2,3] f[4,1,3] f[2,1]", "f[] f[] f[]",
                                                 "f[3,4] f[] f[3,4]", "f[3,4] f[3,1] f[4]", NULL};
 static const char *const where_cases[] = {"bool[2,3] f[2,3] f[2,3]", "bool[3] f[2,1] f[1,3]", "bool[] f[4] f[]",
