@@ -376,13 +376,11 @@ static gdp_status k_cast(void *be, const gdp_node *n, void *stream, gdp_err *err
     return GDP_OK;
 }
 
-/* Casts to integers and bool are declined: the sweep's backward check of such a node has
- * no floating output to differentiate and reports the case unaccounted, so they stay on
- * the reference until the harness skips them (they are exact there, only slower). */
+/* Every pair of dtypes: the node is keyed by its first floating input, else by its output. */
 static int s_cast(void *be, const gdp_node *n)
 {
     (void)be;
-    return gdp_dtype_size(n->in[0].dtype) != 0 && is_float_dt(n->out[0].dtype);
+    return gdp_dtype_size(n->in[0].dtype) != 0 && gdp_dtype_size(n->out[0].dtype) != 0;
 }
 
 /* ---- where ----------------------------------------------------------------------------------- */
@@ -483,12 +481,14 @@ gdp_status gcpu_register_random(const gdp_host *host, gdp_err *err)
         if (s == GDP_OK) s = gcpu_reg(host, "init_kaiming", floats[d], k_init_kaiming, NULL, NULL, err);
         if (s == GDP_OK) s = gcpu_reg(host, "init_xavier", floats[d], k_init_xavier, NULL, NULL, err);
     }
-    /* dropout, cast and where declare f32, f16 and bf16 (a kernel for another key dtype
-     * would be one the sweep never visits) */
+    /* dropout and where declare f32, f16 and bf16; where's integer case is keyed by i32.
+     * cast is keyed by any dtype: its cases cover every pair. */
     for (size_t d = 0; d < sizeof halfs / sizeof halfs[0] && s == GDP_OK; d++) {
         s = gcpu_reg(host, "dropout", halfs[d], k_dropout, s_dropout, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "cast", halfs[d], k_cast, s_cast, NULL, err);
         if (s == GDP_OK) s = gcpu_reg(host, "where", halfs[d], k_where, s_where, NULL, err);
     }
+    if (s == GDP_OK) s = gcpu_reg(host, "where", GDP_I32, k_where, s_where, NULL, err);
+    for (size_t d = 0; d < sizeof all / sizeof all[0] && s == GDP_OK; d++)
+        s = gcpu_reg(host, "cast", all[d], k_cast, s_cast, NULL, err);
     return s;
 }

@@ -221,7 +221,7 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
             unsigned keys = e->op->dtypes;
             for (int r = 0; r < out->n_rows; r++)
                 if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys;
-            int seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 && e->dtype != GDP_F64 : 1;
+            int seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 : 1;
             if (!seen) {
                 size_t used = strlen(out->registration[bi]);
                 snprintf(out->registration[bi] + used, sizeof out->registration[bi] - used,
