@@ -21,7 +21,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 sweep: build
-	$(BUILD)/gradus sweep --doc docs/ops.md
+	$(BUILD)/gradus sweep --plugin $(BUILD)/plugins-test/libgradus_testdev.so --doc docs/ops.md
 
 install: build
 	cmake --install $(BUILD)

@@ -81,13 +81,16 @@ static int write_doc(const char *path, gd_ctx *ctx, const gd_sweep *s)
 
 int cmd_sweep(int argc, char **argv)
 {
-    const char *only = NULL, *backend = NULL, *doc = NULL;
+    const char *only = NULL, *backend = NULL, *doc = NULL, *extra[8];
+    int n_extra = 0;
     int verbose = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0) {
             if ((only = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "--backend") == 0) {
             if ((backend = cli_value(argc, argv, &i)) == NULL) return 2;
+        } else if (strcmp(argv[i], "--plugin") == 0) {
+            if (n_extra == 8 || (extra[n_extra++] = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "--doc") == 0) {
             if ((doc = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
@@ -95,11 +98,12 @@ int cmd_sweep(int argc, char **argv)
         } else if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0) {
             quiet = 1;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: gradus sweep [--op NAME] [--backend NAME] [--doc FILE] [-v] [-q]\n\n"
+            printf("usage: gradus sweep [--op NAME] [--backend NAME] [--plugin FILE] [--doc FILE] [-v] [-q]\n\n"
                    "Runs every op's cases on every backend against the CPU reference (strict placement,\n"
                    "guard bytes, determinism, backward pass) and prints what is verified, falls back or\n"
-                   "fails. --doc writes the table as markdown (docs/ops.md). Exits 1 if anything fails or\n"
-                   "is unaccounted for.\n");
+                   "fails. --plugin loads one more plugin file (e.g. the test device) besides those\n"
+                   "discovery finds. --doc writes the table as markdown (docs/ops.md). Exits 1 if anything\n"
+                   "fails or is unaccounted for.\n");
             return 0;
         } else {
             fprintf(stderr, "gradus sweep: unknown option %s\n", argv[i]);
@@ -108,6 +112,13 @@ int cmd_sweep(int argc, char **argv)
     }
     gd_ctx *ctx = cli_ctx(NULL);
     if (ctx == NULL) return 1;
+    for (int i = 0; i < n_extra; i++) {
+        if (gd_plugin_load_file(ctx, extra[i]) != GD_OK) {
+            fprintf(stderr, "gradus sweep: %s\n", gd_ctx_error(ctx));
+            gd_ctx_free(ctx);
+            return 1;
+        }
+    }
     gd_sweep s;
     int show = !quiet;
     if (gd_sweep_run(ctx, only, backend, &s, progress, &show) != GD_OK) {
