@@ -316,6 +316,9 @@ typedef struct gdp_graph_pass {
 
 /* ---- what the host offers the plugin ------------------------------------------------ */
 
+/* The gdp_host given to init stays valid, at the same address, until the plugin's
+ * shutdown returns: a plugin may keep the pointer and call log/getenv later. */
+
 typedef struct gdp_host {
     size_t size;
     int32_t abi_major, abi_minor;

@@ -144,6 +144,10 @@ struct gd_backend {
     int n_kernels, cap_kernels;
     int sync_every_kernel;     /* GRADUS_SYNC */
     int duplicate_kernels;     /* registrations refused as duplicates (the sweep reports) */
+    /* What the plugin was given at init: valid until shutdown, as the ABI promises (a
+     * plugin may keep the pointer and call its log/getenv at any time). */
+    gdp_host host;
+    struct gd_host_ctx { gd_ctx *ctx; gd_backend *b; } host_ctx; /* gdp_host.host */
     char bad_registrations[1024];
 };
 

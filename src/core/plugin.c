@@ -19,10 +19,8 @@
 gdp_status gradus_cpu_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err);
 #endif
 
-typedef struct host_ctx {
-    gd_ctx *ctx;
-    gd_backend *b;
-} host_ctx;
+/* The host pointer handed to plugins is the backend's host_ctx. */
+typedef struct gd_host_ctx host_ctx;
 
 static gdp_status host_register_kernel(void *hp, const gdp_kernel *k, gdp_err *err)
 {
@@ -131,15 +129,17 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     if (b == NULL) return GD_ERR_NOMEM;
     snprintf(b->name, sizeof b->name, "%s", name);
     b->dl = dl;
-    gdp_host host = {.size = sizeof host, .abi_major = GDP_ABI_MAJOR, .abi_minor = GDP_ABI_MINOR,
-                     .register_kernel = host_register_kernel, .log = host_log, .getenv = host_getenv};
-    host_ctx hc = {.ctx = ctx, .b = b};
-    host.host = &hc;
+    b->host = (gdp_host){.size = sizeof b->host, .abi_major = GDP_ABI_MAJOR, .abi_minor = GDP_ABI_MINOR,
+                         .register_kernel = host_register_kernel, .log = host_log, .getenv = host_getenv};
+    b->host_ctx.ctx = ctx;
+    b->host_ctx.b = b;
+    b->host.host = &b->host_ctx;
+    const gdp_host *host = &b->host;
     gdp_plugin pl;
     memset(&pl, 0, sizeof pl);
     pl.size = sizeof pl;
     gdp_err e = {.size = sizeof e};
-    gdp_status s = init(&host, &pl, &e);
+    gdp_status s = init(host, &pl, &e);
     char reason[600];
     if (pl.abi_major != GDP_ABI_MAJOR) {
         snprintf(reason, sizeof reason, "built for plugin ABI %d.%d, this gradus speaks %d.%d: rebuild the plugin",
@@ -186,8 +186,7 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     b->index = ctx->n_backends;
     ctx->backends[ctx->n_backends++] = b;
     if (pl.register_kernels != NULL) {
-        hc.b = b;
-        if (pl.register_kernels(pl.backend, &host, &e) != GDP_OK) {
+        if (pl.register_kernels(pl.backend, host, &e) != GDP_OK) {
             /* A failed registration leaves the kernels registered so far; the sweep
              * reports what was refused. The backend stays usable. */
             gd_ctx_log(ctx, "plugin %s: registering kernels: %s", b->name, e.msg);
