@@ -35,7 +35,8 @@ if has test; then
 fi
 if has sweep; then
   log sweep
-  build-gpu/gradus sweep -q --doc "$OUT/ops.md" >"$OUT/sweep.log" 2>&1
+  build-gpu/gradus sweep -q --plugin build-gpu/plugins-test/libgradus_testdev.so --doc "$OUT/ops.md" \
+    >"$OUT/sweep.log" 2>&1
   tail -12 "$OUT/sweep.log"
 fi
 if has memcheck; then
@@ -56,7 +57,8 @@ fi
 if has train; then
   log train
   for m in mlp cnn; do
-    build-gpu/gradus train $m --data "$DATA" --backend cuda 2>&1 | tr '\r' '\n' | grep -v '^$' | tail -4 | tee "$OUT/train_$m.log"
+    timeout 300 build-gpu/gradus train $m --data "$DATA" --backend cuda 2>&1 | tr '\r' '\n' | grep -v '^$' |
+      tail -6 | tee "$OUT/train_$m.log"
   done
 fi
 log done

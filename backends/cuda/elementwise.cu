@@ -7,7 +7,13 @@
  * oracle bit for bit almost everywhere. These kernels are bound by memory bandwidth, so
  * double arithmetic costs little; a runtime op code (uniform across a launch) keeps the
  * template instantiations to one per dtype and arity.
+ *
+ * Contiguous operands (unary ops, backward ops, binary ops without broadcasting) go through
+ * 16-byte vector loads and stores when every pointer is aligned: memory-bound kernels need
+ * that to reach the H200's bandwidth. i32/i64 add, sub, mul, minimum, maximum, neg and abs
+ * compute in 64-bit integers and wrap, as the reference does.
  */
+#include "cu_vec.h"
 #include "cuda_internal.h"
 
 #include <math.h>
@@ -177,6 +183,98 @@ __global__ void minmax_grad_kernel(const T *dy, const T *a, const T *b, T *da, T
     }
 }
 
+/* The same three on 16-byte vectors: element i of every operand at the same offset, all
+ * pointers 16-byte aligned; the n % N tail elements are done one by one. */
+template <typename T>
+__global__ void unary_vec_kernel(const T *x, T *y, int64_t n, int op, double k0, double k1)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
+        float a[N];
+        double r[N];
+        cu_ld16(x, v * N, a);
+#pragma unroll
+        for (int k = 0; k < N; k++) r[k] = unary_f(op, (double)a[k], k0, k1);
+        cu_std16(y, v * N, r);
+    }
+    for (int64_t i = nv * N + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+        cu_std(y, i, unary_f(op, (double)cu_ld(x, i), k0, k1));
+}
+
+template <typename T>
+__global__ void grad_vec_kernel(const T *dy, const T *v_in, T *dx, int64_t n, int op, double k0, double k1)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
+        float g[N], a[N];
+        double r[N];
+        cu_ld16(dy, v * N, g);
+        cu_ld16(v_in, v * N, a);
+#pragma unroll
+        for (int k = 0; k < N; k++) r[k] = grad_f(op, (double)g[k], (double)a[k], k0, k1);
+        cu_std16(dx, v * N, r);
+    }
+    for (int64_t i = nv * N + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+        cu_std(dx, i, grad_f(op, (double)cu_ld(dy, i), (double)cu_ld(v_in, i), k0, k1));
+}
+
+template <typename T>
+__global__ void binary_vec_kernel(const T *a, const T *b, T *y, int64_t n, int op)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
+        float fa[N], fb[N];
+        double r[N];
+        cu_ld16(a, v * N, fa);
+        cu_ld16(b, v * N, fb);
+#pragma unroll
+        for (int k = 0; k < N; k++) r[k] = binary_f(op, (double)fa[k], (double)fb[k]);
+        cu_std16(y, v * N, r);
+    }
+    for (int64_t i = nv * N + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+        cu_std(y, i, binary_f(op, (double)cu_ld(a, i), (double)cu_ld(b, i)));
+}
+
+/* ---- integers ------------------------------------------------------------------------------ */
+
+/* The reference's int64 arithmetic, through unsigned so that overflow wraps; the result is
+ * truncated to the element width (two's complement), as store_i in elementwise.c. */
+static __device__ __forceinline__ uint64_t int_binary_f(int op, int64_t a, int64_t b)
+{
+    switch (op) {
+    case B_ADD: return (uint64_t)a + (uint64_t)b;
+    case B_SUB: return (uint64_t)a - (uint64_t)b;
+    case B_MUL: return (uint64_t)a * (uint64_t)b;
+    case B_MIN: return (uint64_t)(a <= b ? a : b);
+    default: return (uint64_t)(a >= b ? a : b); /* B_MAX */
+    }
+}
+static __device__ __forceinline__ void int_store(int32_t *p, int64_t i, uint64_t v) { p[i] = (int32_t)(uint32_t)v; }
+static __device__ __forceinline__ void int_store(int64_t *p, int64_t i, uint64_t v) { p[i] = (int64_t)v; }
+
+template <typename I>
+__global__ void int_binary_kernel(const I *a, const I *b, I *y, int64_t n, int op, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        int_store(y, i, int_binary_f(op, (int64_t)a[off[0]], (int64_t)b[off[1]]));
+    }
+}
+
+/* neg and abs: 0 - x, wrapping (so the most negative value maps to itself). */
+template <typename I>
+__global__ void int_unary_kernel(const I *x, I *y, int64_t n, int op)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t v = (int64_t)x[i];
+        int_store(y, i, op == U_NEG || v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+    }
+}
+
 /* where: a selection, so it moves elements as raw bits (exact for every dtype). */
 template <typename E>
 __global__ void where_kernel(const uint8_t *cond, const E *a, const E *b, E *y, int64_t n, bcast bc)
@@ -251,8 +349,22 @@ static int all_dtype(const gdp_node *n, int32_t dt)
 static int unary_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 1 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
-           gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]) && unary_code(n) >= 0;
+    if (n->n_in != 1 || n->n_out != 1 || !all_dtype(n, n->out[0].dtype) || gdp_numel(&n->in[0]) != gdp_numel(&n->out[0]))
+        return 0;
+    int op = unary_code(n);
+    if (cu_is_index(n->out[0].dtype)) return op == U_NEG || op == U_ABS; /* the reference's integer ops */
+    return cu_is_float(n->out[0].dtype) && op >= 0;
+}
+
+/* y = f(x) elementwise, through 16-byte vectors when both pointers allow it. */
+template <typename T>
+static void unary_launch(cu_backend *be, cudaStream_t s, const void *x, void *y, int64_t n, int op, double k0, double k1)
+{
+    if (cu_aligned16(x) && cu_aligned16(y))
+        unary_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
+            (const T *)x, (T *)y, n, op, k0, k1);
+    else
+        unary_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const T *)x, (T *)y, n, op, k0, k1);
 }
 
 static gdp_status unary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -263,9 +375,15 @@ static gdp_status unary_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     unary_consts(node, op, &k0, &k1);
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
-    CU_FLOAT_SWITCH(y->dtype, T,
-                    unary_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const T *)x->data, (T *)y->data, n,
-                                                                                   op, k0, k1));
+    if (y->dtype == GDP_I32) {
+        int_unary_kernel<int32_t><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const int32_t *)x->data, (int32_t *)y->data, n, op);
+        return GDP_OK;
+    }
+    if (y->dtype == GDP_I64) {
+        int_unary_kernel<int64_t><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const int64_t *)x->data, (int64_t *)y->data, n, op);
+        return GDP_OK;
+    }
+    CU_FLOAT_SWITCH(y->dtype, T, unary_launch<T>(be, s, x->data, y->data, n, op, k0, k1));
     return GDP_OK;
 }
 CU_LAUNCHER(unary_run)
@@ -277,12 +395,9 @@ gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y
     if (op < 0) return gdp_fail(err, GDP_ERR_INVALID, "cuda linear_act: act=%d", act);
     if (n == 0) return GDP_OK;
     switch (dtype) {
-    case GDP_F32: unary_kernel<float><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const float *)y, (float *)y, n, op, 0, 0); break;
-    case GDP_F16: unary_kernel<__half><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const __half *)y, (__half *)y, n, op, 0, 0); break;
-    case GDP_BF16:
-        unary_kernel<__nv_bfloat16><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const __nv_bfloat16 *)y,
-                                                                                  (__nv_bfloat16 *)y, n, op, 0, 0);
-        break;
+    case GDP_F32: unary_launch<float>(be, s, y, y, n, op, 0, 0); break;
+    case GDP_F16: unary_launch<__half>(be, s, y, y, n, op, 0, 0); break;
+    case GDP_BF16: unary_launch<__nv_bfloat16>(be, s, y, y, n, op, 0, 0); break;
     default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda linear_act: dtype %d", (int)dtype);
     }
     return GDP_OK;
@@ -306,8 +421,11 @@ static gdp_status grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     }
     int64_t n = gdp_numel(dx);
     if (n == 0) return GDP_OK;
+    int vec = cu_aligned16(dy->data) && cu_aligned16(v->data) && cu_aligned16(dx->data);
     CU_FLOAT_SWITCH(dx->dtype, T,
-                    grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                    if (vec) grad_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1);
+                    else grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
                         (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1));
     return GDP_OK;
 }
@@ -327,8 +445,12 @@ static int broadcasts_to(const gdp_tensor *t, const gdp_tensor *out)
 static int binary_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
-           broadcasts_to(&n->in[0], &n->out[0]) && broadcasts_to(&n->in[1], &n->out[0]) && binary_code(n) >= 0;
+    if (n->n_in != 2 || n->n_out != 1 || !all_dtype(n, n->out[0].dtype) || !broadcasts_to(&n->in[0], &n->out[0]) ||
+        !broadcasts_to(&n->in[1], &n->out[0]))
+        return 0;
+    int op = binary_code(n);
+    if (cu_is_index(n->out[0].dtype)) return op >= 0 && op != B_DIV; /* div is floats only */
+    return cu_is_float(n->out[0].dtype) && op >= 0;
 }
 
 static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -340,8 +462,21 @@ static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     int op = binary_code(node);
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
+    unsigned g = cu_blocks(be, n, THREADS);
+    if (y->dtype == GDP_I32) {
+        int_binary_kernel<int32_t><<<g, THREADS, 0, s>>>((const int32_t *)a->data, (const int32_t *)b->data, (int32_t *)y->data, n, op, bc);
+        return GDP_OK;
+    }
+    if (y->dtype == GDP_I64) {
+        int_binary_kernel<int64_t><<<g, THREADS, 0, s>>>((const int64_t *)a->data, (const int64_t *)b->data, (int64_t *)y->data, n, op, bc);
+        return GDP_OK;
+    }
+    /* no broadcasting: the operands are read at the output's offsets, so vectors work */
+    int vec = bc.full[0] && bc.full[1] && cu_aligned16(a->data) && cu_aligned16(b->data) && cu_aligned16(y->data);
     CU_FLOAT_SWITCH(y->dtype, T,
-                    binary_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                    if (vec) binary_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
+                        (const T *)a->data, (const T *)b->data, (T *)y->data, n, op);
+                    else binary_kernel<T><<<g, THREADS, 0, s>>>(
                         (const T *)a->data, (const T *)b->data, (T *)y->data, n, op, bc));
     return GDP_OK;
 }
@@ -414,11 +549,28 @@ static const gdp_kernel kernels[] = {
     FLOATS3("div", binary_supports, binary_run_launch, NULL),
     FLOATS3("minimum", binary_supports, binary_run_launch, NULL),
     FLOATS3("maximum", binary_supports, binary_run_launch, NULL),
+    /* Integer kernels for the integer dtypes the ops' sweep cases use (a node with no float
+     * operand is keyed by its output's dtype). */
+    CU_K("add", GDP_I32, binary_supports, binary_run_launch, NULL),
+    CU_K("add", GDP_I64, binary_supports, binary_run_launch, NULL),
+    CU_K("sub", GDP_I32, binary_supports, binary_run_launch, NULL),
+    CU_K("sub", GDP_I64, binary_supports, binary_run_launch, NULL),
+    CU_K("mul", GDP_I32, binary_supports, binary_run_launch, NULL),
+    CU_K("mul", GDP_I64, binary_supports, binary_run_launch, NULL),
+    CU_K("minimum", GDP_I32, binary_supports, binary_run_launch, NULL),
+    CU_K("minimum", GDP_I64, binary_supports, binary_run_launch, NULL),
+    CU_K("maximum", GDP_I32, binary_supports, binary_run_launch, NULL),
+    CU_K("maximum", GDP_I64, binary_supports, binary_run_launch, NULL),
+    CU_K("neg", GDP_I32, unary_supports, unary_run_launch, NULL),
+    CU_K("neg", GDP_I64, unary_supports, unary_run_launch, NULL),
+    CU_K("abs", GDP_I32, unary_supports, unary_run_launch, NULL),
+    CU_K("abs", GDP_I64, unary_supports, unary_run_launch, NULL),
     FLOATS3("minimum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
     FLOATS3("maximum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
     FLOATS3("where", where_supports, where_run_launch, NULL),
+    /* i32 only: the dtype where's cases reach (the sweep flags a kernel no case reaches);
+     * where_run moves any 2-, 4- or 8-byte element, so an i64 case needs just its line */
     CU_K("where", GDP_I32, where_supports, where_run_launch, NULL),
-    CU_K("where", GDP_I64, where_supports, where_run_launch, NULL),
     FLOATS3("neg", unary_supports, unary_run_launch, NULL),
     FLOATS3("abs", unary_supports, unary_run_launch, NULL),
     FLOATS3("exp", unary_supports, unary_run_launch, NULL),

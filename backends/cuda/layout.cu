@@ -269,11 +269,15 @@ CU_LAUNCHER(gather_run)
 
 /* ---- cast ------------------------------------------------------------------------------------------------ */
 
-static __device__ __forceinline__ int dt_float(int dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16; }
+static __device__ __forceinline__ int dt_float(int dt)
+{
+    return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64;
+}
 
 static __device__ double load_f(const void *p, int dt, int64_t i)
 {
     if (dt == GDP_F32) return ((const float *)p)[i];
+    if (dt == GDP_F64) return ((const double *)p)[i];
     if (dt == GDP_F16) return __half2float(((const __half *)p)[i]);
     return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
 }
@@ -298,11 +302,14 @@ static __device__ int64_t trunc_sat(double d, int64_t lo, int64_t hi)
     return (int64_t)d;
 }
 
-static __device__ void store_float(void *p, int dt, int64_t i, float f)
+/* A float value into a float dtype: f64 keeps the double, the others round through f32
+ * (f64 -> f16/bf16 goes through f32, as cast.c says PyTorch does). */
+static __device__ void store_float(void *p, int dt, int64_t i, double d)
 {
-    if (dt == GDP_F32) ((float *)p)[i] = f;
-    else if (dt == GDP_F16) ((__half *)p)[i] = __float2half_rn(f);
-    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(f);
+    if (dt == GDP_F64) ((double *)p)[i] = d;
+    else if (dt == GDP_F32) ((float *)p)[i] = (float)d;
+    else if (dt == GDP_F16) ((__half *)p)[i] = __float2half_rn((float)d);
+    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)d);
 }
 
 static __device__ void store_int(void *p, int dt, int64_t i, int64_t v)
@@ -322,7 +329,7 @@ __global__ void cast_kernel(const void *x, int xdt, void *y, int ydt, int64_t n)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         if (dt_float(xdt)) {
             double d = load_f(x, xdt, i);
-            if (dt_float(ydt)) store_float(y, ydt, i, (float)d);
+            if (dt_float(ydt)) store_float(y, ydt, i, d);
             else if (ydt == GDP_BOOL) ((uint8_t *)y)[i] = d != 0;
             else if (ydt == GDP_I32) ((int32_t *)y)[i] = (int32_t)trunc_sat(d, INT32_MIN, INT32_MAX);
             else if (ydt == GDP_I64) ((int64_t *)y)[i] = trunc_sat(d, INT64_MIN, INT64_MAX);
@@ -330,13 +337,16 @@ __global__ void cast_kernel(const void *x, int xdt, void *y, int ydt, int64_t n)
             else ((int8_t *)y)[i] = (int8_t)trunc_sat(d, INT8_MIN, INT8_MAX);
         } else {
             int64_t v = load_i(x, xdt, i);
-            if (dt_float(ydt)) store_float(y, ydt, i, (float)v); /* i64 -> f32 rounds once */
+            /* i64 -> f32 rounds once, straight from the integer; f64 holds every i32 and
+             * rounds an i64 once too */
+            if (ydt == GDP_F64) ((double *)y)[i] = (double)v;
+            else if (dt_float(ydt)) store_float(y, ydt, i, (double)(float)v);
             else store_int(y, ydt, i, v);
         }
     }
 }
 
-static int cast_dtype_ok(int32_t dt) { return dt != GDP_F64 && gdp_dtype_size(dt) > 0; }
+static int cast_dtype_ok(int32_t dt) { return dt >= 0 && dt < GDP_DTYPE_COUNT && gdp_dtype_size(dt) > 0; }
 
 static int cast_supports(void *b, const gdp_node *n)
 {
@@ -376,5 +386,13 @@ static const gdp_kernel kernels[] = {
     FLOATS3("embedding", gather_supports, gather_run_launch, NULL),
     FLOATS3("index_select", gather_supports, gather_run_launch, axis_attrs),
     FLOATS3("cast", cast_supports, cast_run_launch, dtype_attrs),
+    /* A cast from an integer (or f64) tensor is keyed by its first float operand or else its
+     * output: cast.c's cases reach every dtype. */
+    CU_K("cast", GDP_F64, cast_supports, cast_run_launch, dtype_attrs),
+    CU_K("cast", GDP_I32, cast_supports, cast_run_launch, dtype_attrs),
+    CU_K("cast", GDP_I64, cast_supports, cast_run_launch, dtype_attrs),
+    CU_K("cast", GDP_U8, cast_supports, cast_run_launch, dtype_attrs),
+    CU_K("cast", GDP_I8, cast_supports, cast_run_launch, dtype_attrs),
+    CU_K("cast", GDP_BOOL, cast_supports, cast_run_launch, dtype_attrs),
 };
 CU_FAMILY(layout, kernels);

@@ -7,6 +7,8 @@
  *   GRADUS_SYNC=1          synchronize after every kernel: errors name the kernel that
  *                          caused them (a debug switch; slow)
  *   GRADUS_CUDA_DEVICE=n   which device to use (default 0)
+ *   GRADUS_CUDA_FUSE=0     no graph pass (bias + activation stay separate nodes)
+ *   GRADUS_CUDNN=0         convolutions as im2col + cuBLAS even where cuDNN was built in
  */
 #include "cuda_internal.h"
 
@@ -21,10 +23,19 @@ extern const cu_family cu_family_softmax;
 extern const cu_family cu_family_norm;
 extern const cu_family cu_family_layout;
 extern const cu_family cu_family_optim;
+extern const cu_family cu_family_attention;
+extern const cu_family cu_family_index;
+extern const cu_family cu_family_random;
+extern const cu_family cu_family_conv;
+extern const cu_family cu_family_pool;
+extern const gdp_graph_pass cu_fuse_pass; /* fuse.cu */
+void cu_conv_close(cu_backend *be);       /* conv.cu: its cuDNN/cuBLAS handles */
 
 static const cu_family *const families[] = {
     &cu_family_matmul, &cu_family_elementwise, &cu_family_reduce,
     &cu_family_softmax, &cu_family_norm, &cu_family_layout, &cu_family_optim,
+    &cu_family_attention, &cu_family_index, &cu_family_random,
+    &cu_family_conv, &cu_family_pool,
 };
 
 static const char *setting(const gdp_host *host, const char *name)
@@ -109,6 +120,7 @@ static void shutdown_backend(void *backend)
     cu_backend *be = (cu_backend *)backend;
     if (be == NULL) return;
     (void)cudaSetDevice(be->device);
+    cu_conv_close(be); /* before the streams its handles were bound to go */
     cu_prof_close(be);
     cu_matmul_close(be);
     cu_device_close(be);
@@ -194,7 +206,8 @@ extern "C" __attribute__((visibility("default"))) gdp_status gradus_plugin_init(
     plugin->backend = be;
     plugin->device = &be->dev;
     plugin->profiler = &cu_profiler_module;
-    plugin->graph_pass = NULL;
+    const char *fuse = setting(host, "GRADUS_CUDA_FUSE");
+    plugin->graph_pass = fuse != NULL && strcmp(fuse, "0") == 0 ? NULL : &cu_fuse_pass;
     plugin->register_kernels = register_kernels;
     plugin->shutdown = shutdown_backend;
 
