@@ -178,7 +178,7 @@ static gdp_status state_of(cu_backend *be, conv_state **out, gdp_err *err)
     }
     pthread_mutex_unlock(&reg_mu);
     if (*out == NULL)
-        return gdp_fail(err, GDP_ERR_NOMEM, "cuda conv: no room for the state of another backend (out of memory?)");
+        return gdp_fail(err, GDP_ERR_NOMEM, "conv: no room for the state of another backend (out of memory?)");
     return GDP_OK;
 }
 
@@ -608,18 +608,18 @@ static void dnn_open(conv_state *cs)
     const gdp_host *h = cs->be->host;
     const char *v = GDP_HAS_FIELD(h, gdp_host, getenv) && h->getenv != NULL ? h->getenv(h->host, "GRADUS_CUDNN") : NULL;
     if (v != NULL && strcmp(v, "0") == 0) {
-        conv_log(cs->be, "cuda conv: GRADUS_CUDNN=0, convolutions run as im2col + cuBLAS");
+        conv_log(cs->be, "conv: GRADUS_CUDNN=0, convolutions run as im2col + cuBLAS");
         return;
     }
     cudnnHandle_t dnn = NULL;
     cudnnStatus_t st = cudnnCreate(&dnn);
     if (st != CUDNN_STATUS_SUCCESS) {
-        conv_log(cs->be, "cuda conv: cudnnCreate failed (%s); convolutions run as im2col + cuBLAS", cudnnGetErrorString(st));
+        conv_log(cs->be, "conv: cudnnCreate failed (%s); convolutions run as im2col + cuBLAS", cudnnGetErrorString(st));
         return;
     }
     cs->dnn = dnn;
 #else
-    conv_log(cs->be, "cuda conv: built without cuDNN; convolutions run as im2col + cuBLAS");
+    conv_log(cs->be, "conv: built without cuDNN; convolutions run as im2col + cuBLAS");
 #endif
 }
 

@@ -103,7 +103,7 @@ static gdp_status register_kernels(void *backend, const gdp_host *host, gdp_err 
                 /* One refused kernel (an op this gradus does not know) must not take the
                  * others down: that op falls back, and the log says why. */
                 char line[700];
-                snprintf(line, sizeof line, "cuda: kernel %s/%d not registered: %s", kd->op, (int)kd->dtype, e.msg);
+                snprintf(line, sizeof line, "kernel %s/%d not registered: %s", kd->op, (int)kd->dtype, e.msg);
                 host_log(host, line);
                 refused++;
             }
@@ -211,9 +211,13 @@ extern "C" __attribute__((visibility("default"))) gdp_status gradus_plugin_init(
     plugin->register_kernels = register_kernels;
     plugin->shutdown = shutdown_backend;
 
-    char line[400];
-    snprintf(line, sizeof line, "cuda: %s (device %d, %d SMs)%s%s", be->name, be->device, be->sm_count,
-             be->managed ? ", managed memory" : "", be->sync_each ? ", synchronous" : "");
-    host_log(host, line);
+    /* `gradus devices` shows the device; the log only mentions the debugging modes, so a
+     * normal start stays quiet. The host prefixes the backend's name. */
+    if (be->managed || be->sync_each) {
+        char line[400];
+        snprintf(line, sizeof line, "%s (device %d)%s%s", be->name, be->device, be->managed ? ", managed memory" : "",
+                 be->sync_each ? ", synchronous" : "");
+        host_log(host, line);
+    }
     return GDP_OK;
 }
