@@ -8,8 +8,8 @@
  * stored-block encoder here covers the third block type, multi-block streams, the FNAME
  * header field and multi-member files. */
 #include "gradus.h"
+#include "testutil.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,21 +42,7 @@ static const uint8_t py_lab_gz[40] = {
     0xdf, 0xe3, 0xf7, 0x00, 0x20, 0x00, 0x00, 0x00,
 };
 
-static int failures = 0;
-static gd_ctx *ctx;
 static char prefix[512];
-
-static void check(int ok, const char *fmt, ...)
-{
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures++;
-}
 
 /* ---- building files ---- */
 
@@ -168,9 +154,9 @@ static void write_file(const char *name, const void *p, size_t n)
 
 static void check_contents(const gd_dataset *d, int n, const char *what)
 {
-    check(d->n == n && d->h == H && d->w == W, "%s: shape %lld x %lldx%lld, want %d x %dx%d", what, (long long)d->n,
+    CHECK(d->n == n && d->h == H && d->w == W, "%s: shape %lld x %lldx%lld, want %d x %dx%d", what, (long long)d->n,
           (long long)d->h, (long long)d->w, n, H, W);
-    check(d->classes == 10, "%s: classes %d, want 10", what, d->classes);
+    CHECK(d->classes == 10, "%s: classes %d, want 10", what, d->classes);
     if (d->n != n || d->images == NULL || d->labels == NULL) return;
     int bad = 0;
     for (int i = 0; i < n; i++) {
@@ -181,14 +167,14 @@ static void check_contents(const gd_dataset *d, int n, const char *what)
                 bad += got < want - 1e-6f || got > want + 1e-6f;
             }
     }
-    check(bad == 0, "%s: %d wrong pixels or labels", what, bad);
+    CHECK(bad == 0, "%s: %d wrong pixels or labels", what, bad);
 }
 
 static void load_ok(const char *img, const char *lab, int n, const char *what)
 {
     gd_dataset d;
     gd_status st = gd_dataset_load_idx(ctx, path(img), path(lab), &d);
-    check(st == GD_OK, "%s: load failed: %s", what, gd_ctx_error(ctx));
+    CHECK(st == GD_OK, "%s: load failed: %s", what, gd_ctx_error(ctx));
     if (st == GD_OK) check_contents(&d, n, what);
     gd_dataset_free(&d);
 }
@@ -203,10 +189,10 @@ static void load_fails(const char *img, const char *lab, gd_status want, const c
     memset(&d, 0xab, sizeof d);
     gd_status st = gd_dataset_load_idx(ctx, path(img), path(lab), &d);
     const char *msg = gd_ctx_error(ctx);
-    check(st == want, "%s: status %s, want %s (message: %s)", what, gd_status_name(st), gd_status_name(want), msg);
-    check(strstr(msg, path(name_in_msg)) != NULL, "%s: message does not name %s: %s", what, path(name_in_msg), msg);
-    check(strstr(msg, phrase) != NULL, "%s: message does not say \"%s\": %s", what, phrase, msg);
-    check(d.images == NULL && d.labels == NULL && d.n == 0, "%s: failed load left data in the dataset", what);
+    CHECK(st == want, "%s: status %s, want %s (message: %s)", what, gd_status_name(st), gd_status_name(want), msg);
+    CHECK(strstr(msg, path(name_in_msg)) != NULL, "%s: message does not name %s: %s", what, path(name_in_msg), msg);
+    CHECK(strstr(msg, phrase) != NULL, "%s: message does not say \"%s\": %s", what, phrase, msg);
+    CHECK(d.images == NULL && d.labels == NULL && d.n == 0, "%s: failed load left data in the dataset", what);
     if (st == GD_OK) gd_dataset_free(&d);
 }
 
@@ -326,8 +312,8 @@ static void test_idx(void)
                 gd_dataset_free(&d);
             }
         }
-    check(passed == 0, "%d single-bit corruptions of the deflate data loaded without an error", passed);
-    check(padding <= 7, "%d bit flips in the last byte loaded; at most its 7 padding bits may", padding);
+    CHECK(passed == 0, "%d single-bit corruptions of the deflate data loaded without an error", passed);
+    CHECK(padding <= 7, "%d bit flips in the last byte loaded; at most its 7 padding bits may", padding);
 
     free(img.p);
     free(lab.p);
@@ -346,25 +332,25 @@ static void test_idx(void)
 static void test_shapes(void)
 {
     gd_dataset a, b, c, big;
-    check(gd_dataset_shapes(ctx, 1000, 42, &a) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
-    check(gd_dataset_shapes(ctx, 1000, 42, &b) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
-    check(gd_dataset_shapes(ctx, 1000, 43, &c) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
-    check(gd_dataset_shapes(ctx, 3000, 42, &big) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
+    CHECK(gd_dataset_shapes(ctx, 1000, 42, &a) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
+    CHECK(gd_dataset_shapes(ctx, 1000, 42, &b) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
+    CHECK(gd_dataset_shapes(ctx, 1000, 43, &c) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
+    CHECK(gd_dataset_shapes(ctx, 3000, 42, &big) == GD_OK, "shapes: %s", gd_ctx_error(ctx));
     if (failures) return;
     size_t px = 1000 * 28 * 28;
-    check(a.n == 1000 && a.h == 28 && a.w == 28 && a.classes == 10, "shapes: %lld x %lldx%lld in %d classes",
+    CHECK(a.n == 1000 && a.h == 28 && a.w == 28 && a.classes == 10, "shapes: %lld x %lldx%lld in %d classes",
           (long long)a.n, (long long)a.h, (long long)a.w, a.classes);
-    check(memcmp(a.images, b.images, px * sizeof(float)) == 0 && memcmp(a.labels, b.labels, 1000 * 4) == 0,
+    CHECK(memcmp(a.images, b.images, px * sizeof(float)) == 0 && memcmp(a.labels, b.labels, 1000 * 4) == 0,
           "shapes: same seed, different images");
-    check(memcmp(a.images, c.images, px * sizeof(float)) != 0, "shapes: seeds 42 and 43 gave the same images");
-    check(memcmp(a.images, big.images, px * sizeof(float)) == 0, "shapes: the first 1000 of 3000 differ from 1000");
+    CHECK(memcmp(a.images, c.images, px * sizeof(float)) != 0, "shapes: seeds 42 and 43 gave the same images");
+    CHECK(memcmp(a.images, big.images, px * sizeof(float)) == 0, "shapes: the first 1000 of 3000 differ from 1000");
     int count[10] = {0}, out_of_range = 0;
     for (int64_t i = 0; i < big.n; i++) {
         if (big.labels[i] < 0 || big.labels[i] >= 10) out_of_range++;
         else count[big.labels[i]]++;
     }
-    check(out_of_range == 0, "shapes: %d labels outside [0, 10)", out_of_range);
-    for (int k = 0; k < 10; k++) check(count[k] == 300, "shapes: class %d has %d of 3000 examples, want 300", k, count[k]);
+    CHECK(out_of_range == 0, "shapes: %d labels outside [0, 10)", out_of_range);
+    for (int k = 0; k < 10; k++) CHECK(count[k] == 300, "shapes: class %d has %d of 3000 examples, want 300", k, count[k]);
     /* Pixels in [0, 1]; images of one class differ from each other (random placement);
      * and every image has a shape in it: its brightest pixels well above its median. */
     int bad_range = 0, same = 0, blank = 0;
@@ -379,15 +365,15 @@ static void test_shapes(void)
         blank += hi - lo < 0.3f;
         if (i >= 10) same += memcmp(im, im - 10 * 784, 784 * sizeof(float)) == 0;
     }
-    check(bad_range == 0, "shapes: %d pixels outside [0, 1]", bad_range);
-    check(same == 0, "shapes: %d images equal to the previous one of their class", same);
-    check(blank == 0, "shapes: %d images without contrast", blank);
+    CHECK(bad_range == 0, "shapes: %d pixels outside [0, 1]", bad_range);
+    CHECK(same == 0, "shapes: %d images equal to the previous one of their class", same);
+    CHECK(blank == 0, "shapes: %d images without contrast", blank);
     gd_dataset_free(&a);
     gd_dataset_free(&b);
     gd_dataset_free(&c);
     gd_dataset_free(&big);
     gd_dataset bad;
-    check(gd_dataset_shapes(ctx, 0, 1, &bad) != GD_OK, "shapes: n = 0 accepted");
+    CHECK(gd_dataset_shapes(ctx, 0, 1, &bad) != GD_OK, "shapes: n = 0 accepted");
 }
 
 static void test_shuffle(void)
@@ -403,29 +389,19 @@ static void test_shuffle(void)
         if (a[i] < 0 || a[i] >= M || seen[a[i]]++) dup++;
         moved += a[i] != i;
     }
-    check(dup == 0, "shuffle: not a permutation (%d bad entries)", dup);
-    check(moved > M / 2, "shuffle: only %d of %d moved", moved, M);
-    check(memcmp(a, b, sizeof a) == 0, "shuffle: same seed, different order");
-    check(memcmp(a, c, sizeof a) != 0, "shuffle: seeds 7 and 8 gave the same order");
+    CHECK(dup == 0, "shuffle: not a permutation (%d bad entries)", dup);
+    CHECK(moved > M / 2, "shuffle: only %d of %d moved", moved, M);
+    CHECK(memcmp(a, b, sizeof a) == 0, "shuffle: same seed, different order");
+    CHECK(memcmp(a, c, sizeof a) != 0, "shuffle: seeds 7 and 8 gave the same order");
 }
 
 int main(void)
 {
-    gd_ctx_options opt = {.size = sizeof opt, .no_plugins = 1};
-    if (gd_ctx_create(&ctx, &opt) != GD_OK) {
-        printf("FAIL: gd_ctx_create\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     /* Scratch files are GD_BUILD_DIR/test_idx_<pid>_<name>, removed at the end. */
     snprintf(prefix, sizeof prefix, "%s/test_idx_%d_", GD_BUILD_DIR, (int)getpid());
     test_idx();
     test_shapes();
     test_shuffle();
-    gd_ctx_free(ctx);
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    return tu_finish("test_idx");
 }

@@ -3,53 +3,10 @@
  * gradients against central finite differences of that naive attention in float64, and
  * the messages of bad shapes. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        if (!(cond)) {                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-            printf(__VA_ARGS__);                                \
-            printf("\n");                                       \
-            failures++;                                         \
-        }                                                       \
-    } while (0)
-
-static gd_ctx *ctx;
-
-static gd_graph *fresh(void)
-{
-    gd_ctx_clear_error(ctx);
-    return gd_graph_new(ctx);
-}
-
-static void check_error(const char *what, const char *const *parts)
-{
-    const char *e = gd_ctx_error(ctx);
-    for (int i = 0; parts[i] != NULL; i++)
-        CHECK(strstr(e, parts[i]) != NULL, "%s: message '%s' lacks '%s'", what, e, parts[i]);
-}
-
-static gd_program *compile_run(gd_graph *g, int n, gd_tensor **targets)
-{
-    gd_program *p = gd_compile(g, n, targets, 0);
-    if (p == NULL) {
-        CHECK(0, "compile: %s", gd_ctx_error(ctx));
-        return NULL;
-    }
-    if (gd_program_run(p) != GD_OK) {
-        CHECK(0, "run: %s", gd_ctx_error(ctx));
-        gd_program_free(p);
-        return NULL;
-    }
-    return p;
-}
 
 /* Smooth, repeatable values in [-1, 1]. */
 static void fill(double *v, int n, int salt)
@@ -391,21 +348,12 @@ static void test_attention_errors(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        printf("FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_rope_values();
     test_rope_grad();
     test_attention_hand();
     test_attention_against_naive();
     test_attention_f32();
     test_attention_errors();
-    gd_ctx_free(ctx);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    return tu_finish("test_ops_attention");
 }

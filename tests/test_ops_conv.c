@@ -5,78 +5,17 @@
  *     <conv(x, w), dy> = <x, grad_input(dy, w)> = <w, grad_weight(dy, x)>
  * in float64; pooling backward by the counts of windows each element wins. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            fails++;                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static gd_ctx *ctx;
 
 static gd_tensor *input(gd_graph *g, const char *name, gd_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
     gd_tensor *t = gd_input(g, name, dt, ndim, shape);
     if (t != NULL && data != NULL) gd_tensor_write(t, data, gd_dtype_size(dt) * (size_t)gd_tensor_numel(t));
     return t;
-}
-
-/* Runs targets t[0..n) once and reads each into out[k]. 1 on success. */
-static int run(gd_graph *g, int n, gd_tensor **t, void **out)
-{
-    for (int k = 0; k < n; k++)
-        if (t[k] == NULL) {
-            CHECK(0, "building failed: %s", gd_ctx_error(ctx));
-            return 0;
-        }
-    gd_program *p = gd_compile(g, n, t, 0);
-    if (p == NULL) {
-        CHECK(0, "compile failed: %s", gd_ctx_error(ctx));
-        return 0;
-    }
-    gd_status s = gd_program_run(p);
-    CHECK(s == GD_OK, "run failed: %s", gd_ctx_error(ctx));
-    for (int k = 0; k < n && s == GD_OK; k++) {
-        s = gd_tensor_read(t[k], out[k], gd_dtype_size(gd_tensor_dtype(t[k])) * (size_t)gd_tensor_numel(t[k]));
-        CHECK(s == GD_OK, "read failed: %s", gd_ctx_error(ctx));
-    }
-    gd_program_free(p);
-    return s == GD_OK;
-}
-
-static int run1(gd_graph *g, gd_tensor *t, void *out) { return run(g, 1, &t, &out); }
-
-static void expect(const char *what, const float *got, const double *want, int n, double tol)
-{
-    for (int i = 0; i < n; i++)
-        CHECK(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])), "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
-}
-
-static void expect_shape(gd_tensor *t, int ndim, const int64_t *shape)
-{
-    if (t == NULL) return;
-    CHECK(gd_tensor_ndim(t) == ndim, "ndim %d, want %d", gd_tensor_ndim(t), ndim);
-    for (int d = 0; d < ndim && d < gd_tensor_ndim(t); d++)
-        CHECK(gd_tensor_dim(t, d) == shape[d], "dim %d is %lld, want %lld", d, (long long)gd_tensor_dim(t, d),
-              (long long)shape[d]);
-}
-
-static void expect_error(gd_tensor *t, const char *what, int n, const char *const *needles)
-{
-    CHECK(t == NULL, "%s: should have failed", what);
-    const char *msg = gd_ctx_error(ctx);
-    for (int i = 0; i < n; i++) CHECK(strstr(msg, needles[i]) != NULL, "%s: message '%s' lacks '%s'", what, msg, needles[i]);
-    gd_ctx_clear_error(ctx);
 }
 
 /* A deterministic spread of values in [-1, 1). */
@@ -125,21 +64,21 @@ static void test_conv_by_hand(void)
     float out[9];
     gd_tensor *ty = gd_conv2d(tx, tw, tb, 1, 0, 1, 1);
     expect_shape(ty, 4, (int64_t[]){1, 1, 2, 2});
-    if (run1(g, ty, out)) expect("conv2d 2x2", out, y, 4, 0);
+    if (run1_read(g, ty, out)) expect_close("conv2d 2x2", out, y, 4, 0);
 
     // all-ones 3x3 kernel, padding 1: the sum of each pixel's neighbourhood
     static const float ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     static const double nb[9] = {12, 21, 16, 27, 45, 33, 24, 39, 28}, nb2[4] = {12, 16, 24, 28};
     gd_tensor *t1 = input(g, "ones", GD_F32, 4, (int64_t[]){1, 1, 3, 3}, ones);
-    if (run1(g, gd_conv2d(tx, t1, NULL, 1, 1, 1, 1), out)) expect("conv2d padding 1", out, nb, 9, 0);
+    if (run1_read(g, gd_conv2d(tx, t1, NULL, 1, 1, 1, 1), out)) expect_close("conv2d padding 1", out, nb, 9, 0);
     // stride 2 keeps the corners of that
-    if (run1(g, gd_conv2d(tx, t1, NULL, 2, 1, 1, 1), out)) expect("conv2d stride 2", out, nb2, 4, 0);
+    if (run1_read(g, gd_conv2d(tx, t1, NULL, 2, 1, 1, 1), out)) expect_close("conv2d stride 2", out, nb2, 4, 0);
     // dilation 2, padding 2: y[i, j] sums x[i - 2 + 2u, j - 2 + 2v], which lands on rows
     // {0, 2} for i = 0 or 2 and on row 1 alone for i = 1 (the same for columns)
     gd_tensor *yd = gd_conv2d(tx, t1, NULL, 1, 2, 2, 1);
     expect_shape(yd, 4, (int64_t[]){1, 1, 3, 3});
     static const double want[9] = {1 + 3 + 7 + 9, 2 + 8, 1 + 3 + 7 + 9, 4 + 6, 5, 4 + 6, 1 + 3 + 7 + 9, 2 + 8, 1 + 3 + 7 + 9};
-    if (run1(g, yd, out)) expect("conv2d dilation 2", out, want, 9, 0);
+    if (run1_read(g, yd, out)) expect_close("conv2d dilation 2", out, want, 9, 0);
     gd_graph_free(g);
 }
 
@@ -172,7 +111,7 @@ static void test_conv_general(void)
         expect_shape(ty, 4, (int64_t[]){q->N, q->Co, Ho, Wo});
         char what[48];
         snprintf(what, sizeof what, "conv2d case %zu", k);
-        if (run1(g, ty, yf)) expect(what, yf, y, ny, 1e-5);
+        if (run1_read(g, ty, yf)) expect_close(what, yf, y, ny, 1e-5);
         gd_graph_free(g);
         free(x), free(w), free(b), free(y), free(xf), free(wf), free(bf), free(yf);
     }
@@ -215,7 +154,7 @@ static void test_conv_adjoints(void)
         gd_tensor *gw = gd_op(g, "conv2d_grad_weight", 2, (gd_tensor *[]){tdy, tx}, 5, at);
         expect_shape(gi, 4, xs);
         expect_shape(gw, 4, ws);
-        if (run(g, 2, (gd_tensor *[]){gi, gw}, (void *[]){dx, dw})) {
+        if (run_read(g, 2, (gd_tensor *[]){gi, gw}, (void *[]){dx, dw})) {
             double lhs = dot(y, dy, ny), rx = dot(x, dx, nx), rw = dot(w, dw, nw);
             CHECK(fabs(lhs - rx) <= 1e-10 * (1 + fabs(lhs)), "case %zu: <conv(x,w), dy> = %.15g but <x, grad_input> = %.15g",
                   k, lhs, rx);
@@ -247,10 +186,10 @@ static void test_conv_backward(void)
     static const double wdw[4] = {12, 16, 24, 28}, wdb[1] = {4};
     // the corner pixel is seen by one tap, edges by two, the centre by all four
     static const double wdx[9] = {1, 3, 2, 4, 10, 6, 3, 7, 4};
-    if (run(g, 3, t, (void *[]){dx, dw, db})) {
-        expect("conv2d dx", dx, wdx, 9, 0);
-        expect("conv2d dw", dw, wdw, 4, 0);
-        expect("conv2d db", db, wdb, 1, 0);
+    if (run_read(g, 3, t, (void *[]){dx, dw, db})) {
+        expect_close("conv2d dx", dx, wdx, 9, 0);
+        expect_close("conv2d dw", dw, wdw, 4, 0);
+        expect_close("conv2d db", db, wdb, 1, 0);
     }
     gd_graph_free(g);
 }
@@ -264,10 +203,10 @@ static void test_pool_forward(void)
     gd_tensor *tx = input(g, "x", GD_F32, 4, (int64_t[]){1, 1, 4, 4}, x);
     float out[16];
     static const double m2[4] = {4, 5, 9, 4}, m3[4] = {4, 5, 9, 9};
-    if (run1(g, gd_max_pool2d(tx, 2, 0, 0), out)) expect("max_pool2d k2", out, m2, 4, 0);
+    if (run1_read(g, gd_max_pool2d(tx, 2, 0, 0), out)) expect_close("max_pool2d k2", out, m2, 4, 0);
     gd_tensor *y3 = gd_max_pool2d(tx, 3, 2, 1);
     expect_shape(y3, 4, (int64_t[]){1, 1, 2, 2});
-    if (run1(g, y3, out)) expect("max_pool2d k3 s2 p1", out, m3, 4, 0);
+    if (run1_read(g, y3, out)) expect_close("max_pool2d k3 s2 p1", out, m3, 4, 0);
 
     // all negative: the padding is -inf, not 0, so a window of one real element returns it
     static const float neg[9] = {-1, -2, -3, -4, -5, -6, -7, -8, -9};
@@ -275,17 +214,17 @@ static void test_pool_forward(void)
     gd_tensor *yn = gd_max_pool2d(tn, 2, 1, 1);
     expect_shape(yn, 4, (int64_t[]){1, 1, 4, 4});
     static const double mn[16] = {-1, -1, -2, -3, -1, -1, -2, -3, -4, -4, -5, -6, -7, -7, -8, -9};
-    if (run1(g, yn, out)) expect("max_pool2d negative padded", out, mn, 16, 0);
+    if (run1_read(g, yn, out)) expect_close("max_pool2d negative padded", out, mn, 16, 0);
 
     // avg: 1..16 in 2x2 blocks; then 1..9 with padding counted in the divisor
     float seq[16];
     for (int i = 0; i < 16; i++) seq[i] = (float)(i + 1);
     gd_tensor *ts = input(g, "seq", GD_F32, 4, (int64_t[]){1, 1, 4, 4}, seq);
     static const double a2[4] = {3.5, 5.5, 11.5, 13.5};
-    if (run1(g, gd_avg_pool2d(ts, 2, 2, 0), out)) expect("avg_pool2d k2", out, a2, 4, 1e-7);
+    if (run1_read(g, gd_avg_pool2d(ts, 2, 2, 0), out)) expect_close("avg_pool2d k2", out, a2, 4, 1e-7);
     gd_tensor *t9 = input(g, "nine", GD_F32, 4, (int64_t[]){1, 1, 3, 3}, seq);
     static const double a3[4] = {12 / 9.0, 16 / 9.0, 24 / 9.0, 28 / 9.0};
-    if (run1(g, gd_avg_pool2d(t9, 3, 2, 1), out)) expect("avg_pool2d count_include_pad", out, a3, 4, 1e-7);
+    if (run1_read(g, gd_avg_pool2d(t9, 3, 2, 1), out)) expect_close("avg_pool2d count_include_pad", out, a3, 4, 1e-7);
 
     // two channels and two images pool independently: channel k holds seq + 100 k
     float four[4 * 16];
@@ -296,7 +235,7 @@ static void test_pool_forward(void)
         static const double base[4] = {6, 8, 14, 16};
         for (int i = 0; i < 4; i++) m4[pl * 4 + i] = base[i] + 100 * pl;
     }
-    if (run1(g, gd_max_pool2d(t4, 2, 2, 0), out)) expect("max_pool2d planes", out, m4, 16, 0);
+    if (run1_read(g, gd_max_pool2d(t4, 2, 2, 0), out)) expect_close("max_pool2d planes", out, m4, 16, 0);
     gd_graph_free(g);
 }
 
@@ -310,7 +249,7 @@ static void test_pool_backward(void)
     gd_attr at[3] = {gd_attr_i("kernel", 2), gd_attr_i("stride", 2), gd_attr_i("padding", 0)};
     float out[16];
     static const double tie[4] = {5, 0, 0, 0};
-    if (run1(g, gd_op(g, "max_pool2d_grad", 2, (gd_tensor *[]){tdy, tx}, 3, at), out)) expect("max_pool2d_grad tie", out, tie, 4, 0);
+    if (run1_read(g, gd_op(g, "max_pool2d_grad", 2, (gd_tensor *[]){tdy, tx}, 3, at), out)) expect_close("max_pool2d_grad tie", out, tie, 4, 0);
 
     // overlapping windows that share their max add up
     static const float x2[6] = {0, 3, 0, 0, 0, 0}, dy2[2] = {1.5f, 2};
@@ -318,8 +257,8 @@ static void test_pool_backward(void)
     gd_tensor *tdy2 = input(g, "dy2", GD_F32, 4, (int64_t[]){1, 1, 1, 2}, dy2);
     at[1] = gd_attr_i("stride", 1);
     static const double ov[6] = {0, 3.5, 0, 0, 0, 0};
-    if (run1(g, gd_op(g, "max_pool2d_grad", 2, (gd_tensor *[]){tdy2, tx2}, 3, at), out))
-        expect("max_pool2d_grad overlap", out, ov, 6, 0);
+    if (run1_read(g, gd_op(g, "max_pool2d_grad", 2, (gd_tensor *[]){tdy2, tx2}, 3, at), out))
+        expect_close("max_pool2d_grad overlap", out, ov, 6, 0);
     gd_graph_free(g);
 
     // through autodiff: d sum(max_pool2d(x)) counts the windows each element wins; and
@@ -343,9 +282,9 @@ static void test_pool_backward(void)
     static const double cover[3] = {1, 2, 1};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) wq[i * 3 + j] = cover[i] * cover[j] / 9;
-    if (run(g, 2, t, (void *[]){dp, dq})) {
-        expect("max_pool2d dx", dp, wp, 16, 0);
-        expect("avg_pool2d dx", dq, wq, 9, 1e-7);
+    if (run_read(g, 2, t, (void *[]){dp, dq})) {
+        expect_close("max_pool2d dx", dp, wp, 16, 0);
+        expect_close("avg_pool2d dx", dq, wq, 9, 1e-7);
     }
     gd_graph_free(g);
 }
@@ -387,10 +326,7 @@ static void test_errors(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        fprintf(stderr, "FAIL: cannot create a context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_conv_by_hand();
     test_conv_general();
     test_conv_adjoints();
@@ -398,8 +334,5 @@ int main(void)
     test_pool_forward();
     test_pool_backward();
     test_errors();
-    gd_ctx_free(ctx);
-    if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
-    else printf("test_ops_conv: ok\n");
-    return fails != 0;
+    return tu_finish("test_ops_conv");
 }

@@ -4,24 +4,11 @@
  * independently here. */
 #include "gradus.h"
 #include "gradus_plugin.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            fails++;                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static gd_ctx *ctx;
 
 /* Compiles `t` alone, runs it once and reads it into out. 1 on success. */
 static int run1(gd_graph *g, gd_tensor *t, void *out, size_t bytes)
@@ -295,17 +282,11 @@ static void test_dropout(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        fprintf(stderr, "FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_philox_known_answers();
     test_fill();
     test_arange();
     test_random();
     test_dropout();
-    gd_ctx_free(ctx);
-    if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
-    else printf("test_ops_creation: ok\n");
-    return fails != 0;
+    return tu_finish("test_ops_creation");
 }

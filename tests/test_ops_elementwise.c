@@ -5,24 +5,11 @@
  * with a message naming the op and the shapes. */
 #include "gradus.h"
 #include "gradus_plugin.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
-
-static int fails;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-            fails++;                                             \
-        }                                                        \
-    } while (0)
-
-static gd_ctx *ctx;
 
 /* ---- running graphs ---------------------------------------------------------------------- */
 
@@ -77,18 +64,13 @@ static void check_f32(const char *what, const float *got, const double *want, in
     for (int i = 0; i < n; i++) CHECK(close_f(got[i], want[i]), "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
 }
 
-static gd_tensor *in_f32(gd_graph *g, const char *name, int ndim, const int64_t *shape)
-{
-    return gd_input(g, name, GD_F32, ndim, shape);
-}
-
 /* ---- binary ops ------------------------------------------------------------------------------ */
 
 static void test_binary_broadcast(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}), *b = in_f32(g, "b", 1, (int64_t[]){3});
-    gd_tensor *c = in_f32(g, "c", 2, (int64_t[]){2, 1}), *s = in_f32(g, "s", 0, NULL);
+    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}, NULL), *b = in_f32(g, "b", 1, (int64_t[]){3}, NULL);
+    gd_tensor *c = in_f32(g, "c", 2, (int64_t[]){2, 1}, NULL), *s = in_f32(g, "s", 0, NULL, NULL);
     const float va[6] = {1, 2, 3, 4, 5, 6}, vb[3] = {10, 20, 30}, vc[2] = {1, 2}, vs[1] = {2.5f};
     feed f[4] = {{a, va}, {b, vb}, {c, vc}, {s, vs}};
     float y[6];
@@ -110,7 +92,7 @@ static void test_binary_broadcast(void)
 static void test_broadcast_3d(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = in_f32(g, "a", 3, (int64_t[]){2, 1, 4}), *b = in_f32(g, "b", 2, (int64_t[]){3, 1});
+    gd_tensor *a = in_f32(g, "a", 3, (int64_t[]){2, 1, 4}, NULL), *b = in_f32(g, "b", 2, (int64_t[]){3, 1}, NULL);
     float va[8], vb[3], y[24];
     for (int i = 0; i < 2; i++)
         for (int k = 0; k < 4; k++) va[i * 4 + k] = (float)(10 * i + k);
@@ -131,7 +113,7 @@ static void test_broadcast_3d(void)
 static void test_division_special(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = in_f32(g, "a", 1, (int64_t[]){4}), *b = in_f32(g, "b", 1, (int64_t[]){4});
+    gd_tensor *a = in_f32(g, "a", 1, (int64_t[]){4}, NULL), *b = in_f32(g, "b", 1, (int64_t[]){4}, NULL);
     const float va[4] = {1, -3, 0, 5}, vb[4] = {0, 0, 0, -8};
     feed f[2] = {{a, va}, {b, vb}};
     float y[4];
@@ -142,7 +124,7 @@ static void test_division_special(void)
 static void test_min_max(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = in_f32(g, "a", 1, (int64_t[]){5}), *b = in_f32(g, "b", 1, (int64_t[]){5});
+    gd_tensor *a = in_f32(g, "a", 1, (int64_t[]){5}, NULL), *b = in_f32(g, "b", 1, (int64_t[]){5}, NULL);
     const float va[5] = {1, 5, NAN, 2, -1}, vb[5] = {3, 2, 1, NAN, -1};
     feed f[2] = {{a, va}, {b, vb}};
     float y[5];
@@ -150,7 +132,7 @@ static void test_min_max(void)
     if (run1(g, 2, f, gd_minimum(a, b), y)) check_f32("minimum", y, (double[]){1, 2, NAN, NAN, -1}, 5);
     if (run1(g, 2, f, gd_maximum(a, b), y)) check_f32("maximum", y, (double[]){3, 5, NAN, NAN, -1}, 5);
     // broadcast against a scalar: relu-like and cap-like
-    gd_tensor *z = in_f32(g, "z", 0, NULL);
+    gd_tensor *z = in_f32(g, "z", 0, NULL, NULL);
     const float vz[1] = {0};
     feed f2[3] = {{a, va}, {b, vb}, {z, vz}};
     if (run1(g, 3, f2, gd_maximum(b, z), y)) check_f32("maximum scalar", y, (double[]){3, 2, 1, NAN, 0}, 5);
@@ -161,7 +143,7 @@ static void test_where(void)
 {
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *c = gd_input(g, "c", GD_BOOL, 1, (int64_t[]){3});
-    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 1}), *b = in_f32(g, "b", 0, NULL);
+    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 1}, NULL), *b = in_f32(g, "b", 0, NULL, NULL);
     const uint8_t vc[3] = {1, 0, 1};
     const float va[2] = {10, 20}, vb[1] = {-1};
     feed f[3] = {{c, vc}, {a, va}, {b, vb}};
@@ -232,7 +214,7 @@ static void test_half(void)
 static void test_unary(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){5});
+    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){5}, NULL);
     const float vx[5] = {-2, -0.5f, 0.25f, 1, 4};
     feed f[1] = {{x, vx}};
     float y[5];
@@ -266,7 +248,7 @@ static double gelu_tanh_d(double x)
 static void test_activations(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){5});
+    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){5}, NULL);
     const float vx[5] = {-1, 0, 1, 2, -0.5f};
     feed f[1] = {{x, vx}};
     float y[5];
@@ -302,7 +284,7 @@ static void test_activations(void)
         check_f32("tanh", y, want, 5);
     }
     // the tails: no NaN from inf/inf, saturation to exactly 0 and 1
-    gd_tensor *t = in_f32(g, "t", 1, (int64_t[]){4});
+    gd_tensor *t = in_f32(g, "t", 1, (int64_t[]){4}, NULL);
     const float vt[4] = {-1000, -100, 100, 1000};
     feed ft[1] = {{t, vt}};
     float yt[4];
@@ -321,7 +303,7 @@ static void test_activations(void)
 static void test_activation_grads(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *dy = in_f32(g, "dy", 1, (int64_t[]){5}), *x = in_f32(g, "x", 1, (int64_t[]){5});
+    gd_tensor *dy = in_f32(g, "dy", 1, (int64_t[]){5}, NULL), *x = in_f32(g, "x", 1, (int64_t[]){5}, NULL);
     const float vdy[5] = {1, 2, 3, -1, 0.5f}, vx[5] = {-1, 0, 2, 1, -0.5f};
     feed f[2] = {{dy, vdy}, {x, vx}};
     gd_tensor *in[2] = {dy, x};
@@ -355,7 +337,7 @@ static void test_activation_grads(void)
         check_f32("silu_grad", y, want, 5);
     }
     // in terms of the output y: sigmoid' = y (1 - y), tanh' = 1 - y^2
-    gd_tensor *yy = in_f32(g, "y", 1, (int64_t[]){5});
+    gd_tensor *yy = in_f32(g, "y", 1, (int64_t[]){5}, NULL);
     const float vy[5] = {0.25f, 0.5f, 0.75f, 0, -0.5f};
     feed fy[2] = {{dy, vdy}, {yy, vy}};
     gd_tensor *iny[2] = {dy, yy};
@@ -375,8 +357,8 @@ static void test_activation_grads(void)
 static void test_minmax_grad_ops(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *dy = in_f32(g, "dy", 1, (int64_t[]){3}), *a = in_f32(g, "a", 1, (int64_t[]){3});
-    gd_tensor *b = in_f32(g, "b", 1, (int64_t[]){3});
+    gd_tensor *dy = in_f32(g, "dy", 1, (int64_t[]){3}, NULL), *a = in_f32(g, "a", 1, (int64_t[]){3}, NULL);
+    gd_tensor *b = in_f32(g, "b", 1, (int64_t[]){3}, NULL);
     const float vdy[3] = {1, 2, 3}, va[3] = {1, 2, 3}, vb[3] = {1, 5, 0};
     feed f[3] = {{dy, vdy}, {a, va}, {b, vb}};
     gd_tensor *in[3] = {dy, a, b}, *out[2];
@@ -520,7 +502,7 @@ static void test_autodiff_unary(void)
 static void test_cast(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){8});
+    gd_tensor *x = in_f32(g, "x", 1, (int64_t[]){8}, NULL);
     const float vx[8] = {-1.7f, -0.5f, 0, 0.5f, 2.9f, 1e10f, -1e10f, NAN};
     feed f[1] = {{x, vx}};
     // truncation toward zero, saturation at the range, NaN -> 0
@@ -557,7 +539,7 @@ static void test_cast(void)
     // inf 0x7c00, 1/3 = 0x3555 (0x3555.55.. rounds down), 2^-24 = 0x0001 (smallest subnormal),
     // 1 + 2^-11 is a tie between 0x3c00 and 0x3c01 and goes to the even 0x3c00, and
     // 1 + 3 * 2^-11 is a tie going up to the even 0x3c02
-    gd_tensor *h = in_f32(g, "h", 1, (int64_t[]){8});
+    gd_tensor *h = in_f32(g, "h", 1, (int64_t[]){8}, NULL);
     const float vh[8] = {1, -2, 65504, 1e5f, 1.0f / 3, 0x1p-24f, 1 + 0x1p-11f, 1 + 3 * 0x1p-11f};
     feed fh[1] = {{h, vh}};
     uint16_t b16[8];
@@ -618,7 +600,7 @@ static void test_cast(void)
 /* ---- errors ------------------------------------------------------------------------------------------------- */
 
 /* The builder must return NULL and leave a message containing every one of the words. */
-static void expect_error(gd_tensor *t, const char *what, const char *w1, const char *w2, const char *w3)
+static void expect_error_words(gd_tensor *t, const char *what, const char *w1, const char *w2, const char *w3)
 {
     const char *m = gd_ctx_error(ctx);
     CHECK(t == NULL, "%s: should have failed", what);
@@ -631,29 +613,29 @@ static void expect_error(gd_tensor *t, const char *what, const char *w1, const c
 static void test_errors(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}), *b = in_f32(g, "b", 1, (int64_t[]){4});
+    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}, NULL), *b = in_f32(g, "b", 1, (int64_t[]){4}, NULL);
     gd_tensor *h = gd_input(g, "h", GD_F16, 2, (int64_t[]){2, 3}), *i = gd_input(g, "i", GD_I32, 1, (int64_t[]){3});
     gd_tensor *u = gd_input(g, "u", GD_U8, 1, (int64_t[]){3});
     gd_ctx_clear_error(ctx);
 
-    expect_error(gd_add(a, b), "add shapes", "add", "[2, 3]", "[4]");
-    expect_error(gd_maximum(b, a), "maximum shapes", "maximum", "[4]", "[2, 3]");
-    expect_error(gd_mul(a, h), "mul dtypes", "mul", "f32[2, 3]", "f16[2, 3]");
-    expect_error(gd_div(i, i), "div on integers", "div", "i32[3]", NULL);
-    expect_error(gd_add(u, u), "add on u8", "add", "u8[3]", NULL);
-    expect_error(gd_exp(i), "exp on integers", "exp", "i32[3]", NULL);
-    expect_error(gd_relu(i), "relu on integers", "relu", "i32[3]", NULL);
-    expect_error(gd_where(a, a, a), "where cond dtype", "where", "cond", "bool");
+    expect_error_words(gd_add(a, b), "add shapes", "add", "[2, 3]", "[4]");
+    expect_error_words(gd_maximum(b, a), "maximum shapes", "maximum", "[4]", "[2, 3]");
+    expect_error_words(gd_mul(a, h), "mul dtypes", "mul", "f32[2, 3]", "f16[2, 3]");
+    expect_error_words(gd_div(i, i), "div on integers", "div", "i32[3]", NULL);
+    expect_error_words(gd_add(u, u), "add on u8", "add", "u8[3]", NULL);
+    expect_error_words(gd_exp(i), "exp on integers", "exp", "i32[3]", NULL);
+    expect_error_words(gd_relu(i), "relu on integers", "relu", "i32[3]", NULL);
+    expect_error_words(gd_where(a, a, a), "where cond dtype", "where", "cond", "bool");
     gd_tensor *c = gd_input(g, "c", GD_BOOL, 1, (int64_t[]){3});
-    expect_error(gd_where(c, a, h), "where a/b dtypes", "where", "f32[2, 3]", "f16[2, 3]");
-    expect_error(gd_where(c, a, b), "where shapes", "where", "[2, 3]", "[4]");
-    expect_error(gd_where(gd_input(g, "c2", GD_BOOL, 1, (int64_t[]){2}), a, a), "where cond shape", "where", "[2]",
+    expect_error_words(gd_where(c, a, h), "where a/b dtypes", "where", "f32[2, 3]", "f16[2, 3]");
+    expect_error_words(gd_where(c, a, b), "where shapes", "where", "[2, 3]", "[4]");
+    expect_error_words(gd_where(gd_input(g, "c2", GD_BOOL, 1, (int64_t[]){2}), a, a), "where cond shape", "where", "[2]",
                  "[2, 3]");
-    expect_error(gd_gelu(a, 2), "gelu form", "gelu", "approximate", "2");
-    expect_error(gd_cast(a, (gd_dtype)42), "cast dtype", "cast", "42", NULL);
-    expect_error(gd_op(g, "cast", 1, &a, 0, NULL), "cast without dtype", "cast", "dtype", NULL);
+    expect_error_words(gd_gelu(a, 2), "gelu form", "gelu", "approximate", "2");
+    expect_error_words(gd_cast(a, (gd_dtype)42), "cast dtype", "cast", "42", NULL);
+    expect_error_words(gd_op(g, "cast", 1, &a, 0, NULL), "cast without dtype", "cast", "dtype", NULL);
     gd_tensor *in[2] = {a, gd_input(g, "x3", GD_F32, 1, (int64_t[]){3})};
-    expect_error(gd_op(g, "relu_grad", 2, in, 0, NULL), "relu_grad shapes", "relu_grad", "[2, 3]", "[3]");
+    expect_error_words(gd_op(g, "relu_grad", 2, in, 0, NULL), "relu_grad shapes", "relu_grad", "[2, 3]", "[3]");
     gd_tensor *in3[3] = {gd_input(g, "dy", GD_F32, 1, (int64_t[]){3}), a, a};
     gd_tensor *out[2];
     gd_status s = gd_op_multi(g, "minimum_grad", 3, in3, 0, NULL, 2, out);
@@ -661,7 +643,7 @@ static void test_errors(void)
           "minimum_grad dy shape: %s", gd_ctx_error(ctx));
     gd_ctx_clear_error(ctx);
     gd_attr bad = gd_attr_f("q", 1);
-    expect_error(gd_op(g, "pow", 1, &a, 1, &bad), "pow unknown attr", "pow", "q", NULL);
+    expect_error_words(gd_op(g, "pow", 1, &a, 1, &bad), "pow unknown attr", "pow", "q", NULL);
 
     // NULL in, NULL out, message untouched
     CHECK(gd_add(NULL, a) == NULL && gd_mul(a, NULL) == NULL && gd_where(NULL, a, a) == NULL && gd_relu(NULL) == NULL &&
@@ -673,11 +655,7 @@ static void test_errors(void)
 
 int main(void)
 {
-    gd_status s = gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1});
-    if (s != GD_OK) {
-        fprintf(stderr, "FAIL: gd_ctx_create: %d\n", s);
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_binary_broadcast();
     test_broadcast_3d();
     test_division_special();
@@ -693,11 +671,5 @@ int main(void)
     test_autodiff_unary();
     test_cast();
     test_errors();
-    gd_ctx_free(ctx);
-    if (fails) {
-        fprintf(stderr, "%d check(s) failed\n", fails);
-        return 1;
-    }
-    printf("test_ops_elementwise: ok\n");
-    return 0;
+    return tu_finish("test_ops_elementwise");
 }

@@ -3,61 +3,25 @@
  * gradients through gd_backward against the scatter the test computes itself, and the
  * messages of bad shapes and bad ids. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        if (!(cond)) {                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);         \
-            printf(__VA_ARGS__);                                \
-            printf("\n");                                       \
-            failures++;                                         \
-        }                                                       \
-    } while (0)
-
-static gd_ctx *ctx;
-
-static gd_graph *fresh(void)
-{
-    gd_ctx_clear_error(ctx);
-    return gd_graph_new(ctx);
-}
-
-static int has(const char *s, const char *part) { return strstr(s, part) != NULL; }
-
-/* The error message must mention every one of the (NULL-terminated) parts. */
-static void check_error(const char *what, const char *const *parts)
-{
-    const char *e = gd_ctx_error(ctx);
-    for (int i = 0; parts[i] != NULL; i++) CHECK(has(e, parts[i]), "%s: message '%s' lacks '%s'", what, e, parts[i]);
-}
 
 /* Compiles the targets into *pp; nonzero (message printed) when compiling fails. */
 static int run1(gd_graph *g, int n, gd_tensor **targets, gd_program **pp)
 {
     gd_program *p = gd_compile(g, n, targets, 0);
-    if (p == NULL) {
-        printf("compile failed: %s\n", gd_ctx_error(ctx));
-        return 1;
-    }
+    CHECK(p != NULL, "compile failed: %s", gd_ctx_error(ctx));
+    if (p == NULL) return 1;
     *pp = p;
     return 0;
-}
-
-static gd_tensor *input_f32(gd_graph *g, const char *name, int nd, const int64_t *shape)
-{
-    return gd_input(g, name, GD_F32, nd, shape);
 }
 
 static int runs(gd_program *p)
 {
     gd_status s = gd_program_run(p);
-    if (s != GD_OK) printf("run failed: %s\n", gd_ctx_error(ctx));
+    CHECK(s == GD_OK, "run failed: %s", gd_ctx_error(ctx));
     return s == GD_OK;
 }
 
@@ -66,7 +30,7 @@ static int runs(gd_program *p)
 static void test_reshape(void)
 {
     gd_graph *g = fresh();
-    gd_tensor *x = input_f32(g, "x", 2, (int64_t[]){2, 3});
+    gd_tensor *x = in_f32(g, "x", 2, (int64_t[]){2, 3}, NULL);
     gd_tensor *y = gd_reshape(x, 3, (int64_t[]){3, -1, 1});
     CHECK(y != NULL, "reshape: %s", gd_ctx_error(ctx));
     if (y == NULL) return;
@@ -110,7 +74,7 @@ static void test_reshape(void)
 static void test_permute(void)
 {
     gd_graph *g = fresh();
-    gd_tensor *x = input_f32(g, "x", 3, (int64_t[]){2, 3, 4});
+    gd_tensor *x = in_f32(g, "x", 3, (int64_t[]){2, 3, 4}, NULL);
     gd_tensor *y = gd_permute(x, 3, (int64_t[]){2, 0, 1}); // y[k, i, j] = x[i, j, k]
     gd_tensor *z = gd_transpose(x, 0, -1);                // z[k, j, i] = x[i, j, k]
     gd_tensor *c = gd_contiguous(x);
@@ -191,8 +155,8 @@ static void test_other_dtypes(void)
 static void test_concat_slice(void)
 {
     gd_graph *g = fresh();
-    gd_tensor *a = input_f32(g, "a", 2, (int64_t[]){2, 2});
-    gd_tensor *b = input_f32(g, "b", 2, (int64_t[]){2, 1});
+    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 2}, NULL);
+    gd_tensor *b = in_f32(g, "b", 2, (int64_t[]){2, 1}, NULL);
     gd_tensor *c = gd_concat(g, 2, (gd_tensor *[]){a, b}, -1); // [[1, 2, 5], [3, 4, 6]]
     gd_tensor *r = gd_concat(g, 2, (gd_tensor *[]){a, a}, 0);  // [[1, 2], [3, 4], [1, 2], [3, 4]]
     gd_tensor *s1 = gd_slice(c, 1, -2, 100);                   // [[2, 5], [4, 6]]
@@ -236,7 +200,7 @@ static void test_concat_slice(void)
     }
     gd_program_free(p);
 
-    gd_tensor *bad = input_f32(g, "bad", 2, (int64_t[]){3, 1});
+    gd_tensor *bad = in_f32(g, "bad", 2, (int64_t[]){3, 1}, NULL);
     CHECK(gd_concat(g, 2, (gd_tensor *[]){a, bad}, 1) == NULL, "concat [2, 2] with [3, 1] on axis 1 should fail");
     check_error("concat", (const char *[]){"concat", "x1", "[3, 1]", "[2, 2]", NULL});
     gd_ctx_clear_error(ctx);
@@ -259,7 +223,7 @@ static void test_concat_slice(void)
 static void test_slice_grad(void)
 {
     gd_graph *g = fresh();
-    gd_tensor *dy = input_f32(g, "dy", 2, (int64_t[]){2, 2});
+    gd_tensor *dy = in_f32(g, "dy", 2, (int64_t[]){2, 2}, NULL);
     gd_attr at[4] = {gd_attr_i("axis", 1), gd_attr_i("start", -3), gd_attr_i("end", -1),
                      gd_attr_is("input_shape", 2, (int64_t[]){2, 4})};
     gd_tensor *dx = gd_op(g, "slice_grad", 1, &dy, 4, at);
@@ -285,7 +249,7 @@ static void test_embedding(void)
     gd_graph *g = fresh();
     gd_tensor *table = gd_param(g, "table", GD_F32, 2, (int64_t[]){4, 3});
     gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){2, 2});
-    gd_tensor *w = input_f32(g, "w", 3, (int64_t[]){2, 2, 3});
+    gd_tensor *w = in_f32(g, "w", 3, (int64_t[]){2, 2, 3}, NULL);
     gd_tensor *y = gd_embedding(table, ids);
     CHECK(y != NULL && gd_tensor_ndim(y) == 3 && gd_tensor_dim(y, 2) == 3, "embedding shape: %s", gd_ctx_error(ctx));
     gd_tensor *loss = gd_sum(gd_mul(y, w), 0, NULL, 0);
@@ -325,7 +289,7 @@ static void test_embedding(void)
     gd_program_free(p);
 
     gd_ctx_clear_error(ctx);
-    gd_tensor *fids = input_f32(g, "fids", 1, (int64_t[]){3});
+    gd_tensor *fids = in_f32(g, "fids", 1, (int64_t[]){3}, NULL);
     CHECK(gd_embedding(table, fids) == NULL, "float ids should fail");
     check_error("embedding ids dtype", (const char *[]){"embedding", "ids", "i32 or i64", NULL});
     gd_ctx_clear_error(ctx);
@@ -340,7 +304,7 @@ static void test_index_select(void)
     gd_tensor *x = gd_param(g, "x", GD_F32, 2, (int64_t[]){3, 4});
     gd_tensor *rows = gd_input(g, "rows", GD_I64, 1, (int64_t[]){3});
     gd_tensor *cols = gd_input(g, "cols", GD_I32, 1, (int64_t[]){2});
-    gd_tensor *w = input_f32(g, "w", 2, (int64_t[]){3, 4});
+    gd_tensor *w = in_f32(g, "w", 2, (int64_t[]){3, 4}, NULL);
     gd_tensor *r = gd_index_select(x, 0, rows); // (3, 4)
     gd_tensor *c = gd_index_select(x, -1, cols); // (3, 2)
     gd_tensor *loss = gd_sum(gd_mul(r, w), 0, NULL, 0);
@@ -409,7 +373,7 @@ static void test_layout_grads(void)
     gd_tensor *y = gd_permute(x, 3, (int64_t[]){1, 2, 0});                   // (3, 2, 2): y[j, k, i] = x[i, j, k]
     gd_tensor *z = gd_reshape(gd_slice(y, 0, 1, 3), 2, (int64_t[]){2, 4});   // rows j = 1, 2 -> (2, 4)
     gd_tensor *u = gd_concat(g, 2, (gd_tensor *[]){gd_contiguous(z), e}, 1); // (2, 5)
-    gd_tensor *w = input_f32(g, "w", 2, (int64_t[]){2, 5});
+    gd_tensor *w = in_f32(g, "w", 2, (int64_t[]){2, 5}, NULL);
     gd_tensor *loss = gd_sum(gd_mul(u, w), 0, NULL, 0);
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dx = gd_grad(g, x), *de = gd_grad(g, e);
@@ -441,10 +405,7 @@ static void test_layout_grads(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        printf("FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_reshape();
     test_permute();
     test_other_dtypes();
@@ -453,11 +414,5 @@ int main(void)
     test_embedding();
     test_index_select();
     test_layout_grads();
-    gd_ctx_free(ctx);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    return tu_finish("test_ops_layout");
 }

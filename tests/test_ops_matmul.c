@@ -3,80 +3,11 @@
  * transpose combinations, gradients of sum(output) (whose closed forms are row and column
  * sums of the other operand), and the messages of bad shapes. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            fails++;                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static gd_ctx *ctx;
-
-static gd_tensor *input(gd_graph *g, const char *name, int ndim, const int64_t *shape, const float *data)
-{
-    gd_tensor *t = gd_input(g, name, GD_F32, ndim, shape);
-    if (t != NULL && data != NULL) gd_tensor_write(t, data, sizeof(float) * (size_t)gd_tensor_numel(t));
-    return t;
-}
-
-/* Runs targets t[0..n) once and reads each into out[k] (numel floats each). 1 on success. */
-static int run(gd_graph *g, int n, gd_tensor **t, float **out)
-{
-    for (int k = 0; k < n; k++)
-        if (t[k] == NULL) {
-            CHECK(0, "building failed: %s", gd_ctx_error(ctx));
-            return 0;
-        }
-    gd_program *p = gd_compile(g, n, t, 0);
-    if (p == NULL) {
-        CHECK(0, "compile failed: %s", gd_ctx_error(ctx));
-        return 0;
-    }
-    gd_status s = gd_program_run(p);
-    CHECK(s == GD_OK, "run failed: %s", gd_ctx_error(ctx));
-    for (int k = 0; k < n && s == GD_OK; k++) {
-        s = gd_tensor_read(t[k], out[k], sizeof(float) * (size_t)gd_tensor_numel(t[k]));
-        CHECK(s == GD_OK, "read failed: %s", gd_ctx_error(ctx));
-    }
-    gd_program_free(p);
-    return s == GD_OK;
-}
-
-static int run1(gd_graph *g, gd_tensor *t, float *out) { return run(g, 1, &t, &out); }
-
-static void expect(const char *what, const float *got, const double *want, int n, double tol)
-{
-    for (int i = 0; i < n; i++)
-        CHECK(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])), "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
-}
-
-static void expect_shape(gd_tensor *t, int ndim, const int64_t *shape)
-{
-    if (t == NULL) return;
-    CHECK(gd_tensor_ndim(t) == ndim, "ndim %d, want %d", gd_tensor_ndim(t), ndim);
-    for (int d = 0; d < ndim && d < gd_tensor_ndim(t); d++)
-        CHECK(gd_tensor_dim(t, d) == shape[d], "dim %d is %lld, want %lld", d, (long long)gd_tensor_dim(t, d),
-              (long long)shape[d]);
-}
-
-/* The error message must mention every string in `needles`. */
-static void expect_error(gd_tensor *t, const char *what, int n, const char *const *needles)
-{
-    CHECK(t == NULL, "%s: should have failed", what);
-    const char *msg = gd_ctx_error(ctx);
-    for (int i = 0; i < n; i++) CHECK(strstr(msg, needles[i]) != NULL, "%s: message '%s' lacks '%s'", what, msg, needles[i]);
-    gd_ctx_clear_error(ctx);
-}
 
 // A (2, 3), B (3, 2), and A B by hand
 static const float A[6] = {1, 2, 3, 4, 5, 6};
@@ -90,14 +21,14 @@ static void test_matmul_by_hand(void)
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             gd_graph *g = gd_graph_new(ctx);
-            gd_tensor *a = ta ? input(g, "a", 2, (int64_t[]){3, 2}, At) : input(g, "a", 2, (int64_t[]){2, 3}, A);
-            gd_tensor *b = tb ? input(g, "b", 2, (int64_t[]){2, 3}, Bt) : input(g, "b", 2, (int64_t[]){3, 2}, B);
+            gd_tensor *a = ta ? in_f32(g, "a", 2, (int64_t[]){3, 2}, At) : in_f32(g, "a", 2, (int64_t[]){2, 3}, A);
+            gd_tensor *b = tb ? in_f32(g, "b", 2, (int64_t[]){2, 3}, Bt) : in_f32(g, "b", 2, (int64_t[]){3, 2}, B);
             gd_tensor *c = gd_matmul(a, b, ta, tb);
             expect_shape(c, 2, (int64_t[]){2, 2});
             float out[4];
             char what[64];
             snprintf(what, sizeof what, "matmul ta=%d tb=%d", ta, tb);
-            if (run1(g, c, out)) expect(what, out, AB, 4, 0);
+            if (run1_read(g, c, out)) expect_close(what, out, AB, 4, 0);
             gd_graph_free(g);
         }
 }
@@ -123,10 +54,10 @@ static void test_matmul_batched(void)
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++) naive(3, 4, 5, a + i * 12, b + j * 20, want + (i * 3 + j) * 15);
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *ta = input(g, "a", 4, (int64_t[]){2, 1, 3, 4}, a), *tb = input(g, "b", 3, (int64_t[]){3, 4, 5}, b);
+    gd_tensor *ta = in_f32(g, "a", 4, (int64_t[]){2, 1, 3, 4}, a), *tb = in_f32(g, "b", 3, (int64_t[]){3, 4, 5}, b);
     gd_tensor *tc = gd_matmul(ta, tb, 0, 0);
     expect_shape(tc, 4, (int64_t[]){2, 3, 3, 5});
-    if (run1(g, tc, c)) expect("matmul broadcast batch", c, want, 90, 1e-6);
+    if (run1_read(g, tc, c)) expect_close("matmul broadcast batch", c, want, 90, 1e-6);
     gd_graph_free(g);
 
     // a 2-D (2, 3) against b batched (2, 3, 2) whose second batch is -B: A B and -A B
@@ -135,9 +66,9 @@ static void test_matmul_batched(void)
     double want2[8];
     for (int i = 0; i < 4; i++) want2[i] = AB[i], want2[4 + i] = -AB[i];
     g = gd_graph_new(ctx);
-    tc = gd_matmul(input(g, "a", 2, (int64_t[]){2, 3}, A), input(g, "b", 3, (int64_t[]){2, 3, 2}, bb), 0, 0);
+    tc = gd_matmul(in_f32(g, "a", 2, (int64_t[]){2, 3}, A), in_f32(g, "b", 3, (int64_t[]){2, 3, 2}, bb), 0, 0);
     expect_shape(tc, 3, (int64_t[]){2, 2, 2});
-    if (run1(g, tc, c)) expect("matmul 2-D @ batched", c, want2, 8, 0);
+    if (run1_read(g, tc, c)) expect_close("matmul 2-D @ batched", c, want2, 8, 0);
     gd_graph_free(g);
 }
 
@@ -147,21 +78,21 @@ static void test_linear(void)
     static const float x[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 0, -1, 2, 1, 0}, b[2] = {0.5f, -1};
     static const double z[4] = {-1.5, 3, -1.5, 12}, znob[4] = {-2, 4, -2, 13};
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *tx = input(g, "x", 2, (int64_t[]){2, 3}, x), *tw = input(g, "w", 2, (int64_t[]){2, 3}, w);
-    gd_tensor *tb = input(g, "b", 1, (int64_t[]){2}, b);
+    gd_tensor *tx = in_f32(g, "x", 2, (int64_t[]){2, 3}, x), *tw = in_f32(g, "w", 2, (int64_t[]){2, 3}, w);
+    gd_tensor *tb = in_f32(g, "b", 1, (int64_t[]){2}, b);
     float out[4];
-    if (run1(g, gd_linear(tx, tw, tb), out)) expect("linear", out, z, 4, 0);
-    if (run1(g, gd_linear(tx, tw, NULL), out)) expect("linear without bias", out, znob, 4, 0);
+    if (run1_read(g, gd_linear(tx, tw, tb), out)) expect_close("linear", out, z, 4, 0);
+    if (run1_read(g, gd_linear(tx, tw, NULL), out)) expect_close("linear without bias", out, znob, 4, 0);
     // x 1-D (3): the first row alone
-    gd_tensor *x1 = input(g, "x1", 1, (int64_t[]){3}, x);
+    gd_tensor *x1 = in_f32(g, "x1", 1, (int64_t[]){3}, x);
     gd_tensor *y1 = gd_linear(x1, tw, tb);
     expect_shape(y1, 1, (int64_t[]){2});
-    if (run1(g, y1, out)) expect("linear 1-D", out, z, 2, 0);
+    if (run1_read(g, y1, out)) expect_close("linear 1-D", out, z, 2, 0);
     // x (2, 1, 3): leading dims kept
-    gd_tensor *x3 = input(g, "x3", 3, (int64_t[]){2, 1, 3}, x);
+    gd_tensor *x3 = in_f32(g, "x3", 3, (int64_t[]){2, 1, 3}, x);
     gd_tensor *y3 = gd_linear(x3, tw, tb);
     expect_shape(y3, 3, (int64_t[]){2, 1, 2});
-    if (run1(g, y3, out)) expect("linear 3-D", out, z, 4, 0);
+    if (run1_read(g, y3, out)) expect_close("linear 3-D", out, z, 4, 0);
 
     // linear_act: each activation of the same z, by its formula
     gd_tensor *in3[3] = {tx, tw, tb};
@@ -178,15 +109,15 @@ static void test_linear(void)
         gd_attr at = gd_attr_i("act", act);
         char what[32];
         snprintf(what, sizeof what, "linear_act act=%d", act);
-        if (run1(g, gd_op(g, "linear_act", 3, in3, 1, &at), out)) expect(what, out, want, 4, 1e-6);
+        if (run1_read(g, gd_op(g, "linear_act", 3, in3, 1, &at), out)) expect_close(what, out, want, 4, 1e-6);
     }
     // weight_in_out=1 takes W^T (3, 2), the layout of a matmul's right operand
     static const float wt[6] = {1, 2, 0, 1, -1, 0};
-    gd_tensor *twt = input(g, "wt", 2, (int64_t[]){3, 2}, wt);
+    gd_tensor *twt = in_f32(g, "wt", 2, (int64_t[]){3, 2}, wt);
     gd_attr at2[2] = {gd_attr_i("act", 1), gd_attr_i("weight_in_out", 1)};
     static const double zr[4] = {0, 3, 0, 12};
-    if (run1(g, gd_op(g, "linear_act", 3, (gd_tensor *[]){tx, twt, tb}, 2, at2), out))
-        expect("linear_act weight_in_out", out, zr, 4, 0);
+    if (run1_read(g, gd_op(g, "linear_act", 3, (gd_tensor *[]){tx, twt, tb}, 2, at2), out))
+        expect_close("linear_act weight_in_out", out, zr, 4, 0);
     gd_graph_free(g);
 }
 
@@ -216,11 +147,11 @@ static void test_gradients(void)
                     wb[tb ? j * 3 + k : k * 2 + j] = s;
                 }
             char what[64];
-            if (run(g, 2, t, (float *[]){da, db})) {
+            if (run_read(g, 2, t, (void *[]){da, db})) {
                 snprintf(what, sizeof what, "dA (ta=%d tb=%d)", ta, tb);
-                expect(what, da, wa, 6, 0);
+                expect_close(what, da, wa, 6, 0);
                 snprintf(what, sizeof what, "dB (ta=%d tb=%d)", ta, tb);
-                expect(what, db, wb, 6, 0);
+                expect_close(what, db, wb, 6, 0);
             }
             gd_graph_free(g);
         }
@@ -242,9 +173,9 @@ static void test_gradients(void)
             for (int k = 0; k < 3; k++) wa[bi * 6 + i * 3 + k] = B[k * 2] + B[k * 2 + 1];
     for (int k = 0; k < 3; k++)
         for (int j = 0; j < 2; j++) wb[k * 2 + j] = 3 * (A[k] + A[3 + k]);
-    if (run(g, 2, t, (float *[]){da, db})) {
-        expect("batched dA", da, wa, 12, 0);
-        expect("broadcast dB", db, wb, 6, 0);
+    if (run_read(g, 2, t, (void *[]){da, db})) {
+        expect_close("batched dA", da, wa, 12, 0);
+        expect_close("broadcast dB", db, wb, 6, 0);
     }
     gd_graph_free(g);
 
@@ -261,10 +192,10 @@ static void test_gradients(void)
     expect_shape(lt[0], 3, (int64_t[]){2, 1, 3});
     float dx[6], dw[6], dbias[2];
     static const double wdx[6] = {3, 1, -1, 3, 1, -1}, wdw[6] = {5, 7, 9, 5, 7, 9}, wdb[2] = {2, 2};
-    if (run(g, 3, lt, (float *[]){dx, dw, dbias})) {
-        expect("linear dx", dx, wdx, 6, 0);
-        expect("linear dW", dw, wdw, 6, 0);
-        expect("linear db", dbias, wdb, 2, 0);
+    if (run_read(g, 3, lt, (void *[]){dx, dw, dbias})) {
+        expect_close("linear dx", dx, wdx, 6, 0);
+        expect_close("linear dW", dw, wdw, 6, 0);
+        expect_close("linear db", dbias, wdb, 2, 0);
     }
     gd_graph_free(g);
 }
@@ -272,11 +203,11 @@ static void test_gradients(void)
 static void test_errors(void)
 {
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *a = input(g, "a", 2, (int64_t[]){2, 3}, NULL), *b = input(g, "b", 2, (int64_t[]){4, 5}, NULL);
+    gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}, NULL), *b = in_f32(g, "b", 2, (int64_t[]){4, 5}, NULL);
     expect_error(gd_matmul(a, b, 0, 0), "inner mismatch", 3, (const char *[]){"matmul", "[2, 3]", "[4, 5]"});
-    gd_tensor *b3 = input(g, "b3", 3, (int64_t[]){3, 3, 5}, NULL), *a3 = input(g, "a3", 3, (int64_t[]){2, 2, 3}, NULL);
+    gd_tensor *b3 = in_f32(g, "b3", 3, (int64_t[]){3, 3, 5}, NULL), *a3 = in_f32(g, "a3", 3, (int64_t[]){2, 2, 3}, NULL);
     expect_error(gd_matmul(a3, b3, 0, 0), "batch mismatch", 3, (const char *[]){"matmul", "[2, 2, 3]", "[3, 3, 5]"});
-    gd_tensor *v = input(g, "v", 1, (int64_t[]){3}, NULL);
+    gd_tensor *v = in_f32(g, "v", 1, (int64_t[]){3}, NULL);
     expect_error(gd_matmul(v, b, 0, 0), "1-D operand", 2, (const char *[]){"matmul", "[3]"});
     gd_tensor *d = gd_input(g, "d", GD_F64, 2, (int64_t[]){3, 2});
     expect_error(gd_matmul(a, d, 0, 0), "dtype mismatch", 3, (const char *[]){"matmul", "f32[2, 3]", "f64[3, 2]"});
@@ -284,9 +215,9 @@ static void test_errors(void)
     expect_error(gd_matmul(a, a, 0, 0), "no transpose", 2, (const char *[]){"matmul", "[2, 3]"});
     CHECK(gd_matmul(a, a, 0, 1) != NULL, "a @ a^T should build: %s", gd_ctx_error(ctx));
 
-    gd_tensor *w = input(g, "w", 2, (int64_t[]){4, 5}, NULL), *bias = input(g, "bias", 1, (int64_t[]){3}, NULL);
+    gd_tensor *w = in_f32(g, "w", 2, (int64_t[]){4, 5}, NULL), *bias = in_f32(g, "bias", 1, (int64_t[]){3}, NULL);
     expect_error(gd_linear(a, w, NULL), "linear features", 3, (const char *[]){"linear", "[2, 3]", "[4, 5]"});
-    gd_tensor *w2 = input(g, "w2", 2, (int64_t[]){4, 3}, NULL);
+    gd_tensor *w2 = in_f32(g, "w2", 2, (int64_t[]){4, 3}, NULL);
     expect_error(gd_linear(a, w2, bias), "linear bias", 3, (const char *[]){"linear", "[3]", "[4, 3]"});
     gd_attr bad = gd_attr_i("act", 9);
     expect_error(gd_op(g, "linear_act", 2, (gd_tensor *[]){a, w2}, 1, &bad), "bad act", 2,
@@ -300,17 +231,11 @@ static void test_errors(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        fprintf(stderr, "FAIL: cannot create a context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_matmul_by_hand();
     test_matmul_batched();
     test_linear();
     test_gradients();
     test_errors();
-    gd_ctx_free(ctx);
-    if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
-    else printf("test_ops_matmul: ok\n");
-    return fails != 0;
+    return tu_finish("test_ops_matmul");
 }

@@ -3,24 +3,10 @@
  * differences of an independent double-precision forward written in this file (and the
  * closed forms of dweight and dbias), and the messages of bad operands. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
-
-static gd_ctx *ctx;
 
 enum { R = 3, C = 5 };
 
@@ -30,59 +16,6 @@ static const float xv[R * C] = {1, 2, 3, 4, 10, -0.5f, 0.25f, 0, 1.5f, -2, 3, 3.
 static const float wv[C] = {1.5f, -1, 0.5f, 2, 1};
 static const float bv[C] = {0.1f, 0.2f, -0.3f, 0, 1};
 static const float cv[R * C] = {1, -2, 0.5f, 3, 0, 1, 1, -1, 2, 0.25f, -3, 2, 1, 0, 0.5f};
-
-static gd_graph *fresh(void)
-{
-    gd_ctx_clear_error(ctx);
-    return gd_graph_new(ctx);
-}
-
-static gd_tensor *in_f32(gd_graph *g, const char *name, int nd, const int64_t *shape, const float *v)
-{
-    gd_tensor *t = gd_input(g, name, GD_F32, nd, shape);
-    if (t != NULL && v != NULL) gd_tensor_write(t, v, (size_t)gd_tensor_numel(t) * sizeof(float));
-    return t;
-}
-
-static gd_program *run(gd_graph *g, int n, gd_tensor **targets)
-{
-    for (int i = 0; i < n; i++) {
-        if (targets[i] == NULL) {
-            CHECK(0, "target %d was not built: %s", i, gd_ctx_error(ctx));
-            return NULL;
-        }
-    }
-    gd_program *p = gd_compile(g, n, targets, 0);
-    CHECK(p != NULL, "compile: %s", gd_ctx_error(ctx));
-    if (p == NULL) return NULL;
-    gd_status s = gd_program_run(p);
-    CHECK(s == GD_OK, "run: %s", gd_ctx_error(ctx));
-    if (s != GD_OK) {
-        gd_program_free(p);
-        return NULL;
-    }
-    return p;
-}
-
-static void expect(const char *what, gd_tensor *t, const double *want, int n, double tol)
-{
-    float got[64];
-    CHECK(gd_tensor_numel(t) == n, "%s: %lld elements, %d expected", what, (long long)gd_tensor_numel(t), n);
-    if (gd_tensor_numel(t) != n || n > 64) return;
-    gd_status s = gd_tensor_read(t, got, (size_t)n * sizeof(float));
-    CHECK(s == GD_OK, "%s: read: %s", what, gd_ctx_error(ctx));
-    if (s != GD_OK) return;
-    for (int i = 0; i < n; i++)
-        CHECK(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])), "%s[%d] = %.9g, expected %.9g", what, i,
-              got[i], want[i]);
-}
-
-static void check_error(const char *what, const char *const *parts)
-{
-    const char *e = gd_ctx_error(ctx);
-    for (int i = 0; parts[i] != NULL; i++)
-        CHECK(strstr(e, parts[i]) != NULL, "%s: message '%s' lacks '%s'", what, e, parts[i]);
-}
 
 /* ---- the forward in double, written from the definitions ----------------------------- */
 
@@ -142,17 +75,17 @@ static void check_norm(int kind, int n_aff, double eps)
     gd_tensor *loss = gd_sum(gd_mul(y, c), 0, NULL, 0);
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "%s: backward: %s", what, gd_ctx_error(ctx));
     gd_tensor *t[4] = {y, gd_grad(g, x), w != NULL ? gd_grad(g, w) : y, b != NULL ? gd_grad(g, b) : y};
-    gd_program *p = run(g, 4, t);
+    gd_program *p = compile_run(g, 4, t);
     if (p != NULL) {
         double xd[R * C], wd[C], bd[C], want[R * C], dx[R * C], dw[C] = {0}, db[C] = {0};
         for (int i = 0; i < R * C; i++) xd[i] = xv[i];
         for (int k = 0; k < C; k++) wd[k] = wv[k], bd[k] = bv[k];
         const double *wp = w != NULL ? wd : NULL, *bp = b != NULL ? bd : NULL;
         norm_rows(kind, xd, wp, bp, eps, want);
-        expect(what, y, want, R * C, 1e-6);
+        expect_tensor(what, y, want, R * C, 1e-6);
         fd_dx(kind, wp, bp, eps, dx);
         snprintf(what + strlen(what), sizeof what - strlen(what), ", dx");
-        expect(what, t[1], dx, R * C, 1e-4);
+        expect_tensor(what, t[1], dx, R * C, 1e-4);
         // dweight = sum over rows of c * normalized x; dbias = sum over rows of c
         double xhat[R * C];
         norm_rows(kind, xd, NULL, NULL, eps, xhat);
@@ -161,8 +94,8 @@ static void check_norm(int kind, int n_aff, double eps)
                 dw[k] += cv[r * C + k] * xhat[r * C + k];
                 db[k] += cv[r * C + k];
             }
-        if (w != NULL) expect("dweight", t[2], dw, C, 1e-5);
-        if (b != NULL) expect("dbias", t[3], db, C, 1e-6);
+        if (w != NULL) expect_tensor("dweight", t[2], dw, C, 1e-5);
+        if (b != NULL) expect_tensor("dbias", t[3], db, C, 1e-6);
         gd_program_free(p);
     }
     gd_graph_free(g);
@@ -176,11 +109,11 @@ static void test_known_values(void)
     gd_tensor *ln = gd_layer_norm(x, NULL, NULL, 0.0);
     gd_tensor *rms = gd_rms_norm(x, NULL, 0.0);
     gd_tensor *t[] = {ln, rms};
-    gd_program *p = run(g, 2, t);
+    gd_program *p = compile_run(g, 2, t);
     if (p != NULL) {
         const double s = sqrt(1.25), q = sqrt(7.5);
-        expect("layer_norm of 1..4", ln, (double[]){-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s}, 4, 1e-6);
-        expect("rms_norm of 1..4", rms, (double[]){1 / q, 2 / q, 3 / q, 4 / q}, 4, 1e-6);
+        expect_tensor("layer_norm of 1..4", ln, (double[]){-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s}, 4, 1e-6);
+        expect_tensor("rms_norm of 1..4", rms, (double[]){1 / q, 2 / q, 3 / q, 4 / q}, 4, 1e-6);
         gd_program_free(p);
     }
     gd_graph_free(g);
@@ -217,18 +150,12 @@ static void test_errors(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        printf("FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_known_values();
     for (int n_aff = 0; n_aff <= 2; n_aff++) check_norm(0, n_aff, 1e-5);
     check_norm(0, 2, 0.5); // a large eps changes every value: checks it is used where it belongs
     for (int n_aff = 0; n_aff <= 1; n_aff++) check_norm(1, n_aff, 1e-6);
     check_norm(1, 1, 0.5);
     test_errors();
-    gd_ctx_free(ctx);
-    if (failures) printf("%d failure(s)\n", failures);
-    else printf("ok\n");
-    return failures != 0;
+    return tu_finish("test_ops_norm");
 }

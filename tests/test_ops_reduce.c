@@ -3,75 +3,13 @@
  * computed here in double, gradients through gd_backward against their textbook
  * expressions, and the messages of bad shapes and bad targets. */
 #include "gradus.h"
+#include "testutil.h"
 #include "ops/reduce.h" /* gd_expand, internal to the ops layer */
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
-
-static gd_ctx *ctx;
-
-static gd_graph *fresh(void)
-{
-    gd_ctx_clear_error(ctx);
-    return gd_graph_new(ctx);
-}
-
-static gd_tensor *in_f32(gd_graph *g, const char *name, int nd, const int64_t *shape, const float *v)
-{
-    gd_tensor *t = gd_input(g, name, GD_F32, nd, shape);
-    if (t != NULL && v != NULL) gd_tensor_write(t, v, (size_t)gd_tensor_numel(t) * sizeof(float));
-    return t;
-}
-
-/* Compiles and runs; NULL (and a failure) when either step fails. */
-static gd_program *run(gd_graph *g, int n, gd_tensor **targets)
-{
-    for (int i = 0; i < n; i++) {
-        if (targets[i] == NULL) {
-            CHECK(0, "target %d was not built: %s", i, gd_ctx_error(ctx));
-            return NULL;
-        }
-    }
-    gd_program *p = gd_compile(g, n, targets, 0);
-    CHECK(p != NULL, "compile: %s", gd_ctx_error(ctx));
-    if (p == NULL) return NULL;
-    gd_status s = gd_program_run(p);
-    CHECK(s == GD_OK, "run: %s", gd_ctx_error(ctx));
-    if (s != GD_OK) {
-        gd_program_free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* t's f32 values against want[0..n), each within tol relative (plus tol absolute). */
-static void expect(const char *what, gd_tensor *t, const double *want, int n, double tol)
-{
-    float got[256];
-    CHECK(gd_tensor_numel(t) == n, "%s: %lld elements, %d expected", what, (long long)gd_tensor_numel(t), n);
-    if (gd_tensor_numel(t) != n || n > 256) return;
-    gd_status s = gd_tensor_read(t, got, (size_t)n * sizeof(float));
-    CHECK(s == GD_OK, "%s: read: %s", what, gd_ctx_error(ctx));
-    if (s != GD_OK) return;
-    for (int i = 0; i < n; i++)
-        CHECK(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])), "%s[%d] = %.9g, expected %.9g", what, i,
-              got[i], want[i]);
-}
-
-static void expect_shape(const char *what, gd_tensor *t, int nd, const int64_t *dims)
+static void expect_shape_named(const char *what, gd_tensor *t, int nd, const int64_t *dims)
 {
     CHECK(t != NULL, "%s: not built: %s", what, gd_ctx_error(ctx));
     if (t == NULL) return;
@@ -79,14 +17,6 @@ static void expect_shape(const char *what, gd_tensor *t, int nd, const int64_t *
     for (int d = 0; ok && d < nd; d++) ok = gd_tensor_dim(t, d) == dims[d];
     char b[128];
     CHECK(ok, "%s: shape %s", what, gd_tensor_describe(t, b, sizeof b));
-}
-
-/* The error message must mention every one of the (NULL-terminated) parts. */
-static void check_error(const char *what, const char *const *parts)
-{
-    const char *e = gd_ctx_error(ctx);
-    for (int i = 0; parts[i] != NULL; i++)
-        CHECK(strstr(e, parts[i]) != NULL, "%s: message '%s' lacks '%s'", what, e, parts[i]);
 }
 
 /* ---- sum, mean ------------------------------------------------------------------------ */
@@ -105,13 +35,13 @@ static void test_sum_mean(void)
     gd_tensor *s3 = gd_sum(x, 2, (int64_t[]){0, -1}, 1);
     gd_tensor *m1 = gd_mean(x, 2, (int64_t[]){2, 0}, 0);
     gd_tensor *m_all = gd_mean(x, 0, NULL, 1);
-    expect_shape("sum axes [1]", s1, 2, (int64_t[]){2, 4});
-    expect_shape("sum of all", s_all, 0, NULL);
-    expect_shape("sum axes [0, -1] keepdims", s3, 3, (int64_t[]){1, 3, 1});
-    expect_shape("mean axes [2, 0]", m1, 1, (int64_t[]){3});
-    expect_shape("mean of all keepdims", m_all, 3, (int64_t[]){1, 1, 1});
+    expect_shape_named("sum axes [1]", s1, 2, (int64_t[]){2, 4});
+    expect_shape_named("sum of all", s_all, 0, NULL);
+    expect_shape_named("sum axes [0, -1] keepdims", s3, 3, (int64_t[]){1, 3, 1});
+    expect_shape_named("mean axes [2, 0]", m1, 1, (int64_t[]){3});
+    expect_shape_named("mean of all keepdims", m_all, 3, (int64_t[]){1, 1, 1});
     gd_tensor *t[] = {s1, s_all, s3, m1, m_all};
-    gd_program *p = run(g, 5, t);
+    gd_program *p = compile_run(g, 5, t);
     if (p == NULL) return;
     double w1[8], w3[3], wm[3];
     for (int i = 0; i < 2; i++)
@@ -121,11 +51,11 @@ static void test_sum_mean(void)
         wm[j] = 50.0 + 10.0 * j + 1.5;
     }
     const double total = 100.0 * 12 + 10.0 * (0 + 1 + 2) * 8 + (0 + 1 + 2 + 3) * 6.0;
-    expect("sum axes [1]", s1, w1, 8, 1e-6);
-    expect("sum of all", s_all, &total, 1, 1e-6);
-    expect("sum axes [0, -1]", s3, w3, 3, 1e-6);
-    expect("mean axes [2, 0]", m1, wm, 3, 1e-6);
-    expect("mean of all", m_all, (double[]){total / 24}, 1, 1e-6);
+    expect_tensor("sum axes [1]", s1, w1, 8, 1e-6);
+    expect_tensor("sum of all", s_all, &total, 1, 1e-6);
+    expect_tensor("sum axes [0, -1]", s3, w3, 3, 1e-6);
+    expect_tensor("mean axes [2, 0]", m1, wm, 3, 1e-6);
+    expect_tensor("mean of all", m_all, (double[]){total / 24}, 1, 1e-6);
     gd_program_free(p);
     gd_graph_free(g);
 }
@@ -144,13 +74,13 @@ static void test_sum_mean_grad(void)
     gd_tensor *loss = gd_add(a, b);
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dx = gd_grad(g, x);
-    gd_program *p = run(g, 1, &dx);
+    gd_program *p = compile_run(g, 1, &dx);
     if (p == NULL) return;
     double want[24];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
             for (int k = 0; k < 4; k++) want[(i * 3 + j) * 4 + k] = cv[i * 4 + k] / 3.0 + ev[j];
-    expect("d sum/mean", dx, want, 24, 1e-6);
+    expect_tensor("d sum/mean", dx, want, 24, 1e-6);
     gd_program_free(p);
     gd_graph_free(g);
 }
@@ -168,9 +98,9 @@ static void test_max_argmax(void)
     gd_tensor *a1 = gd_argmax(x, 1, 0);
     gd_tensor *a0 = gd_argmax(x, 0, 1);
     gd_tensor *af = gd_argmax(flat, -1, 0);
-    expect_shape("max axes [0] keepdims", m0, 2, (int64_t[]){1, 3});
-    expect_shape("argmax axis 0 keepdims", a0, 2, (int64_t[]){1, 3});
-    expect_shape("argmax of a vector", af, 0, NULL);
+    expect_shape_named("max axes [0] keepdims", m0, 2, (int64_t[]){1, 3});
+    expect_shape_named("argmax axis 0 keepdims", a0, 2, (int64_t[]){1, 3});
+    expect_shape_named("argmax of a vector", af, 0, NULL);
     CHECK(a1 != NULL && gd_tensor_dtype(a1) == GD_I64, "argmax should give i64");
     // the gradient of max over all goes to the first maximal element only
     gd_tensor *loss = gd_add(gd_sum(m1, 0, NULL, 0), gd_max(x, 0, NULL, 0));
@@ -180,13 +110,13 @@ static void test_max_argmax(void)
     gd_attr at[2] = {gd_attr_is("axes", 1, (int64_t[]){-1}), gd_attr_i("keepdims", 0)};
     gd_tensor *mg = gd_op(g, "max_grad", 2, (gd_tensor *[]){dy, x}, 2, at);
     gd_tensor *t[] = {m1, m0, a1, a0, af, dx, mg};
-    gd_program *p = run(g, 7, t);
+    gd_program *p = compile_run(g, 7, t);
     if (p == NULL) return;
-    expect("max axes [1]", m1, (double[]){5, -1}, 2, 0);
-    expect("max axes [0]", m0, (double[]){1, 5, 5}, 3, 0);
+    expect_tensor("max axes [1]", m1, (double[]){5, -1}, 2, 0);
+    expect_tensor("max axes [0]", m0, (double[]){1, 5, 5}, 3, 0);
     // sum(max over rows) gives [0 1 0; 0 1 0]; max over all adds 1 at (0, 1)
-    expect("d max", dx, (double[]){0, 2, 0, 0, 1, 0}, 6, 0);
-    expect("max_grad", mg, (double[]){0, 7, 0, 0, 9, 0}, 6, 0);
+    expect_tensor("d max", dx, (double[]){0, 2, 0, 0, 1, 0}, 6, 0);
+    expect_tensor("max_grad", mg, (double[]){0, 7, 0, 0, 9, 0}, 6, 0);
     int64_t i1[2] = {-1, -1}, i0[3] = {-1, -1, -1}, ifl = -1;
     gd_tensor_read(a1, i1, sizeof i1);
     gd_tensor_read(a0, i0, sizeof i0);
@@ -207,7 +137,7 @@ static void test_expand(void)
     gd_graph *g = fresh();
     gd_tensor *x = in_f32(g, "x", 2, (int64_t[]){3, 1}, (float[]){1, 2, 3});
     gd_tensor *y = gd_expand(x, 3, (int64_t[]){2, 3, 4});
-    expect_shape("expand [3, 1] to [2, 3, 4]", y, 3, (int64_t[]){2, 3, 4});
+    expect_shape_named("expand [3, 1] to [2, 3, 4]", y, 3, (int64_t[]){2, 3, 4});
     float wv[24];
     for (int i = 0; i < 24; i++) wv[i] = (float)(i % 5) - 1.5f;
     gd_tensor *w = in_f32(g, "w", 3, (int64_t[]){2, 3, 4}, wv);
@@ -215,7 +145,7 @@ static void test_expand(void)
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dx = gd_grad(g, x);
     gd_tensor *t[] = {y, dx};
-    gd_program *p = run(g, 2, t);
+    gd_program *p = compile_run(g, 2, t);
     if (p == NULL) return;
     double want[24], dwant[3] = {0, 0, 0};
     for (int a = 0; a < 2; a++)
@@ -224,8 +154,8 @@ static void test_expand(void)
                 want[(a * 3 + b) * 4 + c] = b + 1;
                 dwant[b] += wv[(a * 3 + b) * 4 + c];
             }
-    expect("expand", y, want, 24, 0);
-    expect("d expand", dx, dwant, 3, 1e-6);
+    expect_tensor("expand", y, want, 24, 0);
+    expect_tensor("d expand", dx, dwant, 3, 1e-6);
     gd_program_free(p);
 
     gd_tensor *bad = gd_expand(in_f32(g, "z", 2, (int64_t[]){3, 2}, NULL), 2, (int64_t[]){4, 3});
@@ -242,7 +172,7 @@ static void test_global_norm(void)
     gd_tensor *a = in_f32(g, "a", 1, (int64_t[]){2}, (float[]){3, 4});
     gd_tensor *b = in_f32(g, "b", 2, (int64_t[]){1, 1}, (float[]){12});
     gd_tensor *n = gd_global_norm(g, 2, (gd_tensor *[]){a, b});
-    expect_shape("global_norm", n, 0, NULL);
+    expect_shape_named("global_norm", n, 0, NULL);
     CHECK(n != NULL && gd_backward(g, n) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *da = gd_grad(g, a), *db = gd_grad(g, b);
     // 20 scalars, more than one node takes: grouped, the norm of the groups' norms
@@ -256,12 +186,12 @@ static void test_global_norm(void)
     }
     gd_tensor *n20 = gd_global_norm(g, 20, xs);
     gd_tensor *t[] = {n, da, db, n20};
-    gd_program *p = run(g, 4, t);
+    gd_program *p = compile_run(g, 4, t);
     if (p == NULL) return;
-    expect("global_norm", n, (double[]){13}, 1, 1e-6);
-    expect("d global_norm / da", da, (double[]){3.0 / 13, 4.0 / 13}, 2, 1e-6);
-    expect("d global_norm / db", db, (double[]){12.0 / 13}, 1, 1e-6);
-    expect("global_norm of 20", n20, (double[]){sqrt(ss)}, 1, 1e-6);
+    expect_tensor("global_norm", n, (double[]){13}, 1, 1e-6);
+    expect_tensor("d global_norm / da", da, (double[]){3.0 / 13, 4.0 / 13}, 2, 1e-6);
+    expect_tensor("d global_norm / db", db, (double[]){12.0 / 13}, 1, 1e-6);
+    expect_tensor("global_norm of 20", n20, (double[]){sqrt(ss)}, 1, 1e-6);
     gd_program_free(p);
 
     gd_tensor *h = gd_input(g, "h", GD_F16, 1, (int64_t[]){2});
@@ -285,7 +215,7 @@ static void test_softmax(void)
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dx = gd_grad(g, x);
     gd_tensor *t[] = {y, ly, yz, dx};
-    gd_program *p = run(g, 4, t);
+    gd_program *p = compile_run(g, 4, t);
     if (p == NULL) return;
     const double e = exp(1.0), den = 1 + e + e * e;
     const double sm[3] = {1 / den, e / den, e * e / den};
@@ -304,10 +234,10 @@ static void test_softmax(void)
         }
     }
     const double l3 = (float)log(3.0), e3 = exp(l3);
-    expect("softmax", y, wy, 6, 1e-6);
-    expect("log_softmax", ly, wly, 6, 1e-6);
-    expect("softmax axis 0", yz, (double[]){1 / (1 + e3), 1 / (1 + e), e3 / (1 + e3), e / (1 + e)}, 4, 1e-6);
-    expect("d softmax + d log_softmax", dx, wdx, 6, 1e-5);
+    expect_tensor("softmax", y, wy, 6, 1e-6);
+    expect_tensor("log_softmax", ly, wly, 6, 1e-6);
+    expect_tensor("softmax axis 0", yz, (double[]){1 / (1 + e3), 1 / (1 + e), e3 / (1 + e3), e / (1 + e)}, 4, 1e-6);
+    expect_tensor("d softmax + d log_softmax", dx, wdx, 6, 1e-5);
     gd_program_free(p);
 
     CHECK(gd_softmax(x, 2) == NULL, "softmax axis 2 of a matrix should fail");
@@ -344,23 +274,23 @@ static void test_cross_entropy(void)
     gd_tensor *loss = gd_cross_entropy(x, tg, -100);
     gd_tensor *l32 = gd_cross_entropy(x, t32, 1); // only row 1 (target 3) counts
     gd_tensor *none = gd_cross_entropy(x, all, -1);
-    expect_shape("cross_entropy", loss, 0, NULL);
+    expect_shape_named("cross_entropy", loss, 0, NULL);
     CHECK(loss != NULL && gd_backward(g, gd_add(loss, none)) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dx = gd_grad(g, x);
     gd_tensor *t[] = {loss, l32, none, dx};
-    gd_program *p = run(g, 4, t);
+    gd_program *p = compile_run(g, 4, t);
     if (p == NULL) return;
     double want = ((lse(lv, 4) - 3) + (lse(lv + 8, 4) - (-1))) / 2;
-    expect("cross_entropy", loss, &want, 1, 1e-6);
-    expect("cross_entropy i32, ignore_index 1", l32, (double[]){log(4.0)}, 1, 1e-6);
-    expect("cross_entropy all ignored", none, (double[]){0}, 1, 0);
+    expect_tensor("cross_entropy", loss, &want, 1, 1e-6);
+    expect_tensor("cross_entropy i32, ignore_index 1", l32, (double[]){log(4.0)}, 1, 1e-6);
+    expect_tensor("cross_entropy all ignored", none, (double[]){0}, 1, 0);
     double wdx[12];
     for (int r = 0; r < 3; r++) {
         double l = lse(lv + r * 4, 4);
         for (int k = 0; k < 4; k++)
             wdx[r * 4 + k] = tv[r] == -100 ? 0 : (exp(lv[r * 4 + k] - l) - (k == tv[r])) / 2;
     }
-    expect("d cross_entropy", dx, wdx, 12, 1e-6);
+    expect_tensor("d cross_entropy", dx, wdx, 12, 1e-6);
     gd_program_free(p);
 
     // a target outside [0, C) is the kernel's error, naming the row and the value
@@ -395,16 +325,16 @@ static void test_mse(void)
     gd_tensor *pr = in_f32(g, "pred", 2, (int64_t[]){2, 2}, (float[]){1, 2, 3, 4});
     gd_tensor *tg = in_f32(g, "target", 2, (int64_t[]){2, 2}, (float[]){0, 2, 5, 4.5f});
     gd_tensor *l = gd_mse(pr, tg);
-    expect_shape("mse", l, 0, NULL);
+    expect_shape_named("mse", l, 0, NULL);
     CHECK(l != NULL && gd_backward(g, l) == GD_OK, "backward: %s", gd_ctx_error(ctx));
     gd_tensor *dp = gd_grad(g, pr), *dt = gd_grad(g, tg);
     gd_tensor *t[] = {l, dp, dt};
-    gd_program *p = run(g, 3, t);
+    gd_program *p = compile_run(g, 3, t);
     if (p == NULL) return;
     // differences 1, 0, -2, -0.5: squares sum to 5.25; d/dpred = 2 d / 4
-    expect("mse", l, (double[]){5.25 / 4}, 1, 1e-7);
-    expect("d mse / dpred", dp, (double[]){0.5, 0, -1, -0.25}, 4, 1e-7);
-    expect("d mse / dtarget", dt, (double[]){-0.5, 0, 1, 0.25}, 4, 1e-7);
+    expect_tensor("mse", l, (double[]){5.25 / 4}, 1, 1e-7);
+    expect_tensor("d mse / dpred", dp, (double[]){0.5, 0, -1, -0.25}, 4, 1e-7);
+    expect_tensor("d mse / dtarget", dt, (double[]){-0.5, 0, 1, 0.25}, 4, 1e-7);
     gd_program_free(p);
 
     gd_tensor *a = in_f32(g, "a", 2, (int64_t[]){2, 3}, NULL), *b = in_f32(g, "b", 2, (int64_t[]){3, 2}, NULL);
@@ -435,10 +365,7 @@ static void test_bad_axes(void)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        printf("FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_sum_mean();
     test_sum_mean_grad();
     test_max_argmax();
@@ -448,8 +375,5 @@ int main(void)
     test_cross_entropy();
     test_mse();
     test_bad_axes();
-    gd_ctx_free(ctx);
-    if (failures) printf("%d failure(s)\n", failures);
-    else printf("ok\n");
-    return failures != 0;
+    return tu_finish("test_ops_reduce");
 }

@@ -2,29 +2,10 @@
  * update rules, clipping by global norm, the learning-rate state, assign and clip_coef,
  * error paths, and a small linear regression trained to convergence. */
 #include "gradus.h"
+#include "testutil.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
-
-static int fails;
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            fails++;                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static gd_ctx *ctx;
-
-static void check_close(const char *what, const float *got, const double *want, int n, double tol)
-{
-    for (int i = 0; i < n; i++)
-        CHECK(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])), "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
-}
 
 /* A graph whose loss is sum(p * c): the gradient of p is the input c, whatever p is. */
 typedef struct fixed_grad {
@@ -88,19 +69,19 @@ static void test_adamw_steps(void)
     if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
         // 0.999 - 0.1*0.1/(0.1 + 1e-8) etc.; a zero gradient only decays
         const double want1[4] = {0.89900001, -1.898000005, 0.39950000333, 2.997};
-        check_close("adamw step 1", p, want1, 4, 2e-7);
+        expect_close("adamw step 1", p, want1, 4, 2e-7);
         if (fixed_grad_run(&f, p)) {
             const double want2[4] = {0.79810102, -1.79610201, 0.29910050666, 2.994003};
-            check_close("adamw step 2", p, want2, 4, 2e-7);
+            expect_close("adamw step 2", p, want2, 4, 2e-7);
         }
         // the moments after two steps: m = 0.19 g, v = 0.001999 g^2
         gd_tensor *m = gd_graph_find(f.g, "w.adam_m"), *v = gd_graph_find(f.g, "w.adam_v");
         float mv[4];
         CHECK(m != NULL && v != NULL, "moments not named w.adam_m / w.adam_v");
         if (m != NULL && gd_tensor_read(m, mv, sizeof mv) == GD_OK)
-            check_close("adam_m", mv, (const double[]){0.019, -0.038, 0.057, 0}, 4, 1e-7);
+            expect_close("adam_m", mv, (const double[]){0.019, -0.038, 0.057, 0}, 4, 1e-7);
         if (v != NULL && gd_tensor_read(v, mv, sizeof mv) == GD_OK)
-            check_close("adam_v", mv, (const double[]){1.999e-5, 7.996e-5, 1.7991e-4, 0}, 4, 1e-10);
+            expect_close("adam_v", mv, (const double[]){1.999e-5, 7.996e-5, 1.7991e-4, 0}, 4, 1e-10);
     }
     fixed_grad_free(&f);
 }
@@ -121,10 +102,10 @@ static void test_sgd_steps(int nesterov)
     const float p0[2] = {1, -1}, c[2] = {0.5f, 2};
     float p[2];
     if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
-        check_close(nesterov ? "nesterov step 1" : "sgd step 1", p,
+        expect_close(nesterov ? "nesterov step 1" : "sgd step 1", p,
                     nesterov ? (const double[]){0.886, -1.361} : (const double[]){0.94, -1.19}, 2, 1e-6);
         if (fixed_grad_run(&f, p))
-            check_close(nesterov ? "nesterov step 2" : "sgd step 2", p,
+            expect_close(nesterov ? "nesterov step 2" : "sgd step 2", p,
                         nesterov ? (const double[]){0.725566, -1.869041} : (const double[]){0.8266, -1.5491}, 2, 1e-6);
     }
     fixed_grad_free(&f);
@@ -143,10 +124,10 @@ static void test_clip_and_lr(void)
         float p[2];
         if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
             double s = k == 0 ? 1.0 / (5 + 1e-6) : 1.0;
-            check_close(k == 0 ? "clipped step" : "unclipped step", p, (const double[]){-3 * s, -4 * s}, 2, 1e-7);
+            expect_close(k == 0 ? "clipped step" : "unclipped step", p, (const double[]){-3 * s, -4 * s}, 2, 1e-7);
             CHECK(gd_optimizer_set_lr(f.g, 0.5) == GD_OK, "set_lr: %s", gd_ctx_error(ctx));
             if (fixed_grad_run(&f, p))
-                check_close("step after set_lr(0.5)", p, (const double[]){-4.5 * s, -6 * s}, 2, 1e-7);
+                expect_close("step after set_lr(0.5)", p, (const double[]){-4.5 * s, -6 * s}, 2, 1e-7);
         }
         fixed_grad_free(&f);
     }
@@ -273,10 +254,7 @@ static void test_linear_regression(int adam)
 
 int main(void)
 {
-    if (gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) {
-        fprintf(stderr, "FAIL: no context\n");
-        return 1;
-    }
+    if (!tu_open_ctx()) return 1;
     test_adamw_steps();
     test_sgd_steps(0);
     test_sgd_steps(1);
@@ -285,8 +263,5 @@ int main(void)
     test_assign_and_clip_coef();
     test_linear_regression(1);
     test_linear_regression(0);
-    gd_ctx_free(ctx);
-    if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
-    else printf("test_optim: ok\n");
-    return fails != 0;
+    return tu_finish("test_optim");
 }
