@@ -131,6 +131,9 @@ typedef struct gemm_args {
 static void edge_tile(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
                       int m, int n)
 {
+#ifdef GCPU_HAVE_EDGE_KERNEL
+    gcpu_ukernel_edge(kc, a, b, c, ldc, alpha, beta, m, n);
+#else
     float tile[GCPU_MR * GCPU_NR] __attribute__((aligned(64)));
     gcpu_ukernel(kc, a, b, tile, GCPU_NR, 1.0f, 0.0f);
     for (int i = 0; i < m; i++)
@@ -138,6 +141,7 @@ static void edge_tile(int64_t kc, const float *a, const float *b, float *c, int6
             float *p = c + i * ldc + j;
             *p = gcpu_epilogue(tile[i * GCPU_NR + j], alpha, beta, beta == 0.0f ? 0.0f : *p);
         }
+#endif
 }
 
 static int gemm_rect(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int tid)

@@ -61,6 +61,67 @@ static inline void gcpu_ukernel(int64_t kc, const float *restrict a, const float
     }
 }
 
+
+/* A partial tile, m rows (1..MR) by n columns (1..NR), with the full kernel's arithmetic on
+ * the elements it has (each element's FMA chain and epilogue are the same instructions),
+ * so that its bits are those a full tile would give. Rows beyond m are not computed and
+ * columns beyond n are masked: on the shapes of small layers (16 or 64 rows, 10 columns)
+ * a padded full tile would be mostly waste. */
+#define GCPU_HAVE_EDGE_KERNEL 1
+static inline __attribute__((always_inline)) void gcpu_ukernel_part(const int m, const int halves, int64_t kc,
+                                                                    const float *restrict a,
+                                                                    const float *restrict b, float *restrict c,
+                                                                    int64_t ldc, float alpha, float beta,
+                                                                    __mmask16 k0, __mmask16 k1)
+{
+    __m512 acc[GCPU_MR][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = halves > 1 ? _mm512_load_ps(b + 16) : b0;
+#pragma GCC unroll 16
+        for (int i = 0; i < m; i++) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+            acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+            if (halves > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+        }
+        a += GCPU_MR;
+        b += GCPU_NR;
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++) {
+        float *ci = c + i * ldc;
+        for (int h = 0; h < halves; h++) {
+            __mmask16 km = h == 0 ? k0 : k1;
+            __m512 r;
+            if (beta == 0.0f) r = _mm512_mul_ps(va, acc[i][h]);
+            else if (beta == 1.0f) r = _mm512_fmadd_ps(va, acc[i][h], _mm512_maskz_loadu_ps(km, ci + 16 * h));
+            else r = _mm512_fmadd_ps(va, acc[i][h], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(km, ci + 16 * h)));
+            _mm512_mask_storeu_ps(ci + 16 * h, km, r);
+        }
+    }
+}
+
+static inline void gcpu_ukernel_edge(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, float alpha,
+                                     float beta, int m, int n)
+{
+    __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+    __mmask16 k1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1u) : (__mmask16)0;
+#define GCPU_PART_CASE(M_)                                                                      \
+    case M_:                                                                                    \
+        if (n > 16) gcpu_ukernel_part(M_, 2, kc, a, b, c, ldc, alpha, beta, k0, k1);            \
+        else gcpu_ukernel_part(M_, 1, kc, a, b, c, ldc, alpha, beta, k0, k1);                   \
+        break;
+    switch (m) {
+        GCPU_PART_CASE(1) GCPU_PART_CASE(2) GCPU_PART_CASE(3) GCPU_PART_CASE(4) GCPU_PART_CASE(5)
+        GCPU_PART_CASE(6) GCPU_PART_CASE(7) GCPU_PART_CASE(8) GCPU_PART_CASE(9) GCPU_PART_CASE(10)
+        GCPU_PART_CASE(11)
+        default: GCPU_PART_CASE(12)
+    }
+#undef GCPU_PART_CASE
+}
+
 #elif !defined(GCPU_FORCE_GENERIC) && defined(__AVX2__) && defined(__FMA__)
 /* ---- AVX2 + FMA: 6 rows x 16 columns = 12 ymm accumulators ---------------------------- */
 #include <immintrin.h>

@@ -5,7 +5,9 @@
  * Definitions are in src/ops/optim.c. Outputs may alias inputs (p' over p, moments over
  * moments): each element is read completely before it is written, as in the reference.
  * The arithmetic is the reference's, in double per element, so results match it to the
- * last bit; the work is memory-bound, so double costs nothing that matters.
+ * last bit. AdamW's three double divisions and square root per element make it bound by
+ * the divider rather than by memory (about 6 cycles an element with AVX-512, in vectors
+ * of 8): computed in f32 it would be several times faster, at the price of that exactness.
  */
 #include "kernels.h"
 
@@ -18,6 +20,12 @@ typedef struct opt_job {
     int nesterov;
 } opt_job;
 
+/* Elements go through in blocks of ADAM_BLOCK: widened into local double arrays, updated
+ * there, stored back. The outputs alias the inputs (in place), so a single loop over the
+ * tensors would not vectorize (gcc cannot prove the stores miss later loads); over the
+ * local arrays each of the three loops is SIMD code, with the same arithmetic per element. */
+#define ADAM_BLOCK 256
+
 static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
@@ -25,15 +33,30 @@ static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
     const float *P = j->n->in[0].data, *G = j->n->in[1].data, *M = j->n->in[2].data, *V = j->n->in[3].data;
     float *Po = j->n->out[0].data, *Mo = j->n->out[1].data, *Vo = j->n->out[2].data;
     const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2;
-    for (int64_t i = begin; i < end; i++) {
-        double p = P[i], g = G[i], m = M[i], v = V[i];
-        p -= lr * wd * p;
-        m = b1 * m + (1.0 - b1) * g;
-        v = b2 * v + (1.0 - b2) * g * g;
-        p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
-        Po[i] = (float)p;
-        Mo[i] = (float)m;
-        Vo[i] = (float)v;
+    double p[ADAM_BLOCK], g[ADAM_BLOCK], m[ADAM_BLOCK], v[ADAM_BLOCK];
+    for (int64_t i0 = begin; i0 < end; i0 += ADAM_BLOCK) {
+        int n = (int)(end - i0 < ADAM_BLOCK ? end - i0 : ADAM_BLOCK);
+        for (int i = 0; i < n; i++) {
+            p[i] = P[i0 + i];
+            g[i] = G[i0 + i];
+            m[i] = M[i0 + i];
+            v[i] = V[i0 + i];
+        }
+        for (int i = 0; i < n; i++) {
+            double pi = p[i], gi = g[i], mi = m[i], vi = v[i];
+            pi -= lr * wd * pi;
+            mi = b1 * mi + (1.0 - b1) * gi;
+            vi = b2 * vi + (1.0 - b2) * gi * gi;
+            pi -= lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
+            p[i] = pi;
+            m[i] = mi;
+            v[i] = vi;
+        }
+        for (int i = 0; i < n; i++) {
+            Po[i0 + i] = (float)p[i];
+            Mo[i0 + i] = (float)m[i];
+            Vo[i0 + i] = (float)v[i];
+        }
     }
 }
 
