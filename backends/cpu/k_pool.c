@@ -201,16 +201,24 @@ static void maxpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+/* Runs fn over the N*C planes of a pooling node whose image shape (N, C, H, W) is xs: the
+ * plane is the unit of work, so every output is computed by one thread in a fixed order. */
+static gdp_status run_planes(const gdp_node *n, const int64_t *xs, gcpu_range_fn fn, gdp_err *err)
+{
+    pool_job j = {.n = n};
+    atomic_init(&j.failed, 0);
+    pgeom_make(&j.g, &n->attrs, xs);
+    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
+    gcpu_parallel_for_grain(j.g.planes, grain, fn, &j);
+    if (atomic_load(&j.failed)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+    return GDP_OK;
+}
+
 // y (N, C, Ho, Wo) = max over each window of x (N, C, H, W)
 static gdp_status k_max_pool2d(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
-    (void)backend; (void)stream; (void)err;
-    pool_job j = {.n = n};
-    atomic_init(&j.failed, 0);
-    pgeom_make(&j.g, &n->attrs, n->in[0].shape);
-    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
-    gcpu_parallel_for_grain(j.g.planes, grain, maxpool_planes, &j);
-    return GDP_OK;
+    (void)backend; (void)stream;
+    return run_planes(n, n->in[0].shape, maxpool_planes, err);
 }
 
 /* Overlapping windows add several dy into one dx: the sums are kept in double and rounded
@@ -255,13 +263,7 @@ static void maxpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_max_pool2d_grad(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    pool_job j = {.n = n};
-    atomic_init(&j.failed, 0);
-    pgeom_make(&j.g, &n->attrs, n->in[1].shape);
-    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
-    gcpu_parallel_for_grain(j.g.planes, grain, maxpool_grad_planes, &j);
-    if (atomic_load(&j.failed)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
-    return GDP_OK;
+    return run_planes(n, n->in[1].shape, maxpool_grad_planes, err);
 }
 
 /* ---- avg_pool2d, avg_pool2d_grad -------------------------------------------------------- */
@@ -293,13 +295,8 @@ static void avgpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
 // y (N, C, Ho, Wo) = sum over each window of x / kernel^2
 static gdp_status k_avg_pool2d(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
-    (void)backend; (void)stream; (void)err;
-    pool_job j = {.n = n};
-    atomic_init(&j.failed, 0);
-    pgeom_make(&j.g, &n->attrs, n->in[0].shape);
-    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
-    gcpu_parallel_for_grain(j.g.planes, grain, avgpool_planes, &j);
-    return GDP_OK;
+    (void)backend; (void)stream;
+    return run_planes(n, n->in[0].shape, avgpool_planes, err);
 }
 
 /* Each dy / kernel^2 is added to the real elements of its window in a double plane, in
@@ -338,13 +335,7 @@ static gdp_status k_avg_pool2d_grad(void *backend, const gdp_node *n, void *stre
 {
     (void)backend; (void)stream;
     if (n->out[0].ndim != 4) return gdp_fail(err, GDP_ERR_INVALID, "%s: dx must be (N, C, H, W)", n->op);
-    pool_job j = {.n = n};
-    atomic_init(&j.failed, 0);
-    pgeom_make(&j.g, &n->attrs, n->out[0].shape);
-    int64_t grain = GCPU_GRAIN_ELEMS / (j.g.H * j.g.W + 1) + 1;
-    gcpu_parallel_for_grain(j.g.planes, grain, avgpool_grad_planes, &j);
-    if (atomic_load(&j.failed)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
-    return GDP_OK;
+    return run_planes(n, n->out[0].shape, avgpool_grad_planes, err);
 }
 
 static int s_pool(void *backend, const gdp_node *n)
