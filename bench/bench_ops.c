@@ -12,7 +12,7 @@
  * 128->10, cross-entropy, SGD lr 0.01, batch 128; the MLP is gd_nn_mlp (784->128->128->10).
  * matmul runs in fp32 (no TF32). */
 #define _POSIX_C_SOURCE 200809L
-#include "gradus.h"
+#include "gradus_classifier.h"
 
 #include <math.h>
 #include <stdio.h>

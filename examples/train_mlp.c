@@ -3,7 +3,7 @@
  *
  *     train_mlp [DIR]    DIR holds Fashion-MNIST's four IDX files (gzip or not);
  *                        without it, or if they fail to load, the procedural shapes. */
-#include "gradus.h"
+#include "gradus_classifier.h"
 
 #include <stdio.h>
 #include <string.h>

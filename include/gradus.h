@@ -19,6 +19,15 @@
  * or ends the process.
  *
  * Shapes are row-major; images are NCHW; the attention layout is (B, heads, T, head_dim).
+ *
+ * Lifetimes. A program belongs to the graph it was compiled from, and a graph to its
+ * context. The frees may come in any order: freeing a context or a graph that still has
+ * graphs or programs only lets go of it, and it is released with the last of them. What
+ * must not happen is using an object after freeing it (building on a freed graph, running
+ * a freed program).
+ *
+ * Threads. One context may be used by one thread at a time. Two contexts share nothing a
+ * caller can see, so two threads may each train in their own context at once.
  */
 #ifndef GRADUS_H
 #define GRADUS_H
@@ -74,7 +83,7 @@ typedef struct gd_ctx_options {
 } gd_ctx_options;
 
 /* Creates a context: the op registry, the CPU reference and any backends found.
- * opt may be NULL. On failure *out is NULL and the status says why. */
+ * opt may be NULL. On failure *out is NULL and the status says why (NULL out: INVALID). */
 gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt);
 void gd_ctx_free(gd_ctx *ctx);
 /* The message of the last failure, "" if none. */
@@ -132,24 +141,30 @@ gd_tensor *gd_graph_find(const gd_graph *g, const char *name);
 
 /* ---- ops: the generic builder --------------------------------------------------------- */
 
-typedef enum gd_attr_kind { GD_ATTR_INT = 0, GD_ATTR_FLOAT = 1, GD_ATTR_INTS = 2 } gd_attr_kind;
+typedef enum gd_attr_kind { GD_ATTR_INT = 0, GD_ATTR_FLOAT = 1, GD_ATTR_INTS = 2, GD_ATTR_STRING = 3 } gd_attr_kind;
 typedef struct gd_attr {
     const char *name;
     gd_attr_kind kind;
-    int n;                     /* count of ints for GD_ATTR_INTS */
+    int n;                     /* count of ints for GD_ATTR_INTS, 0 to GD_MAX_DIMS */
     int64_t i;
     double f;
     int64_t ints[GD_MAX_DIMS];
+    const char *s;             /* GD_ATTR_STRING (copied when the node is made) */
 } gd_attr;
 gd_attr gd_attr_i(const char *name, int64_t v);
 gd_attr gd_attr_f(const char *name, double v);
-gd_attr gd_attr_is(const char *name, int n, const int64_t *v);
+gd_attr gd_attr_is(const char *name, int n, const int64_t *v); /* n above GD_MAX_DIMS is refused by gd_op */
+gd_attr gd_attr_s(const char *name, const char *v);
 
 /* Adds a node of a registered op; returns its (first) output. */
 gd_tensor *gd_op(gd_graph *g, const char *op, int n_in, gd_tensor *const *in, int n_attr, const gd_attr *attrs);
 /* Same, for ops with several outputs; writes n_out tensors into out. */
 gd_status gd_op_multi(gd_graph *g, const char *op, int n_in, gd_tensor *const *in, int n_attr,
                       const gd_attr *attrs, int n_out, gd_tensor **out);
+
+/* Names the node that produces t ("blocks.3.attn.softmax"): traces, profiles and error
+ * messages use it. Returns t (NULL stays NULL). */
+gd_tensor *gd_label(gd_tensor *t, const char *label);
 
 /* ---- ops: typed builders (each is one registered op; docs/ops.md lists them) ---------- */
 
@@ -207,16 +222,30 @@ gd_tensor *gd_concat(gd_graph *g, int n, gd_tensor *const *xs, int64_t axis);
 gd_tensor *gd_slice(gd_tensor *x, int64_t axis, int64_t start, int64_t end); /* [start, end) */
 /* Splits along axis into n parts of the given sizes (NULL sizes: equal parts). */
 gd_status gd_split(gd_tensor *x, int64_t axis, int n, const int64_t *sizes, gd_tensor **out);
+/* Views: reshape, permute, transpose, slice, split, expand, squeeze and unsqueeze make no
+ * copy; the planner aliases their outputs (and copies only in front of a kernel that
+ * needs its input contiguous). */
 gd_tensor *gd_reshape(gd_tensor *x, int ndim, const int64_t *shape); /* one dim may be -1 */
 gd_tensor *gd_permute(gd_tensor *x, int ndim, const int64_t *perm);
 gd_tensor *gd_transpose(gd_tensor *x, int64_t dim0, int64_t dim1);
-gd_tensor *gd_contiguous(gd_tensor *x); /* a copy */
+/* x broadcast to shape (NumPy rules: x's dims align right, size-1 dims repeat). */
+gd_tensor *gd_expand(gd_tensor *x, int ndim, const int64_t *shape);
+gd_tensor *gd_squeeze(gd_tensor *x, int64_t axis);   /* removes a dim of size 1 */
+gd_tensor *gd_unsqueeze(gd_tensor *x, int64_t axis); /* inserts a dim of size 1 before axis */
+gd_tensor *gd_contiguous(gd_tensor *x); /* a contiguous copy */
 
 /* transformer pieces. rope: x (B, T, H, D); interleaved pairs (2i, 2i+1) or half-split
- * (i, i + D/2); positions start at pos_offset. attention: q (B, H, T, D), k and v
- * (B, Hkv, S, D) with H a multiple of Hkv (grouped-query); scale <= 0 means 1/sqrt(D). */
-gd_tensor *gd_rope(gd_tensor *x, double theta, int interleaved, int64_t pos_offset);
-gd_tensor *gd_attention(gd_tensor *q, gd_tensor *k, gd_tensor *v, int causal, double scale);
+ * (i, i + D/2); positions start at `pos`, an i32/i64 scalar tensor (NULL: 0) read when
+ * the program runs, so a decoder advances it without recompiling.
+ * attention: q (B, H, T, D), k and v (B, Hkv, S, D) with H a multiple of Hkv
+ * (grouped-query); scale <= 0 means 1/sqrt(D). kv_len (NULL: S) is an i32/i64 scalar
+ * tensor: keys at index >= kv_len are ignored; with causal, query t sits at position
+ * kv_len - T + t and sees keys up to it (a decoder's cache of S slots, kv_len filled).
+ * cache_write: writes x (B, H, T, D) into the state cache (B, H, S, D) at time `pos`
+ * (i32/i64 scalar tensor), in place; returns the cache's new value. */
+gd_tensor *gd_rope(gd_tensor *x, double theta, int interleaved, gd_tensor *pos);
+gd_tensor *gd_attention(gd_tensor *q, gd_tensor *k, gd_tensor *v, int causal, double scale, gd_tensor *kv_len);
+gd_tensor *gd_cache_write(gd_tensor *cache, gd_tensor *x, gd_tensor *pos);
 
 /* images, NCHW. w: (C_out, C_in/groups, kh, kw); bias may be NULL */
 gd_tensor *gd_conv2d(gd_tensor *x, gd_tensor *w, gd_tensor *bias, int64_t stride, int64_t padding,
@@ -273,10 +302,17 @@ gd_status gd_optimizer_set_lr(gd_graph *g, double lr);
 enum { GD_COMPILE_UPDATES = 1 }; /* also run every in-place update (optimizer steps, assign) */
 
 /* Plans the nodes needed for the targets (and updates, with the flag): graph passes,
- * placement on backends, memory plan. Run it as often as needed. */
+ * placement on backends, memory plan. Run it as often as needed: nothing is planned or
+ * allocated while it runs. Every program of a graph shares the graph's activation memory
+ * (one arena per backend), so a target read after the graph ran another program is
+ * refused; read results before running the next program. */
 gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, int flags);
 gd_status gd_program_run(gd_program *p);
 void gd_program_free(gd_program *p);
+/* Bytes of activation memory this program plans on backend `name` (its peak), and the
+ * graph's arena there (the most any of its programs needs). 0 for unknown names. */
+size_t gd_program_planned_bytes(const gd_program *p, const char *backend);
+size_t gd_graph_arena_bytes(const gd_graph *g, const char *backend);
 /* One line per node: op, shapes, backend it runs on, copies inserted. */
 gd_status gd_program_describe(const gd_program *p, void (*line)(void *user, const char *s), void *user);
 
@@ -290,80 +326,6 @@ gd_status gd_graph_init_params(gd_graph *g, uint64_t seed);
 gd_tensor *gd_nn_linear(gd_tensor *x, const char *name, int64_t out_features, int bias);
 gd_tensor *gd_nn_conv2d(gd_tensor *x, const char *name, int64_t out_channels, int64_t kernel,
                         int64_t stride, int64_t padding, int bias);
-
-/* Classifiers for (N, 1, 28, 28) images: return logits (N, 10). */
-gd_tensor *gd_nn_mlp(gd_tensor *images, int64_t hidden);
-gd_tensor *gd_nn_cnn(gd_tensor *images);
-
-/* ---- data ------------------------------------------------------------------------------- */
-
-typedef struct gd_dataset {
-    int64_t n;          /* examples */
-    int64_t h, w;       /* image size */
-    float *images;      /* n*h*w, scaled to [0, 1] */
-    int32_t *labels;    /* n */
-    int32_t classes;
-} gd_dataset;
-
-/* Reads an IDX image file and its label file, gzip-compressed or not. The message of a
- * failure names the file and what was wrong with it. */
-gd_status gd_dataset_load_idx(gd_ctx *ctx, const char *images_path, const char *labels_path, gd_dataset *out);
-/* Draws n 28x28 images of simple shapes in 10 classes (procedurally, from seed; label
- * i % 10, so classes are balanced and a prefix of a larger set equals a smaller set). */
-gd_status gd_dataset_shapes(gd_ctx *ctx, int64_t n, uint64_t seed, gd_dataset *out);
-void gd_dataset_free(gd_dataset *d);
-/* A permutation of 0..n-1 from seed (epoch shuffling). */
-void gd_shuffle(int64_t *idx, int64_t n, uint64_t seed);
-
-/* ---- training the classifiers ----------------------------------------------------------- */
-
-/* What the progress callback sees. Loss and accuracy are over the training batches since
- * the previous report, so they move with the model rather than average its history. */
-typedef struct gd_train_progress {
-    int epoch, epochs;          /* 1-based */
-    int64_t step, steps;        /* within the epoch, 1-based */
-    int64_t examples;           /* trained on so far, over all epochs */
-    double loss, accuracy;
-    double examples_per_s;      /* over the whole run so far */
-    double elapsed_s, eta_s;
-    int epoch_done;             /* the last report of an epoch */
-} gd_train_progress;
-
-typedef struct gd_train_config {
-    const char *model;          /* "mlp" or "cnn" */
-    int64_t hidden;             /* MLP width; 0: 128 */
-    int epochs;                 /* 0: 1 */
-    int64_t batch;              /* 0: 64 */
-    double lr;                  /* peak learning rate; 0: 2e-3 (AdamW), 0.05 (SGD) */
-    double weight_decay;        /* decoupled (AdamW) or L2 (SGD); 0 is allowed */
-    int sgd;                    /* 1: SGD with momentum 0.9 instead of AdamW */
-    int constant_lr;            /* 1: no cosine decay of the learning rate */
-    uint64_t seed;              /* parameter init and shuffling */
-    int64_t limit;              /* train on the first `limit` examples only; 0: all */
-    /* Called at most every report_every_s seconds (0: 0.25) and at the end of each epoch. */
-    void (*progress)(void *user, const gd_train_progress *p);
-    void *user;
-    double report_every_s;
-} gd_train_config;
-
-typedef struct gd_train_result {
-    double test_accuracy;       /* on the test set, by argmax of the logits */
-    double train_loss;          /* mean over the last epoch */
-    double train_accuracy;      /* over the last epoch, as the weights changed */
-    int saw_nan;                /* a loss was NaN or infinite; training stopped there */
-    int64_t steps;
-    double train_s, eval_s;     /* wall time of training and of the test evaluation */
-    double examples_per_s;      /* training throughput */
-} gd_train_result;
-
-/* Builds the model on a fresh graph of ctx (cross-entropy loss, backward pass, optimizer),
- * trains it on `train` with shuffled batches for cfg->epochs, and measures accuracy on
- * `test` with a forward-only program of the same graph. The last, partial batch of an
- * epoch is padded and its padding ignored by the loss. Images must be (h, w) the same in
- * both datasets and labels below 10. A NaN loss is not an error: it stops training and
- * shows in out->saw_nan. */
-gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dataset *test,
-                              const gd_train_config *cfg, gd_train_result *out);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,29 @@
-/* gradus_plugin.h — the backend ABI.
+/* gradus_plugin.h — the backend ABI, version 2.
  *
  * A backend is a shared object that exports one symbol, GDP_INIT_SYMBOL, with the
  * signature gdp_init_fn. The host passes a gdp_host (services it offers) and an empty
  * gdp_plugin the backend fills: a name, a priority and optional modules (device, kernels,
- * profiler, graph pass). Plain C; depends on nothing but the C standard library.
+ * executor, profiler, graph pass). Plain C; depends on nothing but the C standard library
+ * and gradus_semantics.h (dtypes, half conversions, attribute numbering, Philox).
  *
  * Rules that keep old plugins and new hosts (and the reverse) working:
  *  - every struct starts with `size` (sizeof as the writer compiled it); fields are only
  *    ever appended; a reader checks `size` before reading a field (GDP_HAS_FIELD);
  *  - GDP_ABI_MAJOR changes only when a field changes meaning; the host refuses a plugin
- *    of another major version with a message, before calling anything else in it;
+ *    of another major version with a message, before calling anything else in it. The
+ *    first three fields of gdp_host and gdp_plugin (size, abi_major, abi_minor) never
+ *    move, so that check works across every major version;
  *  - every call returns a gdp_status and, on failure, writes a message into gdp_err;
- *    a plugin never exits or aborts the process;
+ *    a plugin never exits or aborts the process and never prints to stdout;
  *  - a NULL function pointer means "not provided", and each one has a default written
- *    next to it below.
+ *    next to it below; a new capability is opt-in, and a kernel that does not opt in
+ *    keeps working through that default.
+ *
+ * Lifetime: init runs once per gradus context, so two contexts have two instances of a
+ * backend, each with its own state (`plugin->backend`). What must be process-wide (a
+ * thread pool, a driver handle) is the plugin's to share, reference-count and lock.
+ * Calls into one instance come from one thread at a time; calls into two instances may
+ * come from two threads at once.
  *
  * The reference CPU kernels inside gradus use exactly the launch signature below, so a
  * kernel written for a plugin and the reference it is checked against see the same
@@ -28,11 +38,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gradus_semantics.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GDP_ABI_MAJOR 1
+#define GDP_ABI_MAJOR 2
 #define GDP_ABI_MINOR 0
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
@@ -49,7 +61,7 @@ extern "C" {
 typedef int gdp_status;
 enum {
     GDP_OK = 0,
-    GDP_ERR_INVALID = 1,     /* bad argument or input */
+    GDP_ERR_INVALID = 1,     /* bad argument, or bad data in an input (an index out of range) */
     GDP_ERR_UNSUPPORTED = 2, /* a combination the callee does not handle */
     GDP_ERR_NOMEM = 3,       /* allocation failed */
     GDP_ERR_DEVICE = 4,      /* the device or its driver reported an error */
@@ -74,77 +86,23 @@ static inline gdp_status gdp_fail(gdp_err *err, gdp_status code, const char *fmt
     return code;
 }
 
-/* ---- data types (values are part of the ABI) ---------------------------------------- */
+/* ---- tensors: strided views ----------------------------------------------------------- */
 
-typedef enum gdp_dtype {
-    GDP_F32 = 0,
-    GDP_F16 = 1,
-    GDP_BF16 = 2,
-    GDP_I32 = 3,
-    GDP_I64 = 4,
-    GDP_U8 = 5,
-    GDP_I8 = 6,
-    GDP_BOOL = 7,
-    GDP_F64 = 8,
-    GDP_DTYPE_COUNT = 9
-} gdp_dtype;
-
-static inline size_t gdp_dtype_size(int32_t dt)
-{
-    switch (dt) {
-    case GDP_F32: case GDP_I32: return 4;
-    case GDP_F16: case GDP_BF16: return 2;
-    case GDP_I64: case GDP_F64: return 8;
-    case GDP_U8: case GDP_I8: case GDP_BOOL: return 1;
-    default: return 0;
-    }
-}
-
-/* ---- the counter-based generator --------------------------------------------------- */
-
-/* Philox4x32-10 (Salmon et al., SC'11). Random ops and dropout draw element i's numbers
- * from counter (i, offset) under key (seed), so every backend produces the same values
- * whatever order it visits elements in. Plugins must use exactly this. */
-#if defined(__CUDACC__)
-#define GDP_HD __host__ __device__
-#else
-#define GDP_HD
-#endif
-
-typedef struct gdp_philox_out { uint32_t v[4]; } gdp_philox_out;
-
-static inline GDP_HD gdp_philox_out gdp_philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t seed)
-{
-    uint32_t c0 = (uint32_t)counter_lo, c1 = (uint32_t)(counter_lo >> 32);
-    uint32_t c2 = (uint32_t)counter_hi, c3 = (uint32_t)(counter_hi >> 32);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
-        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
-    }
-    gdp_philox_out o;
-    o.v[0] = c0; o.v[1] = c1; o.v[2] = c2; o.v[3] = c3;
-    return o;
-}
-
-/* A float in (0, 1) from 32 random bits, never 0 or 1 (safe for log). 23 bits, so that
- * the largest value, (2^23 - 0.5) / 2^23, is still exactly representable below 1. */
-static inline GDP_HD float gdp_u01(uint32_t bits)
-{
-    return ((float)(bits >> 9) + 0.5f) * (1.0f / 8388608.0f);
-}
-
-/* ---- nodes as kernels see them ------------------------------------------------------ */
-
-/* A dense, row-major (C-contiguous) tensor. `data` is device memory of the backend the
- * kernel belongs to. Every tensor a kernel receives is contiguous. */
+/* A tensor as a kernel sees it: `data` is the address of element (0, ..., 0) in the
+ * memory of the backend the kernel belongs to, and element (i0, i1, ...) lives at
+ * data + (i0*stride[0] + i1*stride[1] + ...) * element size. Strides are in elements and
+ * never negative; a stride of 0 repeats one element along that dim (broadcast).
+ *
+ * Outputs are always contiguous (row-major). Inputs are contiguous too unless the kernel
+ * registered with GDP_KERNEL_STRIDED; then they may be any view (a transpose, a slice,
+ * an expand), and supports() sees the strides before the node is placed. */
 typedef struct gdp_tensor {
+    size_t size;
     void *data;
     int32_t dtype;
     int32_t ndim;
     int64_t shape[GDP_MAX_DIMS];
+    int64_t stride[GDP_MAX_DIMS];
 } gdp_tensor;
 
 static inline int64_t gdp_numel(const gdp_tensor *t)
@@ -153,8 +111,41 @@ static inline int64_t gdp_numel(const gdp_tensor *t)
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
+/* Row-major strides of t's shape into t->stride. */
+static inline void gdp_set_contiguous(gdp_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->stride[i] = s;
+        s *= t->shape[i];
+    }
+}
+/* 1 when t is row-major contiguous (dims of size 1 may have any stride). */
+static inline int gdp_is_contiguous(const gdp_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+/* Offset in elements of the element whose row-major index is i (for strided loops that
+ * walk an output in order; a kernel wanting speed keeps its own odometer). */
+static inline int64_t gdp_offset(const gdp_tensor *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t n = t->shape[d];
+        off += (i % n) * t->stride[d];
+        i /= n;
+    }
+    return off;
+}
 
-typedef enum gdp_attr_kind { GDP_ATTR_INT = 0, GDP_ATTR_FLOAT = 1, GDP_ATTR_INTS = 2 } gdp_attr_kind;
+/* ---- attributes ---------------------------------------------------------------------- */
+
+typedef enum gdp_attr_kind { GDP_ATTR_INT = 0, GDP_ATTR_FLOAT = 1, GDP_ATTR_INTS = 2, GDP_ATTR_STRING = 3 } gdp_attr_kind;
 
 typedef struct gdp_attr {
     const char *name;
@@ -163,6 +154,7 @@ typedef struct gdp_attr {
     int64_t i;           /* GDP_ATTR_INT */
     double f;            /* GDP_ATTR_FLOAT */
     const int64_t *ints; /* GDP_ATTR_INTS */
+    const char *s;       /* GDP_ATTR_STRING, NUL-terminated */
 } gdp_attr;
 
 typedef struct gdp_attrs {
@@ -179,12 +171,14 @@ static inline const gdp_attr *gdp_attr_find(const gdp_attrs *a, const char *name
 static inline int64_t gdp_attr_int(const gdp_attrs *a, const char *name, int64_t def)
 {
     const gdp_attr *x = gdp_attr_find(a, name);
-    return x == NULL ? def : x->kind == GDP_ATTR_FLOAT ? (int64_t)x->f : x->i;
+    if (x == NULL) return def;
+    return x->kind == GDP_ATTR_FLOAT ? (int64_t)x->f : x->kind == GDP_ATTR_INT ? x->i : def;
 }
 static inline double gdp_attr_float(const gdp_attrs *a, const char *name, double def)
 {
     const gdp_attr *x = gdp_attr_find(a, name);
-    return x == NULL ? def : x->kind == GDP_ATTR_INT ? (double)x->i : x->f;
+    if (x == NULL) return def;
+    return x->kind == GDP_ATTR_INT ? (double)x->i : x->kind == GDP_ATTR_FLOAT ? x->f : def;
 }
 /* Copies up to `cap` ints into out and returns how many the attribute has (0 if absent). */
 static inline int gdp_attr_ints(const gdp_attrs *a, const char *name, int64_t *out, int cap)
@@ -194,37 +188,75 @@ static inline int gdp_attr_ints(const gdp_attrs *a, const char *name, int64_t *o
     for (int k = 0; k < x->n && k < cap; k++) out[k] = x->ints[k];
     return x->n;
 }
+static inline const char *gdp_attr_str(const gdp_attrs *a, const char *name, const char *def)
+{
+    const gdp_attr *x = gdp_attr_find(a, name);
+    return x != NULL && x->kind == GDP_ATTR_STRING && x->s != NULL ? x->s : def;
+}
 
-/* One node of the graph, as a kernel sees it. Outputs are allocated by the host before
- * launch; an op that updates a tensor in place (optimizer steps) gets an output whose
- * `data` equals an input's. */
+/* ---- nodes as kernels see them ------------------------------------------------------ */
+
+/* One node of a program, as a kernel sees it. Inputs and outputs are held by pointer, so
+ * that gdp_tensor can grow. Outputs are placed by the host before launch; an op that
+ * updates a tensor in place (optimizer steps, cache_write) gets an output whose `data`
+ * equals an input's.
+ *
+ * Descriptors are built once, when a program is compiled, and stay at the same address
+ * with the same data pointers run after run (until the host re-plans, which it tells an
+ * executor by releasing the segments it prepared). Values that change between runs
+ * (learning rate, step, positions, lengths) are input tensors, never attributes. */
 typedef struct gdp_node {
     size_t size;
     const char *op;
     int32_t n_in, n_out;
-    const gdp_tensor *in;
-    const gdp_tensor *out;
+    const gdp_tensor *const *in;
+    const gdp_tensor *const *out;
     gdp_attrs attrs;
+    int32_t id;            /* unique within the program; errors and spans name it */
+    int32_t _pad;
+    const char *label;     /* what the user called it ("blocks.3.attn.softmax"), or "<op>#<id>" */
+    void *workspace;       /* the scratch the kernel declared for this node, NULL if none */
+    size_t workspace_bytes;
 } gdp_node;
 
 /* ---- the kernels module ------------------------------------------------------------- */
 
-/* Answers whether this kernel can run this exact node (dtypes, shapes, attributes).
- * Default when NULL: yes for every node of the kernel's op and dtype. */
+/* Answers whether this kernel can run this exact node (dtypes, shapes, strides,
+ * attributes). Default when NULL: yes for every node matching the kernel's key. */
 typedef int (*gdp_supports_fn)(void *backend, const gdp_node *node);
 /* Runs the node on `stream` (NULL for a backend without streams). May return before the
- * work is done; the host orders work through streams and events. */
+ * work is done; the host orders work through streams and events. Bad data found in an
+ * input (an index out of range) is GDP_ERR_INVALID with a message saying which value. */
 typedef gdp_status (*gdp_launch_fn)(void *backend, const gdp_node *node, void *stream, gdp_err *err);
+/* Bytes of scratch the kernel needs for this node (0: none). The host plans it like any
+ * other buffer of the program and passes it as node->workspace, so that nothing is
+ * allocated while a program runs. Called at compile time only. */
+typedef size_t (*gdp_workspace_fn)(void *backend, const gdp_node *node);
+
+enum {
+    /* launch accepts strided inputs; without it the host makes every input contiguous
+     * (a copy it plans) before supports() and launch see the node */
+    GDP_KERNEL_STRIDED = 1u << 0
+};
 
 typedef struct gdp_kernel {
     size_t size;
     const char *op;     /* op name as registered by gradus, e.g. "matmul" */
-    int32_t dtype;      /* dtype of the node's first floating input (or first output) */
+    /* The key. With `signature` NULL, the kernel takes the nodes whose floating operands
+     * all have this dtype (integer operands — indices, steps, masks — may be any; an op
+     * whose output dtype is an attribute, like cast, keys on its input). With `signature`
+     * set, the kernel takes exactly the nodes whose operands have those dtypes, e.g.
+     * "bf16,bf16->f32" for a bf16 matmul writing f32: the mixed-precision forms each op
+     * declares (docs/ops.md lists them). */
+    int32_t dtype;
+    uint32_t flags;     /* GDP_KERNEL_* */
     gdp_supports_fn supports;
     gdp_launch_fn launch;
     /* Names of attributes this kernel's supports() looks at, NULL-terminated, or NULL.
      * The sweep rejects a kernel naming an attribute its op does not have. */
     const char *const *constrained_attrs;
+    const char *signature;
+    gdp_workspace_fn workspace; /* NULL: no workspace */
 } gdp_kernel;
 
 /* ---- the device module -------------------------------------------------------------- */
@@ -235,17 +267,21 @@ typedef struct gdp_device {
     int32_t host_visible;  /* 1: the host may read and write device pointers directly
                               after synchronize (host memory, managed memory) */
     int32_t _pad;
-    /* Required. */
+    /* Required. Called when a program is compiled or a tensor created, never while a
+     * program runs. */
     gdp_status (*alloc)(void *backend, size_t bytes, void **ptr, gdp_err *err);
     gdp_status (*free)(void *backend, void *ptr, gdp_err *err);
     /* Copies, ordered on `stream`. Required: h2d and d2h. copy_h2d returns once `src`
      * may be reused (a plugin wanting asynchrony stages through its own pinned memory);
      * copy_d2h returns once `dst` holds the data (it waits for prior work on `stream`).
-     * copy_d2d may be asynchronous. Default for d2d when NULL: staged through host memory. */
+     * copy_d2d may be asynchronous. Default for d2d when NULL: staged through host memory
+     * the host planned. */
     gdp_status (*copy_h2d)(void *backend, void *dst, const void *src, size_t bytes, void *stream, gdp_err *err);
     gdp_status (*copy_d2h)(void *backend, void *dst, const void *src, size_t bytes, void *stream, gdp_err *err);
     gdp_status (*copy_d2d)(void *backend, void *dst, const void *src, size_t bytes, void *stream, gdp_err *err);
-    /* Waits until all work on `stream` is done. Default when NULL: nothing to wait for. */
+    /* Waits until all work on `stream` is done, and reports bad data a kernel found on
+     * the device since the last call (GDP_ERR_INVALID naming the node). Default when NULL:
+     * nothing to wait for. */
     gdp_status (*synchronize)(void *backend, void *stream, gdp_err *err);
     /* Default when NULL: free = total = 0 ("unknown"). */
     gdp_status (*memory_info)(void *backend, size_t *free_bytes, size_t *total_bytes, gdp_err *err);
@@ -260,52 +296,99 @@ typedef struct gdp_device {
     /* Fills `bytes` of device memory with zero. Default when NULL: a zeroed host buffer is
      * copied with copy_h2d. */
     gdp_status (*memset_zero)(void *backend, void *ptr, size_t bytes, void *stream, gdp_err *err);
+    /* The host waits until the work recorded before `event` is done (and learns of bad
+     * data found up to there, as synchronize does). Default when NULL: synchronize(). */
+    gdp_status (*event_synchronize)(void *backend, void *event, gdp_err *err);
+    /* Reports, without waiting, bad data that kernels already finished have found
+     * (GDP_ERR_INVALID naming the node); GDP_OK otherwise. Called at the end of every
+     * program run. Default when NULL: such errors surface at the next synchronize. */
+    gdp_status (*poll_error)(void *backend, gdp_err *err);
 } gdp_device;
+
+/* ---- the executor module ------------------------------------------------------------ */
+
+/* A segment is a run of consecutive nodes of a program placed on one backend, with
+ * nothing of another backend's between them. */
+typedef struct gdp_segment {
+    size_t size;
+    int32_t n_nodes;
+    int32_t _pad;
+    const gdp_node *const *nodes;
+    const gdp_launch_fn *launch;    /* the kernel of each node */
+    void *stream;                   /* the stream the segment runs on */
+} gdp_segment;
+
+/* Prepare once, run many times: e.g. capture the segment's launches into a CUDA graph
+ * and replay it. Between prepare and release, the nodes' descriptors, their data
+ * pointers and workspaces do not change; the data behind them does. When NULL (or when
+ * prepare answers GDP_ERR_UNSUPPORTED for a segment), the host launches each node in
+ * order, every run. */
+typedef struct gdp_executor {
+    size_t size;
+    gdp_status (*prepare)(void *backend, const gdp_segment *segment, void **handle, gdp_err *err);
+    gdp_status (*run)(void *backend, void *handle, void *stream, gdp_err *err);
+    void (*release)(void *backend, void *handle);
+} gdp_executor;
 
 /* ---- the profiler module ------------------------------------------------------------ */
 
 typedef struct gdp_span {
     size_t size;
-    const char *name;   /* op name or plugin-defined label; valid until the next collect */
-    uint64_t start_ns;  /* device time, relative to profiler start */
+    const char *name;   /* the node's label, or a plugin-defined name; valid until the next collect */
+    /* Times on the host's clock (gdp_host.now_ns), so that device spans sit on the same
+     * timeline as the host's: a plugin measuring on the device maps its clock onto it. */
+    uint64_t start_ns;
     uint64_t end_ns;
     int32_t stream_id;
+    int32_t node_id;    /* the gdp_node id, or -1 for work that is not a node */
 } gdp_span;
 
 typedef struct gdp_profiler {
     size_t size;
     gdp_status (*start)(void *backend, gdp_err *err);
     gdp_status (*stop)(void *backend, gdp_err *err);
-    /* Writes up to cap spans, sets *n to how many were written. */
+    /* Writes up to cap spans of finished work, sets *n to how many were written. */
     gdp_status (*collect)(void *backend, gdp_span *spans, int32_t cap, int32_t *n, gdp_err *err);
 } gdp_profiler;
 
 /* ---- the graph-pass module ---------------------------------------------------------- */
 
-/* A graph pass sees the graph through these host callbacks, so that no graph layout is
- * frozen into the ABI. Node ids are stable for the duration of the pass. */
+/* A graph pass sees a program's node list, before placement, through these host
+ * callbacks, so that no graph layout is frozen into the ABI. It rewrites the program,
+ * never the user's graph: another program of the same graph starts from the graph again.
+ * Node ids are stable for the duration of the pass. */
 typedef struct gdp_graph_view {
     size_t size;
     void *graph;
     int32_t (*node_count)(void *graph);
-    const char *(*node_op)(void *graph, int32_t node);
+    const char *(*node_op)(void *graph, int32_t node);  /* NULL for a removed node */
     int32_t (*node_n_inputs)(void *graph, int32_t node);
-    /* The producer of input k of node: returns its node id (or -1 for a graph input or
-     * parameter) and writes the producer's output index into *out_index. */
+    int32_t (*node_n_outputs)(void *graph, int32_t node);
+    /* The producer of input k of node: returns its node id (or -1 for a graph input,
+     * parameter or state) and writes the producer's output index into *out_index. */
     int32_t (*node_input)(void *graph, int32_t node, int32_t k, int32_t *out_index);
-    /* Shape and dtype of an input/output (data is NULL). */
+    /* Shape and dtype of an input/output (data NULL, strides row-major). */
     gdp_status (*node_input_desc)(void *graph, int32_t node, int32_t k, gdp_tensor *desc);
     gdp_status (*node_output_desc)(void *graph, int32_t node, int32_t k, gdp_tensor *desc);
-    const gdp_attrs *(*node_attrs)(void *graph, int32_t node);
-    /* How many nodes read output k of node (a fusion may only swallow single-use nodes). */
+    const gdp_attrs *(*node_attrs)(void *graph, int32_t node); /* valid until the next call */
+    /* How many nodes read output k of node, plus one when the program exposes it (a
+     * target, an update): a fusion may only swallow values nobody else needs. */
     int32_t (*node_users)(void *graph, int32_t node, int32_t k);
-    /* Replaces the chain ending at `last` with one new node of `op` reading `inputs`
-     * (given as (node, output) pairs; node -1 means "input k of node `first`" with the
-     * pair's second value naming k) and having the attributes given. Nodes in between
-     * that become unused are removed. */
+    /* Replaces the chain of nodes [first, last] (in program order; nodes in that range
+     * that are not part of the chain stay) with one new node of `op`:
+     *  - its inputs are (node, output) pairs; node -1 means "input k of node `first`",
+     *    with the pair's second value naming k, and node -2 - j "input k of node j"
+     *    (so a pass can name a parameter or graph input another chain node reads);
+     *  - its outputs: with n_out 0, one output that takes the place of output 0 of
+     *    `last`; otherwise output j takes the place of output out_outputs[j] of node
+     *    out_nodes[j] (a chain node), so a fused op may have several outputs;
+     *  - chain nodes whose outputs are no longer read are removed.
+     * The new node takes the place of `last` in program order. */
     gdp_status (*replace_chain)(void *graph, int32_t first, int32_t last, const char *op,
                                 int32_t n_in, const int32_t *in_nodes, const int32_t *in_outputs,
-                                const gdp_attr *attrs, int32_t n_attrs, gdp_err *err);
+                                const gdp_attr *attrs, int32_t n_attrs,
+                                int32_t n_out, const int32_t *out_nodes, const int32_t *out_outputs,
+                                gdp_err *err);
 } gdp_graph_view;
 
 typedef struct gdp_graph_pass {
@@ -317,28 +400,29 @@ typedef struct gdp_graph_pass {
 /* ---- what the host offers the plugin ------------------------------------------------ */
 
 /* The gdp_host given to init stays valid, at the same address, until the plugin's
- * shutdown returns: a plugin may keep the pointer and call log/getenv later. */
-
+ * shutdown returns: a plugin may keep the pointer and call its functions later. */
 typedef struct gdp_host {
     size_t size;
     int32_t abi_major, abi_minor;
     void *host;
-    /* Registers one kernel. Fails on a duplicate (op, dtype) for this plugin or an op
-     * gradus does not know. Fused ops a graph pass produces (e.g. "linear_act", matmul +
-     * bias + activation) are ops gradus declares, with reference kernels: a plugin
-     * implements declared semantics, it never invents new ones. */
+    /* Registers one kernel. Fails on a duplicate key (op, dtype or signature) for this
+     * plugin, an op gradus does not know, or a signature the op does not declare. Fused
+     * ops a graph pass produces (e.g. "linear_act") are ops gradus declares, with
+     * reference kernels: a plugin implements declared semantics, it never invents them. */
     gdp_status (*register_kernel)(void *host, const gdp_kernel *kernel, gdp_err *err);
     /* One line to gradus's log (stderr, or the application's log callback). */
     void (*log)(void *host, const char *line);
     /* Value of a setting (environment variable by default); NULL when unset. */
     const char *(*getenv)(void *host, const char *name);
+    /* The host's clock, nanoseconds (CLOCK_MONOTONIC): the timeline of profiler spans. */
+    uint64_t (*now_ns)(void *host);
 } gdp_host;
 
 /* ---- what the plugin fills ---------------------------------------------------------- */
 
 typedef struct gdp_plugin {
     size_t size;
-    int32_t abi_major, abi_minor;  /* the ABI the plugin was built against */
+    int32_t abi_major, abi_minor;  /* the ABI the plugin was built against: set these first */
     const char *name;              /* short, lowercase: "cuda", "testdev" */
     int32_t priority;              /* higher wins placement; the CPU reference is 0 */
     int32_t _pad;
@@ -349,8 +433,12 @@ typedef struct gdp_plugin {
     /* Called after init succeeded, once, to register kernels through host->register_kernel.
      * Default when NULL: the plugin has no kernels (every node falls back). */
     gdp_status (*register_kernels)(void *backend, const gdp_host *host, gdp_err *err);
-    /* Releases everything. Default when NULL: nothing to release. */
+    /* Releases everything of this instance. Default when NULL: nothing to release. */
     void (*shutdown)(void *backend);
+    const gdp_executor *executor;  /* optional */
+    /* A setting from the application (key "threads": how many host threads the backend
+     * may use, 0 for its default). Default when NULL, or for an unknown key: ignored. */
+    gdp_status (*configure)(void *backend, const char *key, int64_t value, gdp_err *err);
 } gdp_plugin;
 
 /* The exported entry point. Returns GDP_OK, GDP_ERR_NODEVICE to decline quietly, or

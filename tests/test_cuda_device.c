@@ -90,8 +90,9 @@ static gdp_tensor tensor(void *data, int32_t dt, int ndim, const int64_t *shape)
 {
     gdp_tensor t;
     memset(&t, 0, sizeof t);
-    t.data = data, t.dtype = dt, t.ndim = ndim;
+    t.size = sizeof t, t.data = data, t.dtype = dt, t.ndim = ndim;
     for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    gdp_set_contiguous(&t);
     return t;
 }
 
@@ -102,9 +103,11 @@ static int launch(const char *op, int32_t dt, int n_in, const gdp_tensor *in, co
     const gdp_kernel *k = find_kernel(op, dt);
     CHECK(k != NULL, "no kernel %s/%d", op, (int)dt);
     if (k == NULL) return 0;
+    const gdp_tensor *inp[GDP_MAX_INPUTS], *outp[1] = {out};
+    for (int i = 0; i < n_in && i < GDP_MAX_INPUTS; i++) inp[i] = &in[i];
     gdp_node n;
     memset(&n, 0, sizeof n);
-    n.size = sizeof n, n.op = op, n.n_in = n_in, n.n_out = 1, n.in = in, n.out = out;
+    n.size = sizeof n, n.op = op, n.n_in = n_in, n.n_out = 1, n.in = inp, n.out = outp;
     n.attrs.n = n_attr, n.attrs.items = attrs;
     int ok = k->supports == NULL || k->supports(P.backend, &n);
     CHECK(ok, "%s/%d: supports() declined", op, (int)dt);
@@ -214,7 +217,7 @@ static void test_matmul(int64_t batch, int64_t M, int64_t K, int64_t N, int ta, 
     gdp_tensor in[2] = {tensor(dev_upload(a, sizeof(float) * na), GDP_F32, 3, sa),
                         tensor(dev_upload(b, sizeof(float) * nb), GDP_F32, 2, sb)};
     gdp_tensor out = tensor(dev_upload(NULL, sizeof(float) * nc), GDP_F32, 3, sc);
-    gdp_attr at[2] = {{"transpose_a", GDP_ATTR_INT, 0, ta, 0, NULL}, {"transpose_b", GDP_ATTR_INT, 0, tb, 0, NULL}};
+    gdp_attr at[2] = {{"transpose_a", GDP_ATTR_INT, 0, ta, 0, NULL, NULL}, {"transpose_b", GDP_ATTR_INT, 0, tb, 0, NULL, NULL}};
     if (launch("matmul", GDP_F32, 2, in, &out, 2, at)) {
         CHECK(D->copy_d2h(P.backend, c, out.data, sizeof(float) * nc, NULL, &E) == GDP_OK, "d2h: %s", E.msg);
         double e = max_rel_err(c, want, nc);
@@ -242,9 +245,9 @@ static void test_softmax_sum(int64_t R, int64_t C)
     gdp_tensor in = tensor(dev_upload(x, sizeof(float) * n), GDP_F32, 2, shape);
     gdp_tensor out = tensor(dev_upload(NULL, sizeof(float) * n), GDP_F32, 2, shape);
     gdp_tensor sum = tensor(dev_upload(NULL, sizeof(float) * C), GDP_F32, 1, sshape);
-    gdp_attr axis = {"axis", GDP_ATTR_INT, 0, -1, 0, NULL};
+    gdp_attr axis = {"axis", GDP_ATTR_INT, 0, -1, 0, NULL, NULL};
     int64_t ax0 = 0;
-    gdp_attr axes = {"axes", GDP_ATTR_INTS, 1, 0, 0, &ax0};
+    gdp_attr axes = {"axes", GDP_ATTR_INTS, 1, 0, 0, &ax0, NULL};
     if (launch("softmax", GDP_F32, 1, &in, &out, 1, &axis)) {
         D->copy_d2h(P.backend, y, out.data, sizeof(float) * n, NULL, &E);
         double e = max_rel_err(y, want, n);
@@ -304,7 +307,7 @@ static void test_norm_ce(int64_t R, int64_t C)
                         tensor(dev_upload(w, sizeof(float) * C), GDP_F32, 1, vshape),
                         tensor(dev_upload(b, sizeof(float) * C), GDP_F32, 1, vshape)};
     gdp_tensor out = tensor(dev_upload(NULL, sizeof(float) * n), GDP_F32, 2, shape);
-    gdp_attr eps = {"eps", GDP_ATTR_FLOAT, 0, 0, 1e-5, NULL};
+    gdp_attr eps = {"eps", GDP_ATTR_FLOAT, 0, 0, 1e-5, NULL, NULL};
     if (launch("layer_norm", GDP_F32, 3, in, &out, 1, &eps)) {
         D->copy_d2h(P.backend, y, out.data, sizeof(float) * n, NULL, &E);
         double e = max_rel_err(y, want, n);
@@ -313,7 +316,7 @@ static void test_norm_ce(int64_t R, int64_t C)
     }
     gdp_tensor ce_in[2] = {out, tensor(dev_upload(t, sizeof(int32_t) * R), GDP_I32, 1, tshape)};
     gdp_tensor ce_out = tensor(dev_upload(NULL, sizeof(float)), GDP_F32, 0, NULL);
-    gdp_attr ign = {"ignore_index", GDP_ATTR_INT, 0, -100, 0, NULL};
+    gdp_attr ign = {"ignore_index", GDP_ATTR_INT, 0, -100, 0, NULL, NULL};
     if (launch("cross_entropy", GDP_F32, 2, ce_in, &ce_out, 1, &ign)) {
         D->copy_d2h(P.backend, &loss, ce_out.data, sizeof loss, NULL, &E);
         double e = max_rel_err(&loss, &wloss, 1);

@@ -7,7 +7,7 @@
  * out as one dynamic-Huffman block and the label file as one fixed-Huffman block; the
  * stored-block encoder here covers the third block type, multi-block streams, the FNAME
  * header field and multi-member files. */
-#include "gradus.h"
+#include "gradus_classifier.h"
 #include "testutil.h"
 
 #include <stdio.h>

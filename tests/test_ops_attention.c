@@ -22,10 +22,11 @@ static void test_rope_values(void)
     // x (B=1, T=2, H=2, D=4): at t = 0 nothing turns; at t = 1 pair i turns by theta^(-2i/4)
     gd_tensor *x = gd_input(g, "x", GD_F32, 4, (int64_t[]){1, 2, 2, 4});
     gd_tensor *x1 = gd_input(g, "x1", GD_F32, 4, (int64_t[]){1, 1, 2, 4}); // the t = 1 row alone
-    gd_tensor *inter = gd_rope(x, 10000, 1, 0);
-    gd_tensor *halves = gd_rope(x, 10000, 0, 0);
-    gd_tensor *offset = gd_rope(x1, 10000, 1, 1);  // position 0 + 1: the same as t = 1 above
-    gd_tensor *theta100 = gd_rope(x, 100, 1, 0);
+    gd_tensor *pos = gd_input(g, "pos", GD_I64, 0, NULL);
+    gd_tensor *inter = gd_rope(x, 10000, 1, NULL);
+    gd_tensor *halves = gd_rope(x, 10000, 0, NULL);
+    gd_tensor *offset = gd_rope(x1, 10000, 1, pos);  // position 0 + 1: the same as t = 1 above
+    gd_tensor *theta100 = gd_rope(x, 100, 1, NULL);
     gd_tensor *t[4] = {inter, halves, offset, theta100};
     if (inter == NULL || halves == NULL || offset == NULL || theta100 == NULL) {
         CHECK(0, "rope builders: %s", gd_ctx_error(ctx));
@@ -34,6 +35,8 @@ static void test_rope_values(void)
     float xv[16] = {1, 2, 3, 4, 5, 6, 7, 8, /* t = 1: */ 1, 0, 0, 0, 0, 0, 1, 0};
     gd_tensor_write(x, xv, sizeof xv);
     gd_tensor_write(x1, xv + 8, 8 * sizeof(float));
+    int64_t one = 1;
+    gd_tensor_write(pos, &one, sizeof one);
     gd_program *p = compile_run(g, 4, t);
     if (p == NULL) return;
     float iv[16], hv[16], ov[8], tv[16];
@@ -57,11 +60,14 @@ static void test_rope_values(void)
     }
     gd_program_free(p);
 
-    CHECK(gd_rope(gd_input(g, "x3", GD_F32, 3, (int64_t[]){2, 3, 4}), 10000, 1, 0) == NULL, "3-D rope should fail");
+    CHECK(gd_rope(gd_input(g, "x3", GD_F32, 3, (int64_t[]){2, 3, 4}), 10000, 1, NULL) == NULL, "3-D rope should fail");
     check_error("rope 3-D", (const char *[]){"rope", "[2, 3, 4]", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_rope(gd_input(g, "xo", GD_F32, 4, (int64_t[]){1, 2, 1, 5}), 10000, 1, 0) == NULL, "odd D should fail");
+    CHECK(gd_rope(gd_input(g, "xo", GD_F32, 4, (int64_t[]){1, 2, 1, 5}), 10000, 1, NULL) == NULL, "odd D should fail");
     check_error("rope odd", (const char *[]){"rope", "[1, 2, 1, 5]", "even", NULL});
+    gd_ctx_clear_error(ctx);
+    CHECK(gd_rope(x, 10000, 1, gd_input(g, "fpos", GD_F32, 0, NULL)) == NULL, "a float position should fail");
+    check_error("rope float pos", (const char *[]){"rope", "pos", "i32 or i64", NULL});
     gd_graph_free(g);
 }
 
@@ -73,15 +79,19 @@ static void test_rope_grad(void)
     gd_graph *g = fresh();
     gd_tensor *x = gd_param(g, "x", GD_F64, 4, (int64_t[]){B, T, H, D});
     gd_tensor *w = gd_input(g, "w", GD_F64, 4, (int64_t[]){B, T, H, D});
+    gd_tensor *pos = gd_state(g, "pos", GD_I32, 0, NULL);
+    int32_t posv = offset;
+    gd_tensor_write(pos, &posv, sizeof posv);
     for (int il = 0; il < 2; il++) {
-        gd_tensor *y = gd_rope(x, 500, il, offset);
-        gd_attr inv[4] = {gd_attr_f("theta", 500), gd_attr_i("interleaved", il), gd_attr_i("pos_offset", offset),
-                          gd_attr_i("inverse", 1)};
-        gd_tensor *back = gd_op(g, "rope", 1, &y, 4, inv);
+        gd_tensor *y = gd_rope(x, 500, il, pos);
+        gd_attr inv[3] = {gd_attr_f("theta", 500), gd_attr_i("interleaved", il), gd_attr_i("inverse", 1)};
+        gd_tensor *back = gd_op(g, "rope", 2, (gd_tensor *[]){y, pos}, 3, inv);
         gd_graph *g2 = fresh();
         gd_tensor *x2 = gd_param(g2, "x", GD_F64, 4, (int64_t[]){B, T, H, D});
         gd_tensor *w2 = gd_input(g2, "w", GD_F64, 4, (int64_t[]){B, T, H, D});
-        gd_tensor *loss = gd_sum(gd_mul(gd_rope(x2, 500, il, offset), w2), 0, NULL, 0);
+        gd_tensor *pos2 = gd_state(g2, "pos", GD_I32, 0, NULL);
+        gd_tensor_write(pos2, &posv, sizeof posv);
+        gd_tensor *loss = gd_sum(gd_mul(gd_rope(x2, 500, il, pos2), w2), 0, NULL, 0);
         CHECK(loss != NULL && gd_backward(g2, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
         gd_tensor *dx = gd_grad(g2, x2);
         if (back == NULL || dx == NULL) {
@@ -168,12 +178,12 @@ static void test_attention_hand(void)
     gd_tensor *k = gd_input(g, "k", GD_F32, 4, (int64_t[]){1, 1, 2, 1});
     gd_tensor *k2 = gd_input(g, "k2", GD_F32, 4, (int64_t[]){1, 1, 2, 1});
     gd_tensor *v = gd_input(g, "v", GD_F32, 4, (int64_t[]){1, 1, 2, 1});
-    gd_tensor *plain = gd_attention(q, k, v, 0, 0);
-    gd_tensor *cache = gd_attention(q, k, v, 1, 0);      // the one query is the last: sees both keys
-    gd_tensor *scaled = gd_attention(q, k2, v, 0, 2.0);  // keys (0, ln 2 / 2) at scale 2: also 5
+    gd_tensor *plain = gd_attention(q, k, v, 0, 0, NULL);
+    gd_tensor *cache = gd_attention(q, k, v, 1, 0, NULL);      // the one query is the last: sees both keys
+    gd_tensor *scaled = gd_attention(q, k2, v, 0, 2.0, NULL);  // keys (0, ln 2 / 2) at scale 2: also 5
     // two queries of zeros, causal: row 0 sees v0, row 1 averages v0 and v1
     gd_tensor *q0 = gd_input(g, "q0", GD_F32, 4, (int64_t[]){1, 1, 2, 1});
-    gd_tensor *causal = gd_attention(q0, k, v, 1, 0);
+    gd_tensor *causal = gd_attention(q0, k, v, 1, 0, NULL);
     gd_tensor *t[4] = {plain, cache, scaled, causal};
     if (plain == NULL || cache == NULL || scaled == NULL || causal == NULL) {
         CHECK(0, "attention builders: %s", gd_ctx_error(ctx));
@@ -212,7 +222,7 @@ static void check_case(const attn_case *c)
     gd_tensor *k = gd_param(g, "k", GD_F64, 4, (int64_t[]){c->B, c->Hkv, c->S, c->D});
     gd_tensor *v = gd_param(g, "v", GD_F64, 4, (int64_t[]){c->B, c->Hkv, c->S, c->D});
     gd_tensor *w = gd_input(g, "w", GD_F64, 4, (int64_t[]){c->B, c->H, c->T, c->D});
-    gd_tensor *y = gd_attention(q, k, v, c->causal, c->scale);
+    gd_tensor *y = gd_attention(q, k, v, c->causal, c->scale, NULL);
     gd_tensor *loss = gd_sum(gd_mul(y, w), 0, NULL, 0);
     CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "%s: backward: %s", what, gd_ctx_error(ctx));
     gd_tensor *t[4] = {y, gd_grad(g, q), gd_grad(g, k), gd_grad(g, v)};
@@ -288,7 +298,7 @@ static void test_attention_f32(void)
     gd_tensor *q = gd_input(g, "q", GD_F32, 4, (int64_t[]){c.B, c.H, c.T, c.D});
     gd_tensor *k = gd_input(g, "k", GD_F32, 4, (int64_t[]){c.B, c.Hkv, c.S, c.D});
     gd_tensor *v = gd_input(g, "v", GD_F32, 4, (int64_t[]){c.B, c.Hkv, c.S, c.D});
-    gd_tensor *y = gd_attention(q, k, v, c.causal, c.scale);
+    gd_tensor *y = gd_attention(q, k, v, c.causal, c.scale, NULL);
     if (y == NULL) {
         CHECK(0, "attention f32: %s", gd_ctx_error(ctx));
         return;
@@ -326,22 +336,22 @@ static void test_attention_errors(void)
     gd_tensor *q8 = gd_input(g, "q8", GD_F32, 4, (int64_t[]){1, 2, 2, 8});
     gd_tensor *k64 = gd_input(g, "k64", GD_F64, 4, (int64_t[]){1, 2, 2, 4});
     gd_tensor *q3 = gd_input(g, "q3", GD_F32, 3, (int64_t[]){3, 2, 4});
-    CHECK(gd_attention(q, k, v, 1, 0) == NULL, "3 query heads over 2 kv heads should fail");
+    CHECK(gd_attention(q, k, v, 1, 0, NULL) == NULL, "3 query heads over 2 kv heads should fail");
     check_error("heads", (const char *[]){"attention", "[1, 3, 2, 4]", "[1, 2, 2, 4]", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_attention(k, k, v5, 0, 0) == NULL, "v of another length than k should fail");
+    CHECK(gd_attention(k, k, v5, 0, 0, NULL) == NULL, "v of another length than k should fail");
     check_error("v shape", (const char *[]){"attention", "v", "[1, 2, 5, 4]", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_attention(q8, k, v, 0, 0) == NULL, "head dim 8 against 4 should fail");
+    CHECK(gd_attention(q8, k, v, 0, 0, NULL) == NULL, "head dim 8 against 4 should fail");
     check_error("head dim", (const char *[]){"attention", "[1, 2, 2, 8]", "[1, 2, 2, 4]", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_attention(k, k64, v, 0, 0) == NULL, "f32 q with f64 k should fail");
+    CHECK(gd_attention(k, k64, v, 0, 0, NULL) == NULL, "f32 q with f64 k should fail");
     check_error("dtype", (const char *[]){"attention", "f64", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_attention(q3, k, v, 0, 0) == NULL, "3-D q should fail");
+    CHECK(gd_attention(q3, k, v, 0, 0, NULL) == NULL, "3-D q should fail");
     check_error("3-D q", (const char *[]){"attention", "q", "[3, 2, 4]", NULL});
     gd_ctx_clear_error(ctx);
-    CHECK(gd_attention(NULL, k, v, 0, 0) == NULL && gd_ctx_error(ctx)[0] == '\0',
+    CHECK(gd_attention(NULL, k, v, 0, 0, NULL) == NULL && gd_ctx_error(ctx)[0] == '\0',
           "attention(NULL, ...) must return NULL silently");
     gd_graph_free(g);
 }

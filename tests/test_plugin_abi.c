@@ -4,6 +4,7 @@
  * device and copies everything else across; the graph pass fuses linear+relu; strict mode
  * names the op that would fall back; a kernel error reaches the caller and the process
  * goes on; broken registrations are refused and reported by the sweep. */
+#include "program.h"
 #include "sweep.h"
 
 #include <math.h>
@@ -60,9 +61,10 @@ static gd_status mlp(gd_ctx *ctx, const char *backend, int strict, float *loss, 
         return GD_ERR_STRICT;
     }
     placement[0] = '\0';
-    for (int i = 0; i < p->n_steps; i++) {
+    for (int i = 0; i < p->n_pn; i++) {
+        if (p->pn[i].view) continue;
         size_t used = strlen(placement);
-        snprintf(placement + used, cap - used, "%s@%s ", p->steps[i].node->op->name, p->steps[i].be->name);
+        snprintf(placement + used, cap - used, "%s@%s ", p->pn[i].node->op->name, p->pn[i].be->name);
     }
     float xs[16 * 32];
     int64_t ys[16];

@@ -7,7 +7,7 @@
  * That part runs on the highest-priority backend and is sized for a couple of minutes on
  * two cores of the fast CPU backend; on the naive reference alone it would take half an
  * hour, so then it is skipped unless GRADUS_TEST_SLOW=1. */
-#include "gradus.h"
+#include "gradus_classifier.h"
 
 #include <stdarg.h>
 #include <stdio.h>

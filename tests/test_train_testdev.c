@@ -2,6 +2,7 @@
  * falling back across copies — to the accuracy it reaches without it. Same seed, same
  * data, one epoch on a subset (Fashion-MNIST when installed, else the shapes). */
 #include "core.h"
+#include "gradus_classifier.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -97,11 +97,11 @@ static void act_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status activation(const gdp_node *n, int op)
 {
     int grad = n->n_in == 2;
-    act_job j = {.op = op, .approx = (int)gdp_attr_int(&n->attrs, "approximate", 0), .x = n->in[grad ? 1 : 0].data,
-                 .dy = grad ? n->in[0].data : NULL, .y = n->out[0].data};
+    act_job j = {.op = op, .approx = (int)gdp_attr_int(&n->attrs, "approximate", 0), .x = n->in[grad ? 1 : 0]->data,
+                 .dy = grad ? n->in[0]->data : NULL, .y = n->out[0]->data};
     /* the transcendental ones cost ~10x a relu an element: threads pay off sooner */
     int cheap = op == A_RELU || op == A_RELU_GRAD || op == A_SIGMOID_GRAD || op == A_TANH_GRAD;
-    gcpu_parallel_for_grain(gdp_numel(&n->out[0]), cheap ? GCPU_GRAIN_ELEMS : GCPU_GRAIN_ELEMS / 8, act_task, &j);
+    gcpu_parallel_for_grain(gdp_numel(n->out[0]), cheap ? GCPU_GRAIN_ELEMS : GCPU_GRAIN_ELEMS / 8, act_task, &j);
     return GDP_OK;
 }
 

@@ -93,8 +93,8 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0];
-    rope_job j = {.x = x->data, .y = n->out[0].data, .B = x->shape[0], .T = x->shape[1], .H = x->shape[2],
+    const gdp_tensor *x = n->in[0];
+    rope_job j = {.x = x->data, .y = n->out[0]->data, .B = x->shape[0], .T = x->shape[1], .H = x->shape[2],
                   .D = x->shape[3]};
     j.half = j.D / 2;
     j.theta = gdp_attr_float(&n->attrs, "theta", 10000.0);
@@ -117,7 +117,7 @@ static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err
 static int s_rope(void *be, const gdp_node *n)
 {
     (void)be;
-    return gcpu_all_f32(n) && n->in[0].ndim == 4 && n->in[0].shape[3] % 2 == 0;
+    return gcpu_all_f32(n) && n->in[0]->ndim == 4 && n->in[0]->shape[3] % 2 == 0;
 }
 
 /* ---- shared by attention and attention_grad ------------------------------------------------- */
@@ -283,8 +283,8 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
     const int64_t D = a->D;
-    const float *Q = j->n->in[0].data, *K = j->n->in[1].data, *V = j->n->in[2].data;
-    float *Y = j->n->out[0].data;
+    const float *Q = j->n->in[0]->data, *K = j->n->in[1]->data, *V = j->n->in[2]->data;
+    float *Y = j->n->out[0]->data;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(j->qb * a->S + 1));
     if (P == NULL) {
         fail_status(j, GDP_ERR_NOMEM);
@@ -345,9 +345,9 @@ static void attn_plan(attn_job *j)
 static gdp_status k_attention(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    attn_job j = {.n = n, .a = dims_of(n, &n->in[0], &n->in[1])};
+    attn_job j = {.n = n, .a = dims_of(n, n->in[0], n->in[1])};
     atomic_init(&j.status, GDP_OK);
-    if (gdp_numel(&n->out[0]) == 0) return GDP_OK;
+    if (gdp_numel(n->out[0]) == 0) return GDP_OK;
     attn_plan(&j);
     run_items(j.a.B * j.a.Hkv * j.nqb, 4 * j.qb * j.a.S * j.a.D, attn_blocks, &j);
     int st = atomic_load(&j.status);
@@ -358,7 +358,7 @@ static int s_attention(void *be, const gdp_node *n)
 {
     (void)be;
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].ndim != 4) return 0;
+        if (n->in[i]->ndim != 4) return 0;
     return gcpu_all_f32(n);
 }
 
@@ -370,8 +370,8 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
     const int64_t D = a->D;
-    const float *dY = j->n->in[0].data, *Q = j->n->in[1].data, *K = j->n->in[2].data, *V = j->n->in[3].data;
-    float *dQ = j->n->out[0].data;
+    const float *dY = j->n->in[0]->data, *Q = j->n->in[1]->data, *K = j->n->in[2]->data, *V = j->n->in[3]->data;
+    float *dQ = j->n->out[0]->data;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(2 * j->qb * a->S + 1));
     if (P == NULL) {
         fail_status(j, GDP_ERR_NOMEM);
@@ -419,8 +419,8 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     attn_job *j = ctx;
     const attn_dims *a = &j->a;
     const int64_t D = a->D, nkb = (a->S + KEY_BLOCK - 1) / KEY_BLOCK;
-    const float *dY = j->n->in[0].data, *Q = j->n->in[1].data, *K = j->n->in[2].data, *V = j->n->in[3].data;
-    float *dK = j->n->out[1].data, *dV = j->n->out[2].data;
+    const float *dY = j->n->in[0]->data, *Q = j->n->in[1]->data, *K = j->n->in[2]->data, *V = j->n->in[3]->data;
+    float *dK = j->n->out[1]->data, *dV = j->n->out[2]->data;
     float *P = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(2 * j->qb * KEY_BLOCK));
     if (P == NULL) {
         fail_status(j, GDP_ERR_NOMEM);
@@ -470,7 +470,7 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_attention_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    attn_job j = {.n = n, .a = dims_of(n, &n->in[1], &n->in[2])};
+    attn_job j = {.n = n, .a = dims_of(n, n->in[1], n->in[2])};
     atomic_init(&j.status, GDP_OK);
     const attn_dims *a = &j.a;
     if (a->D == 0 || a->B == 0 || a->Hkv == 0) return GDP_OK; /* every output is empty */

@@ -174,13 +174,13 @@ static void conv_fwd_samples(void *ctx, int64_t begin, int64_t end, int tid)
 {
     conv_job *j = ctx;
     const geom *g = &j->g;
-    const gdp_tensor *x = &j->n->in[0], *w = &j->n->in[1], *b = j->n->n_in > 2 ? &j->n->in[2] : NULL;
+    const gdp_tensor *x = j->n->in[0], *w = j->n->in[1], *b = j->n->n_in > 2 ? j->n->in[2] : NULL;
     float *col = g->direct ? NULL : col_buffer(j, tid, (size_t)(g->K * g->P));
     if (!g->direct && col == NULL) return;
     for (int64_t s = begin; s < end; s++)
         for (int64_t gr = 0; gr < g->groups; gr++) {
             const float *xs = (const float *)x->data + (s * g->C + gr * g->Cg) * g->H * g->W;
-            float *y = (float *)j->n->out[0].data + (s * g->Co + gr * g->Cog) * g->P;
+            float *y = (float *)j->n->out[0]->data + (s * g->Co + gr * g->Cog) * g->P;
             if (!g->direct) im2col(g, xs, col, g->P);
             int st = gcpu_sgemm(0, 0, g->Cog, g->P, g->K, 1.0f, (const float *)w->data + gr * g->Cog * g->K, g->K,
                                 g->direct ? xs : col, g->P, 0.0f, y, g->P);
@@ -198,10 +198,10 @@ static gdp_status k_conv2d(void *backend, const gdp_node *n, void *stream, gdp_e
 {
     (void)backend; (void)stream;
     conv_job j = {.n = n};
-    geom_make(&j.g, &n->attrs, n->in[0].shape, n->in[1].shape);
+    geom_make(&j.g, &n->attrs, n->in[0]->shape, n->in[1]->shape);
     gcpu_conv_shape s = shape_of(&j.g);
-    gdp_status st = direct_status(n, gcpu_dconv_forward(&s, n->in[0].data, n->in[1].data,
-                                                        n->n_in > 2 ? n->in[2].data : NULL, n->out[0].data), err);
+    gdp_status st = direct_status(n, gcpu_dconv_forward(&s, n->in[0]->data, n->in[1]->data,
+                                                        n->n_in > 2 ? n->in[2]->data : NULL, n->out[0]->data), err);
     if (st != GDP_ERR_UNSUPPORTED) return st;
     return over_samples(&j, conv_fwd_samples, (size_t)(j.g.K * j.g.P), err);
 }
@@ -212,11 +212,11 @@ static void conv_dx_samples(void *ctx, int64_t begin, int64_t end, int tid)
 {
     conv_job *j = ctx;
     const geom *g = &j->g;
-    const gdp_tensor *dy = &j->n->in[0], *w = &j->n->in[1];
+    const gdp_tensor *dy = j->n->in[0], *w = j->n->in[1];
     float *dcol = g->direct ? NULL : col_buffer(j, tid, (size_t)(g->K * g->P));
     if (!g->direct && dcol == NULL) return;
     for (int64_t s = begin; s < end; s++) {
-        float *dx = (float *)j->n->out[0].data + s * g->C * g->H * g->W;
+        float *dx = (float *)j->n->out[0]->data + s * g->C * g->H * g->W;
         if (!g->direct) memset(dx, 0, sizeof(float) * (size_t)(g->C * g->H * g->W));
         for (int64_t gr = 0; gr < g->groups; gr++) {
             const float *dys = (const float *)dy->data + (s * g->Co + gr * g->Cog) * g->P;
@@ -234,9 +234,9 @@ static gdp_status k_conv2d_grad_input(void *backend, const gdp_node *n, void *st
 {
     (void)backend; (void)stream;
     conv_job j = {.n = n};
-    geom_make(&j.g, &n->attrs, n->out[0].shape, n->in[1].shape);
+    geom_make(&j.g, &n->attrs, n->out[0]->shape, n->in[1]->shape);
     gcpu_conv_shape s = shape_of(&j.g);
-    gdp_status st = direct_status(n, gcpu_dconv_grad_input(&s, n->in[0].data, n->in[1].data, n->out[0].data), err);
+    gdp_status st = direct_status(n, gcpu_dconv_grad_input(&s, n->in[0]->data, n->in[1]->data, n->out[0]->data), err);
     if (st != GDP_ERR_UNSUPPORTED) return st;
     return over_samples(&j, conv_dx_samples, (size_t)(j.g.K * j.g.P), err);
 }
@@ -249,7 +249,7 @@ static void conv_dw_chunks(void *ctx, int64_t begin, int64_t end, int tid)
 {
     conv_job *j = ctx;
     const geom *g = &j->g;
-    const gdp_tensor *dy = &j->n->in[0], *x = &j->n->in[1];
+    const gdp_tensor *dy = j->n->in[0], *x = j->n->in[1];
     int64_t S = j->chunk, L = S * g->P;
     float *buf = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)((g->K + g->Cog) * L));
     if (buf == NULL) {
@@ -302,9 +302,9 @@ static gdp_status k_conv2d_grad_weight(void *backend, const gdp_node *n, void *s
     (void)backend; (void)stream;
     conv_job j = {.n = n};
     geom *g = &j.g;
-    geom_make(g, &n->attrs, n->in[1].shape, n->out[0].shape);
+    geom_make(g, &n->attrs, n->in[1]->shape, n->out[0]->shape);
     gcpu_conv_shape cs = shape_of(g);
-    gdp_status dst = direct_status(n, gcpu_dconv_grad_weight(&cs, n->in[0].data, n->in[1].data, n->out[0].data), err);
+    gdp_status dst = direct_status(n, gcpu_dconv_grad_weight(&cs, n->in[0]->data, n->in[1]->data, n->out[0]->data), err);
     if (dst != GDP_ERR_UNSUPPORTED) return dst;
     atomic_init(&j.status, GDP_OK);
     /* At most 8 chunks (enough for the threads of a small machine, few partial sums to
@@ -322,7 +322,7 @@ static gdp_status k_conv2d_grad_weight(void *backend, const gdp_node *n, void *s
     gcpu_parallel_for(chunks, conv_dw_chunks, &j);
     int st = atomic_load(&j.status);
     if (st == GDP_OK) {
-        sum_job s = {.partial = j.partial, .out = n->out[0].data, .n = nw, .chunks = chunks};
+        sum_job s = {.partial = j.partial, .out = n->out[0]->data, .n = nw, .chunks = chunks};
         gcpu_parallel_for_grain(nw, GCPU_GRAIN_ELEMS, sum_partials, &s);
     }
     free(j.partial);

@@ -186,7 +186,7 @@ static void bin_task(void *ctx, int64_t begin, int64_t end, int tid)
 
 static gdp_status binary(const gdp_node *n, int op)
 {
-    const gdp_tensor *ops[2] = {&n->in[0], &n->in[1]}, *y = &n->out[0];
+    const gdp_tensor *ops[2] = {n->in[0], n->in[1]}, *y = n->out[0];
     if (gdp_numel(y) == 0) return GDP_OK;
     bin_job j = {.op = op, .dt = y->dtype, .a = ops[0]->data, .b = ops[1]->data, .y = y->data};
     bplan_make(&j.p, y, 2, ops);
@@ -248,11 +248,11 @@ static void mmg_task(void *ctx, int64_t begin, int64_t end, int tid)
 
 static gdp_status minmax_grad(const gdp_node *n, int is_max)
 {
-    const gdp_tensor *ops[3] = {&n->in[0], &n->in[1], &n->in[2]};
-    if (gdp_numel(&n->out[0]) == 0) return GDP_OK;
+    const gdp_tensor *ops[3] = {n->in[0], n->in[1], n->in[2]};
+    if (gdp_numel(n->out[0]) == 0) return GDP_OK;
     mmg_job j = {.is_max = is_max, .dy = ops[0]->data, .a = ops[1]->data, .b = ops[2]->data,
-                 .da = n->out[0].data, .db = n->out[1].data};
-    bplan_make(&j.p, &n->out[0], 3, ops);
+                 .da = n->out[0]->data, .db = n->out[1]->data};
+    bplan_make(&j.p, n->out[0], 3, ops);
     gcpu_parallel_for_grain(j.p.rows * j.p.pieces, bplan_grain(&j.p), mmg_task, &j);
     return GDP_OK;
 }
@@ -283,8 +283,8 @@ static int s_f32(void *backend, const gdp_node *n)
 static int same_int(const gdp_node *n, int32_t dt)
 {
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
-    return n->out[0].dtype == dt;
+        if (n->in[i]->dtype != dt) return 0;
+    return n->out[0]->dtype == dt;
 }
 static int s_i32(void *backend, const gdp_node *n) { (void)backend; return same_int(n, GDP_I32); }
 static int s_i64(void *backend, const gdp_node *n) { (void)backend; return same_int(n, GDP_I64); }

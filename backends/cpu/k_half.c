@@ -14,7 +14,6 @@
  */
 #include "kernels.h"
 
-static int is_half(int32_t dt) { return dt == GDP_F16 || dt == GDP_BF16; }
 
 /* Offsets into the scratch buffer are rounded up to a cache line. */
 static size_t f32_bytes(const gdp_tensor *t) { return ((size_t)gdp_numel(t) * sizeof(float) + 63) & ~(size_t)63; }
@@ -45,21 +44,24 @@ gdp_status gcpu_half_launch(gdp_launch_fn f32, void *be, const gdp_node *n, void
     if (n->n_in > GDP_MAX_INPUTS || n->n_out > GDP_MAX_OUTPUTS)
         return gdp_fail(err, GDP_ERR_INVALID, "%s: %d inputs, %d outputs", n->op, n->n_in, n->n_out);
     gdp_tensor in[GDP_MAX_INPUTS], out[GDP_MAX_OUTPUTS];
+    const gdp_tensor *inp[GDP_MAX_INPUTS], *outp[GDP_MAX_OUTPUTS];
     size_t in_at[GDP_MAX_INPUTS], out_at[GDP_MAX_OUTPUTS], total = 0;
     int alias[GDP_MAX_OUTPUTS];
     /* plan: where each f32 copy goes */
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = n->in[i];
-        if (!is_half(in[i].dtype)) continue;
+        in[i] = *n->in[i];
+        inp[i] = &in[i];
+        if (!gdp_is_half(in[i].dtype)) continue;
         in_at[i] = total;
         total += f32_bytes(&in[i]);
     }
     for (int k = 0; k < n->n_out; k++) {
-        out[k] = n->out[k];
+        out[k] = *n->out[k];
+        outp[k] = &out[k];
         alias[k] = -1;
-        if (!is_half(out[k].dtype)) continue;
+        if (!gdp_is_half(out[k].dtype)) continue;
         for (int i = 0; i < n->n_in; i++)
-            if (is_half(n->in[i].dtype) && n->in[i].data == out[k].data) alias[k] = i;
+            if (gdp_is_half(n->in[i]->dtype) && n->in[i]->data == out[k].data) alias[k] = i;
         if (alias[k] >= 0) continue;
         out_at[k] = total;
         total += f32_bytes(&out[k]);
@@ -67,23 +69,24 @@ gdp_status gcpu_half_launch(gdp_launch_fn f32, void *be, const gdp_node *n, void
     char *buf = gcpu_scratch(0, GCPU_SLOT_HALF, total > 0 ? total : 64);
     if (buf == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for f32 copies", n->op);
     for (int i = 0; i < n->n_in; i++) {
-        if (!is_half(in[i].dtype)) continue;
+        if (!gdp_is_half(in[i].dtype)) continue;
         in[i].data = buf + in_at[i];
         in[i].dtype = GDP_F32;
-        convert(n->in[i].dtype, n->in[i].data, in[i].data, gdp_numel(&in[i]), 1);
+        gdp_set_contiguous(&in[i]);
+        convert(n->in[i]->dtype, n->in[i]->data, in[i].data, gdp_numel(&in[i]), 1);
     }
     for (int k = 0; k < n->n_out; k++) {
-        if (!is_half(out[k].dtype)) continue;
+        if (!gdp_is_half(out[k].dtype)) continue;
         out[k].data = alias[k] >= 0 ? in[alias[k]].data : buf + out_at[k];
         out[k].dtype = GDP_F32;
     }
     gdp_node n2 = *n;
-    n2.in = in;
-    n2.out = out;
+    n2.in = inp;
+    n2.out = outp;
     gdp_status s = f32(be, &n2, stream, err);
     if (s != GDP_OK) return s;
     for (int k = 0; k < n->n_out; k++)
-        if (is_half(n->out[k].dtype)) convert(n->out[k].dtype, out[k].data, n->out[k].data, gdp_numel(&out[k]), 0);
+        if (gdp_is_half(n->out[k]->dtype)) convert(n->out[k]->dtype, out[k].data, n->out[k]->data, gdp_numel(&out[k]), 0);
     return GDP_OK;
 }
 
@@ -92,17 +95,20 @@ int gcpu_half_supports(gdp_supports_fn f32, void *be, const gdp_node *n)
     if (n->n_in > GDP_MAX_INPUTS || n->n_out > GDP_MAX_OUTPUTS) return 0;
     if (f32 == NULL) return 1;
     gdp_tensor in[GDP_MAX_INPUTS], out[GDP_MAX_OUTPUTS];
+    const gdp_tensor *inp[GDP_MAX_INPUTS], *outp[GDP_MAX_OUTPUTS];
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = n->in[i];
-        if (is_half(in[i].dtype)) in[i].dtype = GDP_F32;
+        in[i] = *n->in[i];
+        inp[i] = &in[i];
+        if (gdp_is_half(in[i].dtype)) in[i].dtype = GDP_F32;
     }
     for (int k = 0; k < n->n_out; k++) {
-        out[k] = n->out[k];
-        if (is_half(out[k].dtype)) out[k].dtype = GDP_F32;
+        out[k] = *n->out[k];
+        outp[k] = &out[k];
+        if (gdp_is_half(out[k].dtype)) out[k].dtype = GDP_F32;
     }
     gdp_node n2 = *n;
-    n2.in = in;
-    n2.out = out;
+    n2.in = inp;
+    n2.out = outp;
     return f32(be, &n2);
 }
 

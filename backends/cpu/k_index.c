@@ -119,11 +119,11 @@ static void gather(gather_job *j, int64_t outer)
 static gdp_status k_embedding(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *table = &n->in[0], *ids = &n->in[1];
+    const gdp_tensor *table = n->in[0], *ids = n->in[1];
     int64_t V = table->shape[0];
     int64_t bad = first_bad_id(ids, V);
     if (bad >= 0) return embedding_bad_id(ids, bad, V, err);
-    gather_job j = {.x = table->data, .y = n->out[0].data, .sel = ids, .n = V, .m = gdp_numel(ids),
+    gather_job j = {.x = table->data, .y = n->out[0]->data, .sel = ids, .n = V, .m = gdp_numel(ids),
                     .inner = table->shape[1], .es = gdp_dtype_size(table->dtype)};
     gather(&j, 1);
     return GDP_OK;
@@ -133,13 +133,13 @@ static gdp_status k_embedding(void *be, const gdp_node *n, void *stream, gdp_err
 static gdp_status k_index_select(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0], *idx = &n->in[1];
+    const gdp_tensor *x = n->in[0], *idx = n->in[1];
     int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
     int64_t len = x->shape[axis];
     int64_t bad = first_bad_id(idx, len);
     if (bad >= 0) return select_bad_idx(idx, bad, axis, len, err);
-    gather_job j = {.x = x->data, .y = n->out[0].data, .sel = idx, .n = len, .m = idx->shape[0],
+    gather_job j = {.x = x->data, .y = n->out[0]->data, .sel = idx, .n = len, .m = idx->shape[0],
                     .inner = prod(x->shape, axis + 1, x->ndim), .es = gdp_dtype_size(x->dtype)};
     gather(&j, prod(x->shape, 0, axis));
     return GDP_OK;
@@ -214,7 +214,7 @@ static gdp_status scatter(const gdp_node *n, scatter_job *j, int64_t outer, gdp_
 {
     if (outer * j->n == 0 || j->inner == 0) return GDP_OK;
     int64_t *order;
-    int64_t *start = sort_by_target(&n->in[1], j->m, j->n, &order);
+    int64_t *start = sort_by_target(n->in[1], j->m, j->n, &order);
     if (start == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory to sort %lld ids", n->op, (long long)j->m);
     j->start = start;
     j->order = order;
@@ -230,7 +230,7 @@ static gdp_status scatter(const gdp_node *n, scatter_job *j, int64_t outer, gdp_
 static gdp_status k_embedding_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *dy = &n->in[0], *ids = &n->in[1], *dt = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *ids = n->in[1], *dt = n->out[0];
     int64_t V = dt->shape[0];
     int64_t bad = first_bad_id(ids, V);
     if (bad >= 0) return embedding_bad_id(ids, bad, V, err);
@@ -242,7 +242,7 @@ static gdp_status k_embedding_grad(void *be, const gdp_node *n, void *stream, gd
 static gdp_status k_index_select_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *dy = &n->in[0], *idx = &n->in[1], *dx = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *idx = n->in[1], *dx = n->out[0];
     int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
     if (axis < 0) axis += dx->ndim;
     int64_t len = dx->shape[axis];
@@ -324,15 +324,15 @@ static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, 
 static gdp_status k_concat(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    const gdp_tensor *y = &n->out[0];
+    const gdp_tensor *y = n->out[0];
     int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
     if (axis < 0) axis += y->ndim;
     int64_t es = (int64_t)gdp_dtype_size(y->dtype), inner = prod(y->shape, axis + 1, y->ndim);
     move_job j = {.dst = y->data, .total = gdp_numel(y) * es, .kind = 0, .n_src = n->n_in};
     j.seg[0] = 0;
     for (int k = 0; k < n->n_in; k++) {
-        j.src[k] = n->in[k].data;
-        j.seg[k + 1] = j.seg[k] + n->in[k].shape[axis] * inner * es;
+        j.src[k] = n->in[k]->data;
+        j.seg[k + 1] = j.seg[k] + n->in[k]->shape[axis] * inner * es;
     }
     j.row = j.seg[n->n_in];
     move_run(&j);
@@ -343,14 +343,14 @@ static gdp_status k_concat(void *be, const gdp_node *n, void *stream, gdp_err *e
 static gdp_status k_slice(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    const gdp_tensor *x = &n->in[0];
+    const gdp_tensor *x = n->in[0];
     int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
     int64_t first, len;
     slice_bounds(x->shape[axis], gdp_attr_int(&n->attrs, "start", 0), gdp_attr_int(&n->attrs, "end", INT64_MAX),
                  &first, &len);
     int64_t es = (int64_t)gdp_dtype_size(x->dtype), inner = prod(x->shape, axis + 1, x->ndim);
-    move_job j = {.dst = n->out[0].data, .total = gdp_numel(&n->out[0]) * es, .kind = 1, .n_src = 1};
+    move_job j = {.dst = n->out[0]->data, .total = gdp_numel(n->out[0]) * es, .kind = 1, .n_src = 1};
     j.src[0] = x->data;
     j.row = len * inner * es;
     j.src_row = x->shape[axis] * inner * es;
@@ -363,7 +363,7 @@ static gdp_status k_slice(void *be, const gdp_node *n, void *stream, gdp_err *er
 static gdp_status k_slice_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    const gdp_tensor *dx = &n->out[0];
+    const gdp_tensor *dx = n->out[0];
     int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
     if (axis < 0) axis += dx->ndim;
     int64_t first, len;
@@ -371,7 +371,7 @@ static gdp_status k_slice_grad(void *be, const gdp_node *n, void *stream, gdp_er
                  &first, &len);
     int64_t es = (int64_t)gdp_dtype_size(dx->dtype), inner = prod(dx->shape, axis + 1, dx->ndim);
     move_job j = {.dst = dx->data, .total = gdp_numel(dx) * es, .kind = 2, .n_src = 1};
-    j.src[0] = n->in[0].data;
+    j.src[0] = n->in[0]->data;
     j.row = dx->shape[axis] * inner * es;
     j.src_row = len * inner * es;
     j.first = first * inner * es;

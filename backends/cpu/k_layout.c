@@ -1,12 +1,14 @@
-/* k_layout.c — ops that move bytes: reshape, copy, assign (plain copies), permute and
- * expand (strided copies). Registered for every dtype they are swept at (a copy does not
- * care what the bytes mean): assign also for i32 and i64, which its cases use.
+/* k_layout.c — ops that move bytes: copy (of any strides) and assign. reshape, permute,
+ * slice and expand are views the planner aliases, so they have no kernels; the copy
+ * that makes one of them contiguous, when a kernel needs it so, is this file's strided
+ * copy. Registered for every dtype they are swept at (a copy does not care what the bytes
+ * mean): assign also for i32 and i64, which its cases use.
  *
  * Plain copies are split over threads in fixed-size pieces, with memmove because a host
  * may hand a copy the same buffer twice.
  *
- * Strided copies walk the output in row-major order, reading the input through strides:
- * permuted ones for permute, 0 along broadcast axes for expand. Dims are merged where the
+ * Strided copies walk the output in row-major order, reading the input through its
+ * strides (permuted by a transpose, 0 along broadcast axes). Dims are merged where the
  * input steps across them as across one dim; then the innermost run is copied with memcpy
  * (stride 1), filled with one element (stride 0), or, for a transpose-like permute, moved
  * in 32 x 32 tiles between the output's inner dim and the dim along which the input is
@@ -38,18 +40,21 @@ static void copy_task(void *ctx, int64_t begin, int64_t end, int tid)
 /* in[src_index] into out[0] */
 static gdp_status copy_node(const gdp_node *n, int src_index)
 {
-    const gdp_tensor *x = &n->in[src_index];
-    copy_job j = {.src = x->data, .dst = n->out[0].data, .bytes = (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype)};
+    const gdp_tensor *x = n->in[src_index];
+    copy_job j = {.src = x->data, .dst = n->out[0]->data, .bytes = (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype)};
     if (j.bytes == 0) return GDP_OK;
     int64_t pieces = ((int64_t)j.bytes + PIECE - 1) / PIECE;
     gcpu_parallel_for_grain(pieces, 16, copy_task, &j); /* a thread per 1 MiB at least */
     return GDP_OK;
 }
 
+static gdp_status scopy_strided(const gdp_tensor *x, const gdp_tensor *y);
+
 static gdp_status k_copy(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    return copy_node(n, 0);
+    if (gdp_is_contiguous(n->in[0])) return copy_node(n, 0);
+    return scopy_strided(n->in[0], n->out[0]);
 }
 
 /* assign(dst, src) -> dst': src's bytes into dst */
@@ -194,40 +199,12 @@ static void scopy_run(scopy *c)
     }
 }
 
-// x (d0, ..) -> y (d_perm[0], ..): out dim i is x dim perm[i]
-static gdp_status k_permute(void *be, const gdp_node *n, void *stream, gdp_err *err)
+/* x of any strides into the contiguous y of its shape */
+static gdp_status scopy_strided(const gdp_tensor *x, const gdp_tensor *y)
 {
-    (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
-    int nd = x->ndim;
-    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS], st[GDP_MAX_DIMS];
-    if (gdp_attr_ints(&n->attrs, "perm", perm, GDP_MAX_DIMS) != nd)
-        return gdp_fail(err, GDP_ERR_INVALID, "permute: perm does not match x's %d dims", nd);
-    int64_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) xst[d] = s, s *= x->shape[d];
-    for (int i = 0; i < nd; i++) st[i] = xst[perm[i] < 0 ? perm[i] + nd : perm[i]];
     if (gdp_numel(y) == 0) return GDP_OK;
     scopy c = {.src = x->data, .dst = y->data, .es = gdp_dtype_size(x->dtype)};
-    scopy_plan(&c, nd, y->shape, st);
-    scopy_run(&c);
-    return GDP_OK;
-}
-
-// x (aligned to the right of y's shape, 1 along broadcast axes) -> y
-static gdp_status k_expand(void *be, const gdp_node *n, void *stream, gdp_err *err)
-{
-    (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
-    if (x->ndim > y->ndim) return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into %d", x->ndim, y->ndim);
-    int64_t st[GDP_MAX_DIMS], s = 1;
-    for (int d = y->ndim - 1, e = x->ndim - 1; d >= 0; d--, e--) {
-        int64_t dim = e >= 0 ? x->shape[e] : 1;
-        st[d] = dim == 1 ? 0 : s;
-        s *= dim;
-    }
-    if (gdp_numel(y) == 0) return GDP_OK;
-    scopy c = {.src = x->data, .dst = y->data, .es = gdp_dtype_size(x->dtype)};
-    scopy_plan(&c, y->ndim, y->shape, st);
+    scopy_plan(&c, y->ndim, y->shape, x->stride);
     scopy_run(&c);
     return GDP_OK;
 }
@@ -236,11 +213,8 @@ gdp_status gcpu_register_layout(const gdp_host *host, gdp_err *err)
 {
     static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
-        gdp_status s = gcpu_reg(host, "reshape", dts[d], k_copy, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "copy", dts[d], k_copy, NULL, NULL, err);
+        gdp_status s = gcpu_reg_flags(host, "copy", dts[d], GDP_KERNEL_STRIDED, k_copy, NULL, NULL, err);
         if (s == GDP_OK) s = gcpu_reg(host, "assign", dts[d], k_assign, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "permute", dts[d], k_permute, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "expand", dts[d], k_expand, NULL, NULL, err);
         if (s != GDP_OK) return s;
     }
     gdp_status s = gcpu_reg(host, "assign", GDP_I32, k_assign, NULL, NULL, err);

@@ -44,7 +44,7 @@ typedef struct mm_job {
 
 static int mm_one(const mm_job *j, int64_t bi)
 {
-    const gdp_tensor *a = &j->n->in[0], *b = &j->n->in[1], *c = &j->n->out[0];
+    const gdp_tensor *a = j->n->in[0], *b = j->n->in[1], *c = j->n->out[0];
     const float *pa = (const float *)a->data + batch_offset(a, c->shape, j->nbat, bi);
     const float *pb = (const float *)b->data + batch_offset(b, c->shape, j->nbat, bi);
     float *pc = (float *)c->data + bi * j->M * j->N;
@@ -67,7 +67,7 @@ static void mm_batches(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_matmul(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    const gdp_tensor *a = &n->in[0], *c = &n->out[0];
+    const gdp_tensor *a = n->in[0], *c = n->out[0];
     mm_job j = {.n = n};
     atomic_init(&j.status, GDP_OK);
     j.ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0;
@@ -151,7 +151,7 @@ static void epilogue_rows(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_linear(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    const gdp_tensor *x = &n->in[0], *w = &n->in[1], *b = n->n_in > 2 ? &n->in[2] : NULL, *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL, *y = n->out[0];
     int act = (int)gdp_attr_int(&n->attrs, "act", 0);
     int wio = gdp_attr_int(&n->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];

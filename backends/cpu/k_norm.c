@@ -178,9 +178,9 @@ static void job_rows(const gdp_tensor *x, norm_job *j)
 
 static gdp_status forward(const gdp_node *n, gcpu_range_fn fn, double eps_default, gdp_err *err)
 {
-    norm_job j = {.x = n->in[0].data, .y = n->out[0].data, .w = n->n_in > 1 ? n->in[1].data : NULL,
-                  .b = n->n_in > 2 ? n->in[2].data : NULL};
-    job_rows(&n->in[0], &j);
+    norm_job j = {.x = n->in[0]->data, .y = n->out[0]->data, .w = n->n_in > 1 ? n->in[1]->data : NULL,
+                  .b = n->n_in > 2 ? n->in[2]->data : NULL};
+    job_rows(n->in[0], &j);
     j.eps = gdp_attr_float(&n->attrs, "eps", eps_default);
     if (j.rows == 0) return GDP_OK;
     gcpu_parallel_for_grain(j.rows, GCPU_GRAIN_ELEMS / (4 * j.C) + 1, fn, &j);
@@ -321,9 +321,9 @@ static void sum_partials(void *ctx, int64_t begin, int64_t end, int tid)
 
 static gdp_status backward(const gdp_node *n, gcpu_range_fn fn, double eps_default, int has_db, gdp_err *err)
 {
-    norm_job j = {.dy = n->in[0].data, .x = n->in[1].data, .w = n->n_in > 2 ? n->in[2].data : NULL,
-                  .y = n->out[0].data, .dw = n->out[1].data, .db = has_db ? n->out[2].data : NULL};
-    job_rows(&n->in[1], &j);
+    norm_job j = {.dy = n->in[0]->data, .x = n->in[1]->data, .w = n->n_in > 2 ? n->in[2]->data : NULL,
+                  .y = n->out[0]->data, .dw = n->out[1]->data, .db = has_db ? n->out[2]->data : NULL};
+    job_rows(n->in[1], &j);
     j.eps = gdp_attr_float(&n->attrs, "eps", eps_default);
     if (j.C == 0) return GDP_OK;
     if (j.rows == 0) {
@@ -369,13 +369,13 @@ static gdp_status k_rms_norm_grad(void *be, const gdp_node *n, void *stream, gdp
 static int s_norm(void *be, const gdp_node *n)
 {
     (void)be;
-    int32_t dt = n->in[0].dtype;
+    int32_t dt = n->in[0]->dtype;
     if (dt != GDP_F32 && dt != GDP_F16 && dt != GDP_BF16) return 0;
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
+        if (n->in[i]->dtype != dt) return 0;
     for (int i = 0; i < n->n_out; i++)
-        if (n->out[i].dtype != dt) return 0;
-    return n->in[0].ndim >= 1;
+        if (n->out[i]->dtype != dt) return 0;
+    return n->in[0]->ndim >= 1;
 }
 
 gdp_status gcpu_register_norm(const gdp_host *host, gdp_err *err)

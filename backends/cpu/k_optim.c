@@ -30,8 +30,8 @@ static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const opt_job *j = ctx;
-    const float *P = j->n->in[0].data, *G = j->n->in[1].data, *M = j->n->in[2].data, *V = j->n->in[3].data;
-    float *Po = j->n->out[0].data, *Mo = j->n->out[1].data, *Vo = j->n->out[2].data;
+    const float *P = j->n->in[0]->data, *G = j->n->in[1]->data, *M = j->n->in[2]->data, *V = j->n->in[3]->data;
+    float *Po = j->n->out[0]->data, *Mo = j->n->out[1]->data, *Vo = j->n->out[2]->data;
     const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2;
     double p[ADAM_BLOCK], g[ADAM_BLOCK], m[ADAM_BLOCK], v[ADAM_BLOCK];
     for (int64_t i0 = begin; i0 < end; i0 += ADAM_BLOCK) {
@@ -65,15 +65,15 @@ static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *er
 {
     (void)be; (void)stream; (void)err;
     opt_job j = {.n = n};
-    double t = ((const float *)n->in[4].data)[0];
-    j.lr = ((const float *)n->in[5].data)[0];
+    double t = ((const float *)n->in[4]->data)[0];
+    j.lr = ((const float *)n->in[5]->data)[0];
     j.b1 = gdp_attr_float(&n->attrs, "beta1", 0.9);
     j.b2 = gdp_attr_float(&n->attrs, "beta2", 0.999);
     j.eps = gdp_attr_float(&n->attrs, "eps", 1e-8);
     j.wd = gdp_attr_float(&n->attrs, "weight_decay", 0.0);
     j.bc1 = 1.0 - pow(j.b1, t);
     j.bc2 = 1.0 - pow(j.b2, t);
-    gcpu_parallel_for_grain(gdp_numel(&n->in[0]), GCPU_GRAIN_ELEMS / 4, adamw_task, &j);
+    gcpu_parallel_for_grain(gdp_numel(n->in[0]), GCPU_GRAIN_ELEMS / 4, adamw_task, &j);
     return GDP_OK;
 }
 
@@ -81,8 +81,8 @@ static void sgd_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const opt_job *j = ctx;
-    const float *P = j->n->in[0].data, *G = j->n->in[1].data, *B = j->n->in[2].data;
-    float *Po = j->n->out[0].data, *Bo = j->n->out[1].data;
+    const float *P = j->n->in[0]->data, *G = j->n->in[1]->data, *B = j->n->in[2]->data;
+    float *Po = j->n->out[0]->data, *Bo = j->n->out[1]->data;
     for (int64_t i = begin; i < end; i++) {
         double p = P[i], g = G[i], buf = B[i];
         g += j->wd * p;
@@ -98,11 +98,11 @@ static gdp_status k_sgd(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
     opt_job j = {.n = n};
-    j.lr = ((const float *)n->in[3].data)[0];
+    j.lr = ((const float *)n->in[3]->data)[0];
     j.momentum = gdp_attr_float(&n->attrs, "momentum", 0.0);
     j.wd = gdp_attr_float(&n->attrs, "weight_decay", 0.0);
     j.nesterov = gdp_attr_int(&n->attrs, "nesterov", 0) != 0;
-    gcpu_parallel_for_grain(gdp_numel(&n->in[0]), GCPU_GRAIN_ELEMS / 2, sgd_task, &j);
+    gcpu_parallel_for_grain(gdp_numel(n->in[0]), GCPU_GRAIN_ELEMS / 2, sgd_task, &j);
     return GDP_OK;
 }
 
@@ -110,9 +110,9 @@ static gdp_status k_sgd(void *be, const gdp_node *n, void *stream, gdp_err *err)
 static gdp_status k_clip_coef(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    double norm = ((const float *)n->in[0].data)[0];
+    double norm = ((const float *)n->in[0]->data)[0];
     double coef = gdp_attr_float(&n->attrs, "max_norm", 1.0) / (norm + 1e-6);
-    ((float *)n->out[0].data)[0] = (float)(coef > 1.0 ? 1.0 : coef);
+    ((float *)n->out[0]->data)[0] = (float)(coef > 1.0 ? 1.0 : coef);
     return GDP_OK;
 }
 

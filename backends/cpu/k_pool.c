@@ -185,8 +185,8 @@ static void maxpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
     (void)tid;
     const pool_job *j = ctx;
     const pgeom *g = &j->g;
-    const float *x = j->n->in[0].data;
-    float *y = j->n->out[0].data;
+    const float *x = j->n->in[0]->data;
+    float *y = j->n->out[0]->data;
     for (int64_t pl = begin; pl < end; pl++) {
         const float *xp = x + pl * g->H * g->W;
         float *yp = y + pl * g->Ho * g->Wo;
@@ -218,7 +218,7 @@ static gdp_status run_planes(const gdp_node *n, const int64_t *xs, gcpu_range_fn
 static gdp_status k_max_pool2d(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    return run_planes(n, n->in[0].shape, maxpool_planes, err);
+    return run_planes(n, n->in[0]->shape, maxpool_planes, err);
 }
 
 /* Overlapping windows add several dy into one dx: the sums are kept in double and rounded
@@ -227,8 +227,8 @@ static void maxpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
 {
     const pool_job *j = ctx;
     const pgeom *g = &j->g;
-    const float *dy = j->n->in[0].data, *x = j->n->in[1].data;
-    float *dx = j->n->out[0].data;
+    const float *dy = j->n->in[0]->data, *x = j->n->in[1]->data;
+    float *dx = j->n->out[0]->data;
     int overlap = g->s < g->k;
     double *acc = overlap ? gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(double) * (size_t)(g->H * g->W)) : NULL;
     if (overlap && acc == NULL) {
@@ -263,7 +263,7 @@ static void maxpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_max_pool2d_grad(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    return run_planes(n, n->in[1].shape, maxpool_grad_planes, err);
+    return run_planes(n, n->in[1]->shape, maxpool_grad_planes, err);
 }
 
 /* ---- avg_pool2d, avg_pool2d_grad -------------------------------------------------------- */
@@ -273,8 +273,8 @@ static void avgpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
     (void)tid;
     const pool_job *j = ctx;
     const pgeom *g = &j->g;
-    const float *x = j->n->in[0].data;
-    float *y = j->n->out[0].data;
+    const float *x = j->n->in[0]->data;
+    float *y = j->n->out[0]->data;
     double area = (double)(g->k * g->k);
     for (int64_t pl = begin; pl < end; pl++) {
         const float *xp = x + pl * g->H * g->W;
@@ -296,7 +296,7 @@ static void avgpool_planes(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_avg_pool2d(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    return run_planes(n, n->in[0].shape, avgpool_planes, err);
+    return run_planes(n, n->in[0]->shape, avgpool_planes, err);
 }
 
 /* Each dy / kernel^2 is added to the real elements of its window in a double plane, in
@@ -305,8 +305,8 @@ static void avgpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
 {
     const pool_job *j = ctx;
     const pgeom *g = &j->g;
-    const float *dy = j->n->in[0].data;
-    float *dx = j->n->out[0].data;
+    const float *dy = j->n->in[0]->data;
+    float *dx = j->n->out[0]->data;
     double area = (double)(g->k * g->k);
     double *acc = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(double) * (size_t)(g->H * g->W));
     if (acc == NULL) {
@@ -334,8 +334,8 @@ static void avgpool_grad_planes(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_avg_pool2d_grad(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)backend; (void)stream;
-    if (n->out[0].ndim != 4) return gdp_fail(err, GDP_ERR_INVALID, "%s: dx must be (N, C, H, W)", n->op);
-    return run_planes(n, n->out[0].shape, avgpool_grad_planes, err);
+    if (n->out[0]->ndim != 4) return gdp_fail(err, GDP_ERR_INVALID, "%s: dx must be (N, C, H, W)", n->op);
+    return run_planes(n, n->out[0]->shape, avgpool_grad_planes, err);
 }
 
 static int s_pool(void *backend, const gdp_node *n)

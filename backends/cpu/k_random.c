@@ -82,7 +82,7 @@ static void fill_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_fill(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    const gdp_tensor *y = &n->out[0];
+    const gdp_tensor *y = n->out[0];
     fill_job j = {.dst = y->data, .es = gdp_dtype_size(y->dtype)};
     store_any(y->dtype, j.pattern, 0, gdp_attr_float(&n->attrs, "value", 0.0));
     gcpu_parallel_for_grain(gdp_numel(y), 4 * GCPU_GRAIN_ELEMS, fill_task, &j);
@@ -112,7 +112,7 @@ static void arange_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_arange(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    arange_job j = {.y = &n->out[0], .start = gdp_attr_float(&n->attrs, "start", 0.0),
+    arange_job j = {.y = n->out[0], .start = gdp_attr_float(&n->attrs, "start", 0.0),
                     .step = gdp_attr_float(&n->attrs, "step", 1.0)};
     gcpu_parallel_for_grain(gdp_numel(j.y), GCPU_GRAIN_ELEMS, arange_task, &j);
     return GDP_OK;
@@ -163,7 +163,7 @@ static void rand_task(void *ctx, int64_t begin, int64_t end, int tid)
 
 static gdp_status run_rand(const gdp_node *n, int kind, double a, double b)
 {
-    rand_job j = {.y = &n->out[0], .kind = kind, .a = (float)a, .b = (float)b,
+    rand_job j = {.y = n->out[0], .kind = kind, .a = (float)a, .b = (float)b,
                   .seed = (uint64_t)gdp_attr_int(&n->attrs, "seed", 0),
                   .offset = (uint64_t)gdp_attr_int(&n->attrs, "offset", 0)};
     /* a Philox draw is some 40 integer operations: a smaller grain than a copy */
@@ -201,7 +201,7 @@ static gdp_status k_init_kaiming(void *be, const gdp_node *n, void *stream, gdp_
 {
     (void)be; (void)stream; (void)err;
     double fan_in, fan_out;
-    fans(&n->out[0], &fan_in, &fan_out);
+    fans(n->out[0], &fan_in, &fan_out);
     return run_rand(n, DRAW_NORMAL, 0.0, fan_in > 0 ? sqrt(2.0 / fan_in) : 1.0);
 }
 
@@ -210,7 +210,7 @@ static gdp_status k_init_xavier(void *be, const gdp_node *n, void *stream, gdp_e
 {
     (void)be; (void)stream; (void)err;
     double fan_in, fan_out;
-    fans(&n->out[0], &fan_in, &fan_out);
+    fans(n->out[0], &fan_in, &fan_out);
     float bound = fan_in + fan_out > 0 ? (float)sqrt(6.0 / (fan_in + fan_out)) : 1.0f;
     return run_rand(n, DRAW_UNIFORM, -bound, bound);
 }
@@ -251,11 +251,11 @@ static void drop_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_dropout(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    drop_job j = {.x = &n->in[0], .y = &n->out[0], .seed = (uint64_t)gdp_attr_int(&n->attrs, "seed", 0)};
+    drop_job j = {.x = n->in[0], .y = n->out[0], .seed = (uint64_t)gdp_attr_int(&n->attrs, "seed", 0)};
     j.p = (float)gdp_attr_float(&n->attrs, "p", 0.5);
     j.scale = 1.0f / (1.0f - j.p); /* inf when p = 1, but then nothing is kept */
     if (n->n_in > 1) {
-        const gdp_tensor *s = &n->in[1];
+        const gdp_tensor *s = n->in[1];
         /* read as an integer: a double would lose the low bits of a large step */
         j.step = s->dtype == GDP_I32 ? (uint64_t)(int64_t)((const int32_t *)s->data)[0]
                                      : (uint64_t)((const int64_t *)s->data)[0];
@@ -267,9 +267,9 @@ static gdp_status k_dropout(void *be, const gdp_node *n, void *stream, gdp_err *
 static int s_dropout(void *be, const gdp_node *n)
 {
     (void)be;
-    int32_t dt = n->in[0].dtype;
-    return (dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16) && n->out[0].dtype == dt &&
-           (n->n_in < 2 || n->in[1].dtype == GDP_I32 || n->in[1].dtype == GDP_I64);
+    int32_t dt = n->in[0]->dtype;
+    return (dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16) && n->out[0]->dtype == dt &&
+           (n->n_in < 2 || n->in[1]->dtype == GDP_I32 || n->in[1]->dtype == GDP_I64);
 }
 
 /* ---- cast ------------------------------------------------------------------------------------ */
@@ -371,7 +371,7 @@ static void cast_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_cast(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    cast_job j = {.x = &n->in[0], .y = &n->out[0]};
+    cast_job j = {.x = n->in[0], .y = n->out[0]};
     gcpu_parallel_for_grain(gdp_numel(j.y), GCPU_GRAIN_ELEMS, cast_task, &j);
     return GDP_OK;
 }
@@ -380,7 +380,7 @@ static gdp_status k_cast(void *be, const gdp_node *n, void *stream, gdp_err *err
 static int s_cast(void *be, const gdp_node *n)
 {
     (void)be;
-    return gdp_dtype_size(n->in[0].dtype) != 0 && gdp_dtype_size(n->out[0].dtype) != 0;
+    return gdp_dtype_size(n->in[0]->dtype) != 0 && gdp_dtype_size(n->out[0]->dtype) != 0;
 }
 
 /* ---- where ----------------------------------------------------------------------------------- */
@@ -431,16 +431,16 @@ static void where_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_where(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
-    const gdp_tensor *y = &n->out[0];
+    const gdp_tensor *y = n->out[0];
     int64_t count = gdp_numel(y);
     if (count == 0) return GDP_OK;
-    where_job j = {.c = n->in[0].data, .a = n->in[1].data, .b = n->in[2].data, .y = y->data,
+    where_job j = {.c = n->in[0]->data, .a = n->in[1]->data, .b = n->in[2]->data, .y = y->data,
                    .es = gdp_dtype_size(y->dtype)};
     /* a scalar output is a one-element row */
     j.nd = y->ndim > 0 ? y->ndim : 1;
     for (int d = 0; d < j.nd; d++) j.shape[d] = y->ndim > 0 ? y->shape[d] : 1;
     for (int k = 0; k < 3; k++) {
-        const gdp_tensor *t = &n->in[k];
+        const gdp_tensor *t = n->in[k];
         int64_t s = 1;
         for (int d = j.nd - 1, e = t->ndim - 1; d >= 0; d--, e--) {
             int64_t dim = e >= 0 ? t->shape[e] : 1;
@@ -456,9 +456,9 @@ static gdp_status k_where(void *be, const gdp_node *n, void *stream, gdp_err *er
 static int s_where(void *be, const gdp_node *n)
 {
     (void)be;
-    size_t es = gdp_dtype_size(n->out[0].dtype);
-    return n->in[0].dtype == GDP_BOOL && (es == 4 || es == 2) && n->in[1].dtype == n->out[0].dtype &&
-           n->in[2].dtype == n->out[0].dtype;
+    size_t es = gdp_dtype_size(n->out[0]->dtype);
+    return n->in[0]->dtype == GDP_BOOL && (es == 4 || es == 2) && n->in[1]->dtype == n->out[0]->dtype &&
+           n->in[2]->dtype == n->out[0]->dtype;
 }
 
 /* ---- registration ---------------------------------------------------------------------------- */

@@ -224,8 +224,8 @@ static void walk_items(const rplan *p, int64_t *items, int64_t *grain)
 
 static gdp_status reduce(const gdp_node *n, int mean, gdp_err *err)
 {
-    rjob j = {.x = n->in[0].data, .y = n->out[0].data};
-    if (plan(&n->in[0], &n->attrs, &j.p) != 0) return gdp_fail(err, GDP_ERR_INVALID, "%s: bad axes", n->op);
+    rjob j = {.x = n->in[0]->data, .y = n->out[0]->data};
+    if (plan(n->in[0], &n->attrs, &j.p) != 0) return gdp_fail(err, GDP_ERR_INVALID, "%s: bad axes", n->op);
     j.div = mean ? (double)j.p.n_red : 1.0;
     if (j.p.n_out == 0) return GDP_OK;
     if (j.p.inner_red && j.p.nk == 0 && j.p.nr == 0 && j.p.L > BLOCK) {
@@ -331,8 +331,8 @@ static void gather_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_max(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    rjob j = {.x = n->in[0].data, .y = n->out[0].data};
-    gdp_status s = max_positions(&j, n, &n->in[0], err);
+    rjob j = {.x = n->in[0]->data, .y = n->out[0]->data};
+    gdp_status s = max_positions(&j, n, n->in[0], err);
     if (s != GDP_OK || j.p.n_out == 0) return s;
     gcpu_parallel_for_grain(j.p.n_out, GCPU_GRAIN_ELEMS, gather_task, &j);
     return GDP_OK;
@@ -356,10 +356,10 @@ static void scatter_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_max_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    rjob j = {.x = n->in[1].data, .dy = n->in[0].data, .dx = n->out[0].data};
-    gdp_status s = max_positions(&j, n, &n->in[1], err);
+    rjob j = {.x = n->in[1]->data, .dy = n->in[0]->data, .dx = n->out[0]->data};
+    gdp_status s = max_positions(&j, n, n->in[1], err);
     if (s != GDP_OK) return s;
-    gcpu_parallel_for_grain(gdp_numel(&n->in[1]), GCPU_GRAIN_ELEMS, zero_task, &j);
+    gcpu_parallel_for_grain(gdp_numel(n->in[1]), GCPU_GRAIN_ELEMS, zero_task, &j);
     gcpu_parallel_for_grain(j.p.n_out, GCPU_GRAIN_ELEMS, scatter_task, &j); /* winners are distinct */
     return GDP_OK;
 }
@@ -403,12 +403,12 @@ static void argmax_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_argmax(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0];
+    const gdp_tensor *x = n->in[0];
     int64_t axis = gdp_attr_int(&n->attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
-    if (axis < 0 || axis >= x->ndim || n->out[0].dtype != GDP_I64)
+    if (axis < 0 || axis >= x->ndim || n->out[0]->dtype != GDP_I64)
         return gdp_fail(err, GDP_ERR_INVALID, "argmax: axis %lld of a %d-D x", (long long)axis, (int)x->ndim);
-    am_job j = {.x = x->data, .y = n->out[0].data, .n = x->shape[axis], .inner = 1};
+    am_job j = {.x = x->data, .y = n->out[0]->data, .n = x->shape[axis], .inner = 1};
     int64_t outer = 1;
     for (int d = 0; d < axis; d++) outer *= x->shape[d];
     for (int d = (int)axis + 1; d < x->ndim; d++) j.inner *= x->shape[d];
@@ -448,7 +448,7 @@ static void gn_task(void *ctx, int64_t begin, int64_t end, int tid)
     int k = 0;
     for (int64_t b = begin; b < end; b++) {
         while (b >= j->first[k + 1]) k++;
-        const gdp_tensor *x = &j->n->in[k];
+        const gdp_tensor *x = j->n->in[k];
         int64_t s = (b - j->first[k]) * BLOCK, len = gdp_numel(x) - s < BLOCK ? gdp_numel(x) - s : BLOCK;
         j->part[b] = squares_run((const float *)x->data + s, len);
     }
@@ -460,14 +460,14 @@ static gdp_status k_global_norm(void *be, const gdp_node *n, void *stream, gdp_e
     (void)be; (void)stream;
     gn_job j = {.n = n};
     if (n->n_in > GDP_MAX_INPUTS) return gdp_fail(err, GDP_ERR_INVALID, "global_norm: %d inputs", n->n_in);
-    for (int k = 0; k < n->n_in; k++) j.first[k + 1] = j.first[k] + (gdp_numel(&n->in[k]) + BLOCK - 1) / BLOCK;
+    for (int k = 0; k < n->n_in; k++) j.first[k + 1] = j.first[k] + (gdp_numel(n->in[k]) + BLOCK - 1) / BLOCK;
     int64_t blocks = j.first[n->n_in];
     j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(blocks + 1));
     if (j.part == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "global_norm: out of memory");
     gcpu_parallel_for_grain(blocks, 2, gn_task, &j);
     double ss = 0;
     for (int64_t b = 0; b < blocks; b++) ss += j.part[b];
-    ((float *)n->out[0].data)[0] = (float)sqrt(ss);
+    ((float *)n->out[0]->data)[0] = (float)sqrt(ss);
     return GDP_OK;
 }
 
@@ -483,7 +483,7 @@ static int s_f32(void *backend, const gdp_node *n)
 static int s_argmax(void *backend, const gdp_node *n)
 {
     (void)backend;
-    return n->in[0].dtype == GDP_F32 && n->out[0].dtype == GDP_I64;
+    return n->in[0]->dtype == GDP_F32 && n->out[0]->dtype == GDP_I64;
 }
 
 GCPU_HALF_OF(k_sum, s_f32)

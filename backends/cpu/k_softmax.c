@@ -209,9 +209,9 @@ static void sm_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status softmax_family(const gdp_node *n, int op, gdp_err *err)
 {
     int bwd = op == SM_GRAD || op == SM_LOG_GRAD;
-    const gdp_tensor *x = &n->in[bwd ? 1 : 0];
+    const gdp_tensor *x = n->in[bwd ? 1 : 0];
     int64_t outer;
-    sm_job j = {.op = op, .x = x->data, .dy = bwd ? n->in[0].data : NULL, .y = n->out[0].data};
+    sm_job j = {.op = op, .x = x->data, .dy = bwd ? n->in[0]->data : NULL, .y = n->out[0]->data};
     if (split_axis(x, &n->attrs, &outer, &j.n, &j.inner) != 0)
         return gdp_fail(err, GDP_ERR_INVALID, "%s: axis out of range", n->op);
     if (outer * j.n * j.inner == 0) return GDP_OK;
@@ -307,7 +307,7 @@ static void ce_grad_rows(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *x = &n->in[0], *t = &n->in[1];
+    const gdp_tensor *x = n->in[0], *t = n->in[1];
     ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
     int64_t rows = gdp_numel(t), count;
     gdp_status s = ce_count(n, t, rows, j.C, j.ignore, &count, err);
@@ -317,7 +317,7 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
     gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (4 * j.C + 1) + 1, ce_rows, &j);
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) total += j.loss[r]; /* in row order, as the reference */
-    ((float *)n->out[0].data)[0] = (float)(count > 0 ? total / (double)count : 0.0);
+    ((float *)n->out[0]->data)[0] = (float)(count > 0 ? total / (double)count : 0.0);
     return GDP_OK;
 }
 
@@ -325,8 +325,8 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
 static gdp_status k_cross_entropy_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    const gdp_tensor *dl = &n->in[0], *x = &n->in[1], *t = &n->in[2];
-    ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .dx = n->out[0].data,
+    const gdp_tensor *dl = n->in[0], *x = n->in[1], *t = n->in[2];
+    ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .dx = n->out[0]->data,
                 .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
     int64_t rows = gdp_numel(t), count;
     gdp_status s = ce_count(n, t, rows, j.C, j.ignore, &count, err);
@@ -369,14 +369,14 @@ static void mse_blocks(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status k_mse(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    mse_job j = {.p = n->in[0].data, .t = n->in[1].data, .n = gdp_numel(&n->in[0])};
+    mse_job j = {.p = n->in[0]->data, .t = n->in[1]->data, .n = gdp_numel(n->in[0])};
     int64_t blocks = (j.n + BLOCK - 1) / BLOCK;
     j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(blocks + 1));
     if (j.part == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
     gcpu_parallel_for_grain(blocks, 2, mse_blocks, &j);
     double s = 0.0;
     for (int64_t b = 0; b < blocks; b++) s += j.part[b];
-    ((float *)n->out[0].data)[0] = (float)(s / (double)j.n); /* 0/0 = NaN for an empty pred, as the reference */
+    ((float *)n->out[0]->data)[0] = (float)(s / (double)j.n); /* 0/0 = NaN for an empty pred, as the reference */
     return GDP_OK;
 }
 
@@ -392,10 +392,10 @@ static int s_f32(void *backend, const gdp_node *n)
 static int s_ce(void *backend, const gdp_node *n)
 {
     (void)backend;
-    const gdp_tensor *t = &n->in[n->n_in - 1];
+    const gdp_tensor *t = n->in[n->n_in - 1];
     for (int i = 0; i < n->n_in - 1; i++)
-        if (n->in[i].dtype != GDP_F32) return 0;
-    return n->out[0].dtype == GDP_F32 && (t->dtype == GDP_I32 || t->dtype == GDP_I64);
+        if (n->in[i]->dtype != GDP_F32) return 0;
+    return n->out[0]->dtype == GDP_F32 && (t->dtype == GDP_I32 || t->dtype == GDP_I64);
 }
 
 GCPU_HALF_OF(k_softmax, s_f32)

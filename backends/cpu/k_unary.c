@@ -138,8 +138,8 @@ static void un_task(void *ctx, int64_t begin, int64_t end, int tid)
 static gdp_status unary(const gdp_node *n, int op)
 {
     int grad = op == U_ABS_GRAD || op == U_CLAMP_GRAD;
-    un_job j = {.op = op, .dt = n->out[0].dtype, .x = n->in[grad ? 1 : 0].data, .dy = grad ? n->in[0].data : NULL,
-                .y = n->out[0].data};
+    un_job j = {.op = op, .dt = n->out[0]->dtype, .x = n->in[grad ? 1 : 0]->data, .dy = grad ? n->in[0]->data : NULL,
+                .y = n->out[0]->data};
     if (op == U_POW) {
         j.k0 = gdp_attr_float(&n->attrs, "p", 1.0);
     } else if (op == U_CLAMP || op == U_CLAMP_GRAD) {
@@ -151,7 +151,7 @@ static gdp_status unary(const gdp_node *n, int op)
     }
     /* libm's pow costs tens of ns an element: worth threads much sooner */
     int64_t grain = op == U_POW ? GCPU_GRAIN_ELEMS / 16 : GCPU_GRAIN_ELEMS;
-    gcpu_parallel_for_grain(gdp_numel(&n->out[0]), grain, un_task, &j);
+    gcpu_parallel_for_grain(gdp_numel(n->out[0]), grain, un_task, &j);
     return GDP_OK;
 }
 
@@ -183,12 +183,12 @@ UNARY_KERNEL(clamp_grad, U_CLAMP_GRAD)
 static int s_i32(void *backend, const gdp_node *n)
 {
     (void)backend;
-    return n->in[0].dtype == GDP_I32 && n->out[0].dtype == GDP_I32;
+    return n->in[0]->dtype == GDP_I32 && n->out[0]->dtype == GDP_I32;
 }
 static int s_i64(void *backend, const gdp_node *n)
 {
     (void)backend;
-    return n->in[0].dtype == GDP_I64 && n->out[0].dtype == GDP_I64;
+    return n->in[0]->dtype == GDP_I64 && n->out[0]->dtype == GDP_I64;
 }
 
 gdp_status gcpu_register_unary(const gdp_host *host, gdp_err *err)

@@ -19,6 +19,9 @@
  * NULL-terminated list of attributes supports() looks at, or NULL. */
 gdp_status gcpu_reg(const gdp_host *host, const char *op, int32_t dtype, gdp_launch_fn launch,
                     gdp_supports_fn supports, const char *const *attrs, gdp_err *err);
+/* The same with GDP_KERNEL_* flags (a kernel that reads strided inputs). */
+gdp_status gcpu_reg_flags(const gdp_host *host, const char *op, int32_t dtype, uint32_t flags, gdp_launch_fn launch,
+                          gdp_supports_fn supports, const char *const *attrs, gdp_err *err);
 
 gdp_status gcpu_register_matmul(const gdp_host *host, gdp_err *err);
 gdp_status gcpu_register_conv(const gdp_host *host, gdp_err *err);
@@ -66,9 +69,9 @@ gdp_status gcpu_reg_floats(const gdp_host *host, const char *op, gdp_launch_fn l
 static inline int gcpu_all_f32(const gdp_node *n)
 {
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != GDP_F32) return 0;
+        if (n->in[i]->dtype != GDP_F32) return 0;
     for (int i = 0; i < n->n_out; i++)
-        if (n->out[i].dtype != GDP_F32) return 0;
+        if (n->out[i]->dtype != GDP_F32) return 0;
     return 1;
 }
 

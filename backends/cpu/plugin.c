@@ -20,12 +20,18 @@ typedef struct gcpu_backend {
 /* Instances alive: the pool is shared by all of them and stopped with the last. */
 static atomic_int live_instances;
 
+gdp_status gcpu_reg_flags(const gdp_host *host, const char *op, int32_t dtype, uint32_t flags, gdp_launch_fn launch,
+                          gdp_supports_fn supports, const char *const *attrs, gdp_err *err)
+{
+    gdp_kernel k = {.size = sizeof(gdp_kernel), .op = op, .dtype = dtype, .flags = flags, .supports = supports,
+                    .launch = launch, .constrained_attrs = attrs};
+    return host->register_kernel(host->host, &k, err);
+}
+
 gdp_status gcpu_reg(const gdp_host *host, const char *op, int32_t dtype, gdp_launch_fn launch,
                     gdp_supports_fn supports, const char *const *attrs, gdp_err *err)
 {
-    gdp_kernel k = {.size = sizeof(gdp_kernel), .op = op, .dtype = dtype, .supports = supports,
-                    .launch = launch, .constrained_attrs = attrs};
-    return host->register_kernel(host->host, &k, err);
+    return gcpu_reg_flags(host, op, dtype, 0, launch, supports, attrs, err);
 }
 
 static gdp_status register_kernels(void *backend, const gdp_host *host, gdp_err *err)

@@ -330,17 +330,17 @@ static int qkv_ok(const gdp_tensor *q, const gdp_tensor *k, const gdp_tensor *v)
 static int attention_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 3 || n->n_out != 1 || !qkv_ok(&n->in[0], &n->in[1], &n->in[2])) return 0;
-    return cu_same_shape(&n->out[0], &n->in[0]) && n->out[0].dtype == n->in[0].dtype;
+    if (n->n_in != 3 || n->n_out != 1 || !qkv_ok(n->in[0], n->in[1], n->in[2])) return 0;
+    return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype;
 }
 
 static int attention_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 4 || n->n_out != 3 || !qkv_ok(&n->in[1], &n->in[2], &n->in[3])) return 0;
+    if (n->n_in != 4 || n->n_out != 3 || !qkv_ok(n->in[1], n->in[2], n->in[3])) return 0;
     for (int i = 0; i < 3; i++)
-        if (!cu_same_shape(&n->out[i], &n->in[i + 1]) || n->out[i].dtype != n->in[1].dtype) return 0;
-    return cu_same_shape(&n->in[0], &n->in[1]) && n->in[0].dtype == n->in[1].dtype;
+        if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != n->in[1]->dtype) return 0;
+    return cu_same_shape(n->in[0], n->in[1]) && n->in[0]->dtype == n->in[1]->dtype;
 }
 
 static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k)
@@ -386,7 +386,7 @@ static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
     gdp_status st = att_smem_opt_in((const void *)attn_fwd_kernel<T, DV>, sm, err);
     if (st != GDP_OK) return st;
     attn_fwd_kernel<T, DV><<<att_grid(be, tiles), ATT_THREADS, sm, s>>>(
-        (const T *)node->in[0].data, (const T *)node->in[1].data, (const T *)node->in[2].data, (T *)node->out[0].data,
+        (const T *)node->in[0]->data, (const T *)node->in[1]->data, (const T *)node->in[2]->data, (T *)node->out[0]->data,
         (const T *)NULL, (float *)NULL, (float *)NULL, a);
     return GDP_OK;
 }
@@ -396,8 +396,8 @@ template <typename T, int DV>
 static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, float *stats,
                                   gdp_err *err)
 {
-    const T *dy = (const T *)node->in[0].data, *q = (const T *)node->in[1].data;
-    const T *k = (const T *)node->in[2].data, *v = (const T *)node->in[3].data;
+    const T *dy = (const T *)node->in[0]->data, *q = (const T *)node->in[1]->data;
+    const T *k = (const T *)node->in[2]->data, *v = (const T *)node->in[3]->data;
     float *lse = stats, *delta = stats + a.B * a.H * a.T;
     int64_t qt = a.B * a.H * ((a.T + ATT_BQ - 1) / ATT_BQ), kt = a.B * a.Hkv * ((a.S + ATT_BQ - 1) / ATT_BQ);
     gdp_status st = GDP_OK;
@@ -408,14 +408,14 @@ static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
         if (st != GDP_OK) return st;
         attn_fwd_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, sm1, s>>>(q, k, v, (T *)NULL, dy, lse, delta, a);
         attn_dq_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, sm2, s>>>(dy, q, k, v, lse, delta,
-                                                                          (T *)node->out[0].data, a);
+                                                                          (T *)node->out[0]->data, a);
     }
     if (kt > 0) {
         size_t sm3 = dkdv_smem(a.D);
         st = att_smem_opt_in((const void *)attn_dkdv_kernel<T, DV>, sm3, err);
         if (st != GDP_OK) return st;
         attn_dkdv_kernel<T, DV><<<att_grid(be, kt), ATT_THREADS, sm3, s>>>(
-            dy, q, k, v, lse, delta, (T *)node->out[1].data, (T *)node->out[2].data, a);
+            dy, q, k, v, lse, delta, (T *)node->out[1]->data, (T *)node->out[2]->data, a);
     }
     return GDP_OK;
 }
@@ -430,9 +430,9 @@ static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
 // q (B, H, T, D), k, v (B, Hkv, S, D) -> y (B, H, T, D)
 static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    att_dims a = att_dims_of(node, &node->in[0], &node->in[1]);
+    att_dims a = att_dims_of(node, node->in[0], node->in[1]);
     gdp_status st = GDP_OK;
-    CU_FLOAT_SWITCH(node->in[0].dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, err))));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, err))));
     return st;
 }
 CU_LAUNCHER(attention_run)
@@ -440,16 +440,16 @@ CU_LAUNCHER(attention_run)
 // dy, q (B, H, T, D), k, v (B, Hkv, S, D) -> dq, dk, dv
 static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    att_dims a = att_dims_of(node, &node->in[1], &node->in[2]);
+    att_dims a = att_dims_of(node, node->in[1], node->in[2]);
     int64_t rows = a.B * a.H * a.T;
     void *stats = NULL;
     gdp_status st = cu_scratch_alloc(be, (size_t)(2 * rows) * sizeof(float), &stats, err);
     if (st != GDP_OK) return st;
-    switch (node->in[1].dtype) {
+    switch (node->in[1]->dtype) {
     case GDP_F32: { typedef float T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
     case GDP_F16: { typedef __half T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
     case GDP_BF16: { typedef __nv_bfloat16 T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
-    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda attention_grad: dtype %d", (int)node->in[1].dtype);
+    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda attention_grad: dtype %d", (int)node->in[1]->dtype);
     }
     cu_scratch_free(be, stats); /* stream-ordered: freed after the kernels that use it */
     return st;
@@ -494,14 +494,14 @@ static int rope_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 1 || n->n_out != 1) return 0;
-    const gdp_tensor *x = &n->in[0];
-    return cu_is_float(x->dtype) && x->ndim == 4 && x->shape[3] % 2 == 0 && n->out[0].dtype == x->dtype &&
-           cu_same_shape(&n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
+    const gdp_tensor *x = n->in[0];
+    return cu_is_float(x->dtype) && x->ndim == 4 && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
+           cu_same_shape(n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
 }
 
 static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
     int64_t pairs = gdp_numel(x) / 2;
     if (pairs == 0) return GDP_OK;

@@ -80,10 +80,10 @@ static int geom_of(const gdp_node *n, const gdp_tensor *x, const gdp_tensor *w, 
 
 static int float_node(const gdp_node *n)
 {
-    int32_t dt = n->out[0].dtype;
+    int32_t dt = n->out[0]->dtype;
     if (!cu_is_float(dt)) return 0;
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
+        if (n->in[i]->dtype != dt) return 0;
     return 1;
 }
 
@@ -96,9 +96,9 @@ static int node_io(const gdp_node *n, int kind, conv_io *io)
 {
     memset(io, 0, sizeof *io);
     if (n->n_out != 1 || n->n_in < 2 || n->n_in > (kind == K_FWD ? 3 : 2)) return 0;
-    if (kind == K_FWD) io->x = &n->in[0], io->w = &n->in[1], io->y = &n->out[0], io->b = n->n_in > 2 ? &n->in[2] : NULL;
-    if (kind == K_BWD_DATA) io->y = &n->in[0], io->w = &n->in[1], io->x = &n->out[0];
-    if (kind == K_BWD_FILTER) io->y = &n->in[0], io->x = &n->in[1], io->w = &n->out[0];
+    if (kind == K_FWD) io->x = n->in[0], io->w = n->in[1], io->y = n->out[0], io->b = n->n_in > 2 ? n->in[2] : NULL;
+    if (kind == K_BWD_DATA) io->y = n->in[0], io->w = n->in[1], io->x = n->out[0];
+    if (kind == K_BWD_FILTER) io->y = n->in[0], io->x = n->in[1], io->w = n->out[0];
     return 1;
 }
 
@@ -290,7 +290,7 @@ static gdp_status bias_apply(cu_backend *be, cudaStream_t s, const gdp_node *nod
                              void *y, int add, gdp_err *err)
 {
     int64_t rows = g.N * g.Co, P = g.Ho * g.Wo;
-    CU_FLOAT_SWITCH(node->out[0].dtype, T,
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T,
                     bias_kernel<T><<<row_blocks(be, rows), THREADS, 0, s>>>((T *)y, (const T *)bias, rows, P, g.Co, add));
     return GDP_OK;
 }
@@ -346,7 +346,7 @@ static gdp_status im2col_run(conv_state *cs, int kind, const gdp_node *node, con
 {
     cu_backend *be = cs->be;
     if (cs->blas == NULL) BLAS_TRY(cublasCreate(&cs->blas));
-    int32_t dt = node->out[0].dtype;
+    int32_t dt = node->out[0]->dtype;
     size_t es = gdp_dtype_size(dt);
     cudaDataType_t t = blas_type(dt);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, R = g.C * g.kh * g.kw, Cog = g.Co / g.groups;
@@ -559,7 +559,7 @@ static gdp_status dnn_run(conv_state *cs, int kind, const gdp_node *node, const 
     conv_key key;
     memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
     key.kind = kind;
-    key.dtype = node->out[0].dtype;
+    key.dtype = node->out[0]->dtype;
     key.g = g;
     conv_plan *p = plan_for(cs, &key);
     if (p->algo < 0) return GDP_OK;

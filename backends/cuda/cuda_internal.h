@@ -203,6 +203,6 @@ typedef struct cu_family {
 #define CU_FAMILY(name, table) \
     extern const cu_family cu_family_##name = {#name, table, (int)(sizeof table / sizeof table[0])}
 
-#define CU_K(op, dt, sup, fn, attrs) {sizeof(gdp_kernel), op, dt, sup, fn, attrs}
+#define CU_K(op, dt, sup, fn, attrs) {sizeof(gdp_kernel), op, dt, 0, sup, fn, attrs, NULL, NULL}
 
 #endif

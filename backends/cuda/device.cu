@@ -418,6 +418,14 @@ static gdp_status dev_stream_wait_event(void *b, void *stream, void *event, gdp_
     return GDP_OK;
 }
 
+static gdp_status dev_event_synchronize(void *b, void *event, gdp_err *err)
+{
+    (void)b;
+    if (event == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda event_synchronize: NULL event");
+    CU_TRY(cudaEventSynchronize((cudaEvent_t)event));
+    return GDP_OK;
+}
+
 const gdp_device cu_device_module = {
     sizeof(gdp_device),
     "cuda",  /* replaced by the device's own name in plugin.cu */
@@ -437,4 +445,6 @@ const gdp_device cu_device_module = {
     dev_event_record,
     dev_stream_wait_event,
     dev_memset_zero,
+    dev_event_synchronize,
+    NULL, /* poll_error */
 };

@@ -340,20 +340,20 @@ static void unary_consts(const gdp_node *n, int op, double *k0, double *k1)
 static int all_dtype(const gdp_node *n, int32_t dt)
 {
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
+        if (n->in[i]->dtype != dt) return 0;
     for (int i = 0; i < n->n_out; i++)
-        if (n->out[i].dtype != dt) return 0;
+        if (n->out[i]->dtype != dt) return 0;
     return 1;
 }
 
 static int unary_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 1 || n->n_out != 1 || !all_dtype(n, n->out[0].dtype) || gdp_numel(&n->in[0]) != gdp_numel(&n->out[0]))
+    if (n->n_in != 1 || n->n_out != 1 || !all_dtype(n, n->out[0]->dtype) || gdp_numel(n->in[0]) != gdp_numel(n->out[0]))
         return 0;
     int op = unary_code(n);
-    if (cu_is_index(n->out[0].dtype)) return op == U_NEG || op == U_ABS; /* the reference's integer ops */
-    return cu_is_float(n->out[0].dtype) && op >= 0;
+    if (cu_is_index(n->out[0]->dtype)) return op == U_NEG || op == U_ABS; /* the reference's integer ops */
+    return cu_is_float(n->out[0]->dtype) && op >= 0;
 }
 
 /* y = f(x) elementwise, through 16-byte vectors when both pointers allow it. */
@@ -369,7 +369,7 @@ static void unary_launch(cu_backend *be, cudaStream_t s, const void *x, void *y,
 
 static gdp_status unary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int op = unary_code(node);
     double k0, k1;
     unary_consts(node, op, &k0, &k1);
@@ -406,13 +406,13 @@ gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y
 static int grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0].dtype) && all_dtype(n, n->out[0].dtype) &&
-           cu_same_shape(&n->in[0], &n->out[0]) && cu_same_shape(&n->in[1], &n->out[0]) && grad_code(n) >= 0;
+    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0]->dtype) && all_dtype(n, n->out[0]->dtype) &&
+           cu_same_shape(n->in[0], n->out[0]) && cu_same_shape(n->in[1], n->out[0]) && grad_code(n) >= 0;
 }
 
 static gdp_status grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *dy = &node->in[0], *v = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *v = node->in[1], *dx = node->out[0];
     int op = grad_code(node);
     double k0 = 0, k1 = 0;
     if (op == G_CLAMP) {
@@ -445,17 +445,17 @@ static int broadcasts_to(const gdp_tensor *t, const gdp_tensor *out)
 static int binary_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 2 || n->n_out != 1 || !all_dtype(n, n->out[0].dtype) || !broadcasts_to(&n->in[0], &n->out[0]) ||
-        !broadcasts_to(&n->in[1], &n->out[0]))
+    if (n->n_in != 2 || n->n_out != 1 || !all_dtype(n, n->out[0]->dtype) || !broadcasts_to(n->in[0], n->out[0]) ||
+        !broadcasts_to(n->in[1], n->out[0]))
         return 0;
     int op = binary_code(n);
-    if (cu_is_index(n->out[0].dtype)) return op >= 0 && op != B_DIV; /* div is floats only */
-    return cu_is_float(n->out[0].dtype) && op >= 0;
+    if (cu_is_index(n->out[0]->dtype)) return op >= 0 && op != B_DIV; /* div is floats only */
+    return cu_is_float(n->out[0]->dtype) && op >= 0;
 }
 
 static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *a = &node->in[0], *b = &node->in[1], *y = &node->out[0];
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *y = node->out[0];
     const gdp_tensor *ins[2] = {a, b};
     bcast bc;
     bcast_init(&bc, y, 2, ins);
@@ -485,15 +485,15 @@ CU_LAUNCHER(binary_run)
 static int minmax_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 3 || n->n_out != 2 || !cu_is_float(n->in[0].dtype) || !all_dtype(n, n->in[0].dtype)) return 0;
-    const gdp_tensor *dy = &n->in[0];
-    return broadcasts_to(&n->in[1], dy) && broadcasts_to(&n->in[2], dy) && cu_same_shape(&n->out[0], dy) &&
-           cu_same_shape(&n->out[1], dy);
+    if (n->n_in != 3 || n->n_out != 2 || !cu_is_float(n->in[0]->dtype) || !all_dtype(n, n->in[0]->dtype)) return 0;
+    const gdp_tensor *dy = n->in[0];
+    return broadcasts_to(n->in[1], dy) && broadcasts_to(n->in[2], dy) && cu_same_shape(n->out[0], dy) &&
+           cu_same_shape(n->out[1], dy);
 }
 
 static gdp_status minmax_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *dy = &node->in[0], *a = &node->in[1], *b = &node->in[2];
+    const gdp_tensor *dy = node->in[0], *a = node->in[1], *b = node->in[2];
     const gdp_tensor *ins[3] = {dy, a, b};
     bcast bc;
     bcast_init(&bc, dy, 3, ins);
@@ -502,8 +502,8 @@ static gdp_status minmax_grad_run(cu_backend *be, const gdp_node *node, cudaStre
     if (n == 0) return GDP_OK;
     CU_FLOAT_SWITCH(dy->dtype, T,
                     minmax_grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)dy->data, (const T *)a->data, (const T *)b->data, (T *)node->out[0].data,
-                        (T *)node->out[1].data, n, op, bc));
+                        (const T *)dy->data, (const T *)a->data, (const T *)b->data, (T *)node->out[0]->data,
+                        (T *)node->out[1]->data, n, op, bc));
     return GDP_OK;
 }
 CU_LAUNCHER(minmax_grad_run)
@@ -511,17 +511,17 @@ CU_LAUNCHER(minmax_grad_run)
 static int where_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 3 || n->n_out != 1 || n->in[0].dtype != GDP_BOOL) return 0;
-    int32_t dt = n->out[0].dtype;
+    if (n->n_in != 3 || n->n_out != 1 || n->in[0]->dtype != GDP_BOOL) return 0;
+    int32_t dt = n->out[0]->dtype;
     size_t es = gdp_dtype_size(dt);
-    return n->in[1].dtype == dt && n->in[2].dtype == dt && (es == 2 || es == 4 || es == 8) &&
-           broadcasts_to(&n->in[0], &n->out[0]) && broadcasts_to(&n->in[1], &n->out[0]) &&
-           broadcasts_to(&n->in[2], &n->out[0]);
+    return n->in[1]->dtype == dt && n->in[2]->dtype == dt && (es == 2 || es == 4 || es == 8) &&
+           broadcasts_to(n->in[0], n->out[0]) && broadcasts_to(n->in[1], n->out[0]) &&
+           broadcasts_to(n->in[2], n->out[0]);
 }
 
 static gdp_status where_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *c = &node->in[0], *a = &node->in[1], *b = &node->in[2], *y = &node->out[0];
+    const gdp_tensor *c = node->in[0], *a = node->in[1], *b = node->in[2], *y = node->out[0];
     const gdp_tensor *ins[3] = {c, a, b};
     bcast bc;
     bcast_init(&bc, y, 3, ins);

@@ -110,7 +110,7 @@ static gdp_status fuse_linear(gdp_graph_view *g, int32_t act_id, int act, int *f
     memset(at, 0, sizeof at);
     at[0].name = "act", at[0].kind = GDP_ATTR_INT, at[0].i = act;
     at[1].name = "weight_in_out", at[1].kind = GDP_ATTR_INT, at[1].i = 0;
-    gdp_status s = g->replace_chain(g->graph, lin, act_id, "linear_act", n_in, in_nodes, in_outs, at, 2, err);
+    gdp_status s = g->replace_chain(g->graph, lin, act_id, "linear_act", n_in, in_nodes, in_outs, at, 2, 0, NULL, NULL, err);
     if (s == GDP_OK) *fused = 1;
     return s;
 }
@@ -144,7 +144,7 @@ static gdp_status fuse_matmul_add(gdp_graph_view *g, int32_t act_id, int act, in
         memset(at, 0, sizeof at);
         at[0].name = "act", at[0].kind = GDP_ATTR_INT, at[0].i = act;
         at[1].name = "weight_in_out", at[1].kind = GDP_ATTR_INT, at[1].i = wio;
-        gdp_status s = g->replace_chain(g->graph, mm, act_id, "linear_act", 3, in_nodes, in_outs, at, 2, err);
+        gdp_status s = g->replace_chain(g->graph, mm, act_id, "linear_act", 3, in_nodes, in_outs, at, 2, 0, NULL, NULL, err);
         if (s == GDP_OK) *fused = 1;
         return s;
     }

@@ -79,7 +79,7 @@ static int embedding_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
-    const gdp_tensor *dy = &n->in[0], *ids = &n->in[1], *dt = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *ids = n->in[1], *dt = n->out[0];
     if (!cu_is_float(dy->dtype) || !cu_is_index(ids->dtype) || dt->dtype != dy->dtype || dt->ndim != 2) return 0;
     if (dy->ndim != ids->ndim + 1 || dy->shape[dy->ndim - 1] != dt->shape[1]) return 0;
     for (int i = 0; i < ids->ndim; i++)
@@ -89,8 +89,8 @@ static int embedding_grad_supports(void *b, const gdp_node *n)
 
 static gdp_status embedding_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *dt = &node->out[0];
-    return scatter_add(be, s, &node->in[0], &node->in[1], dt, 1, dt->shape[0], gdp_numel(&node->in[1]), dt->shape[1],
+    const gdp_tensor *dt = node->out[0];
+    return scatter_add(be, s, node->in[0], node->in[1], dt, 1, dt->shape[0], gdp_numel(node->in[1]), dt->shape[1],
                        err);
 }
 CU_LAUNCHER(embedding_grad_run)
@@ -101,7 +101,7 @@ static int index_select_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
-    const gdp_tensor *dy = &n->in[0], *idx = &n->in[1], *dx = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *idx = n->in[1], *dx = n->out[0];
     if (!cu_is_float(dy->dtype) || !cu_is_index(idx->dtype) || idx->ndim != 1 || dx->dtype != dy->dtype) return 0;
     int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), dx->ndim);
     if (axis < 0 || dy->ndim != dx->ndim) return 0;
@@ -112,10 +112,10 @@ static int index_select_grad_supports(void *b, const gdp_node *n)
 
 static gdp_status index_select_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *dx = &node->out[0];
+    const gdp_tensor *dx = node->out[0];
     int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), dx->ndim);
-    return scatter_add(be, s, &node->in[0], &node->in[1], dx, cu_prod(dx->shape, 0, axis), dx->shape[axis],
-                       node->in[1].shape[0], cu_prod(dx->shape, axis + 1, dx->ndim), err);
+    return scatter_add(be, s, node->in[0], node->in[1], dx, cu_prod(dx->shape, 0, axis), dx->shape[axis],
+                       node->in[1]->shape[0], cu_prod(dx->shape, axis + 1, dx->ndim), err);
 }
 CU_LAUNCHER(index_select_grad_run)
 
@@ -152,32 +152,32 @@ __global__ void __launch_bounds__(THREADS) mse_final_kernel(const double *part, 
 static int mse_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->in[0].dtype) && n->in[1].dtype == n->in[0].dtype &&
-           cu_same_shape(&n->in[0], &n->in[1]) && n->out[0].dtype == n->in[0].dtype && gdp_numel(&n->out[0]) == 1;
+    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->in[0]->dtype) && n->in[1]->dtype == n->in[0]->dtype &&
+           cu_same_shape(n->in[0], n->in[1]) && n->out[0]->dtype == n->in[0]->dtype && gdp_numel(n->out[0]) == 1;
 }
 
 static gdp_status mse_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    int64_t n = gdp_numel(&node->in[0]);
+    int64_t n = gdp_numel(node->in[0]);
     int64_t k = (n + MSE_CHUNK - 1) / MSE_CHUNK;
     if (k < 1) k = 1; /* n = 0: one empty chunk, so the final pass still writes y */
     void *part = NULL;
     gdp_status st = cu_scratch_alloc(be, (size_t)k * sizeof(double), &part, err);
     if (st != GDP_OK) return st;
-    switch (node->in[0].dtype) {
+    switch (node->in[0]->dtype) {
     case GDP_F32:
-        mse_part_kernel<float><<<(unsigned)k, THREADS, 0, s>>>((const float *)node->in[0].data, (const float *)node->in[1].data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<float><<<1, THREADS, 0, s>>>((const double *)part, k, n, (float *)node->out[0].data);
+        mse_part_kernel<float><<<(unsigned)k, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
+        mse_final_kernel<float><<<1, THREADS, 0, s>>>((const double *)part, k, n, (float *)node->out[0]->data);
         break;
     case GDP_F16:
-        mse_part_kernel<__half><<<(unsigned)k, THREADS, 0, s>>>((const __half *)node->in[0].data, (const __half *)node->in[1].data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<__half><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__half *)node->out[0].data);
+        mse_part_kernel<__half><<<(unsigned)k, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
+        mse_final_kernel<__half><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__half *)node->out[0]->data);
         break;
     case GDP_BF16:
-        mse_part_kernel<__nv_bfloat16><<<(unsigned)k, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0].data, (const __nv_bfloat16 *)node->in[1].data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<__nv_bfloat16><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__nv_bfloat16 *)node->out[0].data);
+        mse_part_kernel<__nv_bfloat16><<<(unsigned)k, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
+        mse_final_kernel<__nv_bfloat16><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__nv_bfloat16 *)node->out[0]->data);
         break;
-    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda mse: dtype %d", (int)node->in[0].dtype);
+    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda mse: dtype %d", (int)node->in[0]->dtype);
     }
     cu_scratch_free(be, part);
     return st;

@@ -58,7 +58,7 @@ static gdp_status run_walk(cu_backend *be, cudaStream_t s, size_t es, const void
 
 static int same_dtype_1_1(const gdp_node *n)
 {
-    return n->n_in == 1 && n->n_out == 1 && n->in[0].dtype == n->out[0].dtype && gdp_dtype_size(n->out[0].dtype) > 0;
+    return n->n_in == 1 && n->n_out == 1 && n->in[0]->dtype == n->out[0]->dtype && gdp_dtype_size(n->out[0]->dtype) > 0;
 }
 
 /* ---- reshape, copy: the bytes do not change ------------------------------------------------ */
@@ -66,15 +66,15 @@ static int same_dtype_1_1(const gdp_node *n)
 static int copy_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return same_dtype_1_1(n) && gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]);
+    return same_dtype_1_1(n) && gdp_numel(n->in[0]) == gdp_numel(n->out[0]);
 }
 
 static gdp_status copy_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)be;
-    size_t bytes = (size_t)gdp_numel(&node->out[0]) * gdp_dtype_size(node->out[0].dtype);
-    if (bytes == 0 || node->out[0].data == node->in[0].data) return GDP_OK;
-    CU_TRY(cudaMemcpyAsync(node->out[0].data, node->in[0].data, bytes, cudaMemcpyDeviceToDevice, s));
+    size_t bytes = (size_t)gdp_numel(node->out[0]) * gdp_dtype_size(node->out[0]->dtype);
+    if (bytes == 0 || node->out[0]->data == node->in[0]->data) return GDP_OK;
+    CU_TRY(cudaMemcpyAsync(node->out[0]->data, node->in[0]->data, bytes, cudaMemcpyDeviceToDevice, s));
     return GDP_OK;
 }
 CU_LAUNCHER(copy_run)
@@ -84,13 +84,13 @@ CU_LAUNCHER(copy_run)
 static int permute_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (!same_dtype_1_1(n) || n->in[0].ndim != n->out[0].ndim) return 0;
+    if (!same_dtype_1_1(n) || n->in[0]->ndim != n->out[0]->ndim) return 0;
     int64_t perm[GDP_MAX_DIMS];
-    int nd = n->in[0].ndim, seen = 0;
+    int nd = n->in[0]->ndim, seen = 0;
     if (gdp_attr_ints(&n->attrs, "perm", perm, GDP_MAX_DIMS) != nd) return 0;
     for (int i = 0; i < nd; i++) {
         int p = cu_axis(perm[i], nd);
-        if (p < 0 || (seen & (1 << p)) || n->out[0].shape[i] != n->in[0].shape[p]) return 0;
+        if (p < 0 || (seen & (1 << p)) || n->out[0]->shape[i] != n->in[0]->shape[p]) return 0;
         seen |= 1 << p;
     }
     return 1;
@@ -99,7 +99,7 @@ static int permute_supports(void *b, const gdp_node *n)
 // y[i0..] = x[i_perm^-1...]: y's dim i is x's dim perm[i]
 static gdp_status permute_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS];
     gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
     walk w;
@@ -132,9 +132,9 @@ static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, 
 static int slice_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (!same_dtype_1_1(n) || n->in[0].ndim != n->out[0].ndim) return 0;
+    if (!same_dtype_1_1(n) || n->in[0]->ndim != n->out[0]->ndim) return 0;
     int grad = strcmp(n->op, "slice_grad") == 0;
-    const gdp_tensor *big = grad ? &n->out[0] : &n->in[0], *small = grad ? &n->in[0] : &n->out[0];
+    const gdp_tensor *big = grad ? n->out[0] : n->in[0], *small = grad ? n->in[0] : n->out[0];
     int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), big->ndim);
     if (axis < 0) return 0;
     int64_t first, len;
@@ -148,7 +148,7 @@ static int slice_supports(void *b, const gdp_node *n)
 static gdp_status slice_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     int grad = strcmp(node->op, "slice_grad") == 0;
-    const gdp_tensor *big = grad ? &node->out[0] : &node->in[0], *small = grad ? &node->in[0] : &node->out[0];
+    const gdp_tensor *big = grad ? node->out[0] : node->in[0], *small = grad ? node->in[0] : node->out[0];
     int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), big->ndim);
     int64_t first, len, bst[GDP_MAX_DIMS], sst[GDP_MAX_DIMS];
     slice_bounds(big->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
@@ -166,7 +166,7 @@ static gdp_status slice_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     memcpy(grad ? w.dst : w.src, bst, sizeof bst);
     if (grad) w.dst_base = first * bst[axis];
     else w.src_base = first * bst[axis];
-    return run_walk(be, s, es, node->in[0].data, node->out[0].data, &w, err);
+    return run_walk(be, s, es, node->in[0]->data, node->out[0]->data, &w, err);
 }
 CU_LAUNCHER(slice_run)
 
@@ -176,12 +176,12 @@ static int concat_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in < 1 || n->n_out != 1) return 0;
-    const gdp_tensor *y = &n->out[0];
+    const gdp_tensor *y = n->out[0];
     int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), y->ndim);
     if (axis < 0 || gdp_dtype_size(y->dtype) == 0) return 0;
     int64_t total = 0;
     for (int k = 0; k < n->n_in; k++) {
-        const gdp_tensor *x = &n->in[k];
+        const gdp_tensor *x = n->in[k];
         if (x->dtype != y->dtype || x->ndim != y->ndim) return 0;
         for (int d = 0; d < y->ndim; d++)
             if (d != axis && x->shape[d] != y->shape[d]) return 0;
@@ -192,12 +192,12 @@ static int concat_supports(void *b, const gdp_node *n)
 
 static gdp_status concat_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), y->ndim);
     int64_t yst[GDP_MAX_DIMS], at = 0;
     contiguous(y->ndim, y->shape, yst);
     for (int k = 0; k < node->n_in; k++) {
-        const gdp_tensor *x = &node->in[k];
+        const gdp_tensor *x = node->in[k];
         walk w;
         memset(&w, 0, sizeof w);
         w.ndim = x->ndim;
@@ -232,8 +232,8 @@ __global__ void gather_kernel(const E *x, const void *idx, int idx64, E *y, int6
 static int gather_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 2 || n->n_out != 1 || !cu_is_index(n->in[1].dtype)) return 0;
-    const gdp_tensor *x = &n->in[0], *idx = &n->in[1], *y = &n->out[0];
+    if (n->n_in != 2 || n->n_out != 1 || !cu_is_index(n->in[1]->dtype)) return 0;
+    const gdp_tensor *x = n->in[0], *idx = n->in[1], *y = n->out[0];
     size_t es = gdp_dtype_size(x->dtype);
     if (y->dtype != x->dtype || (es != 2 && es != 4 && es != 8)) return 0;
     if (strcmp(n->op, "embedding") == 0)
@@ -245,7 +245,7 @@ static int gather_supports(void *b, const gdp_node *n)
 
 static gdp_status gather_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *idx = &node->in[1], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *idx = node->in[1], *y = node->out[0];
     int64_t outer = 1, n, m = gdp_numel(idx), block;
     if (strcmp(node->op, "embedding") == 0) {
         n = x->shape[0], block = x->shape[1]; // table (V, D), ids (...) -> y (..., D)
@@ -352,18 +352,18 @@ static int cast_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 1 || n->n_out != 1) return 0;
-    int32_t to = n->out[0].dtype;
-    return cast_dtype_ok(n->in[0].dtype) && cast_dtype_ok(to) && gdp_attr_int(&n->attrs, "dtype", to) == to &&
-           gdp_numel(&n->in[0]) == gdp_numel(&n->out[0]);
+    int32_t to = n->out[0]->dtype;
+    return cast_dtype_ok(n->in[0]->dtype) && cast_dtype_ok(to) && gdp_attr_int(&n->attrs, "dtype", to) == to &&
+           gdp_numel(n->in[0]) == gdp_numel(n->out[0]);
 }
 
 static gdp_status cast_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)err;
-    int64_t n = gdp_numel(&node->out[0]);
+    int64_t n = gdp_numel(node->out[0]);
     if (n == 0) return GDP_OK;
-    cast_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(node->in[0].data, node->in[0].dtype, node->out[0].data,
-                                                              node->out[0].dtype, n);
+    cast_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(node->in[0]->data, node->in[0]->dtype, node->out[0]->data,
+                                                              node->out[0]->dtype, n);
     return GDP_OK;
 }
 CU_LAUNCHER(cast_run)

@@ -242,7 +242,7 @@ static int matmul_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
-    const gdp_tensor *a = &n->in[0], *bb = &n->in[1], *c = &n->out[0];
+    const gdp_tensor *a = n->in[0], *bb = n->in[1], *c = n->out[0];
     if (!cu_is_float(a->dtype) || bb->dtype != a->dtype || c->dtype != a->dtype) return 0;
     if (a->ndim < 2 || bb->ndim < 2 || c->ndim < 2) return 0;
     int ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0;
@@ -264,7 +264,7 @@ static int64_t batch_stride(const gdp_tensor *t, const gdp_tensor *c, int d)
 // C (..., M, N) = op(A) (..., M, K) @ op(B) (..., K, N), batch dims broadcast
 static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *a = &node->in[0], *b = &node->in[1], *c = &node->out[0];
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *c = node->out[0];
     int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0;
     int tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
     int nbat = c->ndim - 2;
@@ -329,10 +329,10 @@ static int linear_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in < 2 || n->n_in > 3 || n->n_out != 1) return 0;
-    const gdp_tensor *x = &n->in[0], *w = &n->in[1], *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
     if (!cu_is_float(x->dtype) || w->dtype != x->dtype || y->dtype != x->dtype || x->ndim < 1 || w->ndim != 2)
         return 0;
-    if (n->n_in == 3 && (n->in[2].dtype != x->dtype || n->in[2].ndim != 1)) return 0;
+    if (n->n_in == 3 && (n->in[2]->dtype != x->dtype || n->in[2]->ndim != 1)) return 0;
     int64_t act = gdp_attr_int(&n->attrs, "act", 0);
     if (act < ACT_NONE || act > ACT_SILU) return 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
@@ -345,8 +345,8 @@ static const char *const linear_act_attrs[] = {"act", NULL};
 // y (R, out) = act(x (R, in) @ W^T + b), W (out, in) or, with weight_in_out, (in, out)
 static gdp_status linear_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *w = &node->in[1], *y = &node->out[0];
-    const void *bias = node->n_in > 2 ? node->in[2].data : NULL;
+    const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0];
+    const void *bias = node->n_in > 2 ? node->in[2]->data : NULL;
     int act = (int)gdp_attr_int(&node->attrs, "act", ACT_NONE);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];

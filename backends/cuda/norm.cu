@@ -139,26 +139,26 @@ static int norm_supports(void *b, const gdp_node *n)
     int rms = is_rms(n), grad = is_grad(n);
     int first_vec = grad ? 2 : 1, max_in = grad ? 3 : (rms ? 2 : 3);
     if (n->n_in < first_vec || n->n_in > max_in || n->n_out != (grad ? (rms ? 2 : 3) : 1)) return 0;
-    const gdp_tensor *x = &n->in[grad ? 1 : 0];
+    const gdp_tensor *x = n->in[grad ? 1 : 0];
     if (!cu_is_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
     int64_t C = x->shape[x->ndim - 1];
-    if (!cu_same_shape(&n->out[0], x) || n->out[0].dtype != x->dtype) return 0;
-    if (grad && (!cu_same_shape(&n->in[0], x) || n->in[0].dtype != x->dtype)) return 0;
+    if (!cu_same_shape(n->out[0], x) || n->out[0]->dtype != x->dtype) return 0;
+    if (grad && (!cu_same_shape(n->in[0], x) || n->in[0]->dtype != x->dtype)) return 0;
     for (int k = first_vec; k < n->n_in; k++)
-        if (!vec_of(&n->in[k], x->dtype, C)) return 0;
+        if (!vec_of(n->in[k], x->dtype, C)) return 0;
     for (int k = 1; k < n->n_out; k++)
-        if (!vec_of(&n->out[k], x->dtype, C)) return 0;
+        if (!vec_of(n->out[k], x->dtype, C)) return 0;
     return 1;
 }
 
 static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int rms = is_rms(node);
     double eps = gdp_attr_float(&node->attrs, "eps", rms ? 1e-6 : 1e-5);
     int64_t C = x->shape[x->ndim - 1], rows = gdp_numel(x) / C;
     if (rows == 0) return GDP_OK;
-    const void *w = node->n_in > 1 ? node->in[1].data : NULL, *b = node->n_in > 2 ? node->in[2].data : NULL;
+    const void *w = node->n_in > 1 ? node->in[1]->data : NULL, *b = node->n_in > 2 ? node->in[2]->data : NULL;
     unsigned g = cu_blocks(be, rows * THREADS, THREADS);
     CU_FLOAT_SWITCH(x->dtype, T,
                     norm_fwd_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (const T *)w, (const T *)b,
@@ -171,26 +171,26 @@ template <typename T>
 static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, double *stats, double *part,
                             int64_t rows, int64_t C, int64_t chunks, double eps, int rms)
 {
-    const T *dy = (const T *)node->in[0].data, *x = (const T *)node->in[1].data;
-    const T *w = node->n_in > 2 ? (const T *)node->in[2].data : NULL;
-    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, (T *)node->out[0].data,
+    const T *dy = (const T *)node->in[0]->data, *x = (const T *)node->in[1]->data;
+    const T *w = node->n_in > 2 ? (const T *)node->in[2]->data : NULL;
+    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, (T *)node->out[0]->data,
                                                                                       stats, rows, C, eps, rms);
     norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
     norm_bwd_fold_kernel<T><<<cu_blocks(be, C, THREADS), THREADS, 0, s>>>(
-        part, (T *)node->out[1].data, node->n_out > 2 ? (T *)node->out[2].data : (T *)NULL, C, chunks);
+        part, (T *)node->out[1]->data, node->n_out > 2 ? (T *)node->out[2]->data : (T *)NULL, C, chunks);
 }
 
 // dy (rows, C), x (rows, C), [w (C)] -> dx (rows, C), dw (C) [, db (C) for layer_norm]
 static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[1];
+    const gdp_tensor *x = node->in[1];
     int rms = is_rms(node);
     double eps = gdp_attr_float(&node->attrs, "eps", rms ? 1e-6 : 1e-5);
     int64_t C = x->shape[x->ndim - 1], rows = gdp_numel(x) / C;
     if (rows == 0) {
         /* no rows: the weight and bias gradients are sums of nothing */
         for (int k = 1; k < node->n_out; k++)
-            CU_TRY(cudaMemsetAsync(node->out[k].data, 0, (size_t)C * gdp_dtype_size(x->dtype), s));
+            CU_TRY(cudaMemsetAsync(node->out[k]->data, 0, (size_t)C * gdp_dtype_size(x->dtype), s));
         return GDP_OK;
     }
     int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;

@@ -59,19 +59,19 @@ static int f32_scalar(const gdp_tensor *t) { return t->dtype == GDP_F32 && gdp_n
 static int sgd_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 4 || n->n_out != 2 || n->in[0].dtype != GDP_F32) return 0;
-    return shaped_like(&n->in[1], &n->in[0]) && shaped_like(&n->in[2], &n->in[0]) && f32_scalar(&n->in[3]) &&
-           shaped_like(&n->out[0], &n->in[0]) && shaped_like(&n->out[1], &n->in[0]);
+    if (n->n_in != 4 || n->n_out != 2 || n->in[0]->dtype != GDP_F32) return 0;
+    return shaped_like(n->in[1], n->in[0]) && shaped_like(n->in[2], n->in[0]) && f32_scalar(n->in[3]) &&
+           shaped_like(n->out[0], n->in[0]) && shaped_like(n->out[1], n->in[0]);
 }
 
 static gdp_status sgd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)err;
-    int64_t n = gdp_numel(&node->in[0]);
+    int64_t n = gdp_numel(node->in[0]);
     if (n == 0) return GDP_OK;
     sgd_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-        (const float *)node->in[0].data, (const float *)node->in[1].data, (const float *)node->in[2].data,
-        (const float *)node->in[3].data, (float *)node->out[0].data, (float *)node->out[1].data, n,
+        (const float *)node->in[0]->data, (const float *)node->in[1]->data, (const float *)node->in[2]->data,
+        (const float *)node->in[3]->data, (float *)node->out[0]->data, (float *)node->out[1]->data, n,
         gdp_attr_float(&node->attrs, "momentum", 0.0), gdp_attr_float(&node->attrs, "weight_decay", 0.0),
         gdp_attr_int(&node->attrs, "nesterov", 0) != 0);
     return GDP_OK;
@@ -81,23 +81,23 @@ CU_LAUNCHER(sgd_run)
 static int adamw_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 6 || n->n_out != 3 || n->in[0].dtype != GDP_F32) return 0;
+    if (n->n_in != 6 || n->n_out != 3 || n->in[0]->dtype != GDP_F32) return 0;
     for (int k = 1; k < 4; k++)
-        if (!shaped_like(&n->in[k], &n->in[0])) return 0;
+        if (!shaped_like(n->in[k], n->in[0])) return 0;
     for (int k = 0; k < 3; k++)
-        if (!shaped_like(&n->out[k], &n->in[0])) return 0;
-    return f32_scalar(&n->in[4]) && f32_scalar(&n->in[5]);
+        if (!shaped_like(n->out[k], n->in[0])) return 0;
+    return f32_scalar(n->in[4]) && f32_scalar(n->in[5]);
 }
 
 static gdp_status adamw_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)err;
-    int64_t n = gdp_numel(&node->in[0]);
+    int64_t n = gdp_numel(node->in[0]);
     if (n == 0) return GDP_OK;
     adamw_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-        (const float *)node->in[0].data, (const float *)node->in[1].data, (const float *)node->in[2].data,
-        (const float *)node->in[3].data, (const float *)node->in[4].data, (const float *)node->in[5].data,
-        (float *)node->out[0].data, (float *)node->out[1].data, (float *)node->out[2].data, n,
+        (const float *)node->in[0]->data, (const float *)node->in[1]->data, (const float *)node->in[2]->data,
+        (const float *)node->in[3]->data, (const float *)node->in[4]->data, (const float *)node->in[5]->data,
+        (float *)node->out[0]->data, (float *)node->out[1]->data, (float *)node->out[2]->data, n,
         gdp_attr_float(&node->attrs, "beta1", 0.9), gdp_attr_float(&node->attrs, "beta2", 0.999),
         gdp_attr_float(&node->attrs, "eps", 1e-8), gdp_attr_float(&node->attrs, "weight_decay", 0.0));
     return GDP_OK;
@@ -107,17 +107,17 @@ CU_LAUNCHER(adamw_run)
 static int assign_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && shaped_like(&n->in[1], &n->in[0]) && shaped_like(&n->out[0], &n->in[0]) &&
-           gdp_dtype_size(n->in[0].dtype) > 0;
+    return n->n_in == 2 && n->n_out == 1 && shaped_like(n->in[1], n->in[0]) && shaped_like(n->out[0], n->in[0]) &&
+           gdp_dtype_size(n->in[0]->dtype) > 0;
 }
 
 // (dst, src) -> dst' = src, a byte copy
 static gdp_status assign_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)be;
-    size_t bytes = (size_t)gdp_numel(&node->in[1]) * gdp_dtype_size(node->in[1].dtype);
-    if (bytes == 0 || node->out[0].data == node->in[1].data) return GDP_OK;
-    CU_TRY(cudaMemcpyAsync(node->out[0].data, node->in[1].data, bytes, cudaMemcpyDeviceToDevice, s));
+    size_t bytes = (size_t)gdp_numel(node->in[1]) * gdp_dtype_size(node->in[1]->dtype);
+    if (bytes == 0 || node->out[0]->data == node->in[1]->data) return GDP_OK;
+    CU_TRY(cudaMemcpyAsync(node->out[0]->data, node->in[1]->data, bytes, cudaMemcpyDeviceToDevice, s));
     return GDP_OK;
 }
 CU_LAUNCHER(assign_run)
@@ -135,16 +135,16 @@ __global__ void clip_coef_kernel(const T *norm, T *out, double max_norm)
 static int clip_coef_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 1 && n->n_out == 1 && cu_is_float(n->in[0].dtype) && n->out[0].dtype == n->in[0].dtype &&
-           gdp_numel(&n->in[0]) == 1 && gdp_numel(&n->out[0]) == 1;
+    return n->n_in == 1 && n->n_out == 1 && cu_is_float(n->in[0]->dtype) && n->out[0]->dtype == n->in[0]->dtype &&
+           gdp_numel(n->in[0]) == 1 && gdp_numel(n->out[0]) == 1;
 }
 
 static gdp_status clip_coef_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)be;
     double mx = gdp_attr_float(&node->attrs, "max_norm", 1.0);
-    CU_FLOAT_SWITCH(node->in[0].dtype, T,
-                    clip_coef_kernel<T><<<1, 1, 0, s>>>((const T *)node->in[0].data, (T *)node->out[0].data, mx));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T,
+                    clip_coef_kernel<T><<<1, 1, 0, s>>>((const T *)node->in[0]->data, (T *)node->out[0]->data, mx));
     return GDP_OK;
 }
 CU_LAUNCHER(clip_coef_run)

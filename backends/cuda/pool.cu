@@ -57,10 +57,10 @@ static int is_shape(const gdp_tensor *t, int64_t a, int64_t b, int64_t c, int64_
 
 static int same_float_dtype(const gdp_node *n)
 {
-    int32_t dt = n->out[0].dtype;
+    int32_t dt = n->out[0]->dtype;
     if (!cu_is_float(dt)) return 0;
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
+        if (n->in[i]->dtype != dt) return 0;
     return 1;
 }
 
@@ -188,9 +188,9 @@ static int pool_supports(void *b, const gdp_node *n)
 {
     (void)b;
     pool_geom g;
-    if (n->n_in != 1 || n->n_out != 1 || !same_float_dtype(n) || n->in[0].ndim != 4) return 0;
-    if (!pool_geom_of(n, n->in[0].shape, &g)) return 0;
-    return is_shape(&n->out[0], g.N, g.C, g.Ho, g.Wo);
+    if (n->n_in != 1 || n->n_out != 1 || !same_float_dtype(n) || n->in[0]->ndim != 4) return 0;
+    if (!pool_geom_of(n, n->in[0]->shape, &g)) return 0;
+    return is_shape(n->out[0], g.N, g.C, g.Ho, g.Wo);
 }
 
 // (dy (N, C, Ho, Wo), x (N, C, H, W)) -> dx (N, C, H, W)
@@ -198,9 +198,9 @@ static int max_pool_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
     pool_geom g;
-    if (n->n_in != 2 || n->n_out != 1 || !same_float_dtype(n) || n->in[1].ndim != 4) return 0;
-    if (!pool_geom_of(n, n->in[1].shape, &g)) return 0;
-    return is_shape(&n->in[0], g.N, g.C, g.Ho, g.Wo) && is_shape(&n->out[0], g.N, g.C, g.H, g.W);
+    if (n->n_in != 2 || n->n_out != 1 || !same_float_dtype(n) || n->in[1]->ndim != 4) return 0;
+    if (!pool_geom_of(n, n->in[1]->shape, &g)) return 0;
+    return is_shape(n->in[0], g.N, g.C, g.Ho, g.Wo) && is_shape(n->out[0], g.N, g.C, g.H, g.W);
 }
 
 // dy (N, C, Ho, Wo) -> dx (N, C, H, W), the shape input_shape names (the output's)
@@ -208,19 +208,19 @@ static int avg_pool_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
     pool_geom g;
-    if (n->n_in != 1 || n->n_out != 1 || !same_float_dtype(n) || n->out[0].ndim != 4) return 0;
-    if (!pool_geom_of(n, n->out[0].shape, &g)) return 0;
-    return is_shape(&n->in[0], g.N, g.C, g.Ho, g.Wo);
+    if (n->n_in != 1 || n->n_out != 1 || !same_float_dtype(n) || n->out[0]->ndim != 4) return 0;
+    if (!pool_geom_of(n, n->out[0]->shape, &g)) return 0;
+    return is_shape(n->in[0], g.N, g.C, g.Ho, g.Wo);
 }
 
 static gdp_status max_pool_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     pool_geom g;
-    if (!pool_geom_of(node, node->in[0].shape, &g)) return gdp_fail(err, GDP_ERR_INVALID, "cuda max_pool2d: bad geometry");
-    int64_t n = gdp_numel(&node->out[0]);
-    CU_FLOAT_SWITCH(node->out[0].dtype, T,
+    if (!pool_geom_of(node, node->in[0]->shape, &g)) return gdp_fail(err, GDP_ERR_INVALID, "cuda max_pool2d: bad geometry");
+    int64_t n = gdp_numel(node->out[0]);
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T,
                     max_pool_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)node->in[0].data, (T *)node->out[0].data, g));
+                        (const T *)node->in[0]->data, (T *)node->out[0]->data, g));
     return GDP_OK;
 }
 CU_LAUNCHER(max_pool_run)
@@ -228,12 +228,12 @@ CU_LAUNCHER(max_pool_run)
 static gdp_status max_pool_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     pool_geom g;
-    if (!pool_geom_of(node, node->in[1].shape, &g))
+    if (!pool_geom_of(node, node->in[1]->shape, &g))
         return gdp_fail(err, GDP_ERR_INVALID, "cuda max_pool2d_grad: bad geometry");
-    int64_t n = gdp_numel(&node->out[0]);
-    CU_FLOAT_SWITCH(node->out[0].dtype, T,
+    int64_t n = gdp_numel(node->out[0]);
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T,
                     max_pool_grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)node->in[0].data, (const T *)node->in[1].data, (T *)node->out[0].data, g));
+                        (const T *)node->in[0]->data, (const T *)node->in[1]->data, (T *)node->out[0]->data, g));
     return GDP_OK;
 }
 CU_LAUNCHER(max_pool_grad_run)
@@ -241,11 +241,11 @@ CU_LAUNCHER(max_pool_grad_run)
 static gdp_status avg_pool_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     pool_geom g;
-    if (!pool_geom_of(node, node->in[0].shape, &g)) return gdp_fail(err, GDP_ERR_INVALID, "cuda avg_pool2d: bad geometry");
-    int64_t n = gdp_numel(&node->out[0]);
-    CU_FLOAT_SWITCH(node->out[0].dtype, T,
+    if (!pool_geom_of(node, node->in[0]->shape, &g)) return gdp_fail(err, GDP_ERR_INVALID, "cuda avg_pool2d: bad geometry");
+    int64_t n = gdp_numel(node->out[0]);
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T,
                     avg_pool_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)node->in[0].data, (T *)node->out[0].data, g));
+                        (const T *)node->in[0]->data, (T *)node->out[0]->data, g));
     return GDP_OK;
 }
 CU_LAUNCHER(avg_pool_run)
@@ -253,12 +253,12 @@ CU_LAUNCHER(avg_pool_run)
 static gdp_status avg_pool_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     pool_geom g;
-    if (!pool_geom_of(node, node->out[0].shape, &g))
+    if (!pool_geom_of(node, node->out[0]->shape, &g))
         return gdp_fail(err, GDP_ERR_INVALID, "cuda avg_pool2d_grad: bad geometry");
-    int64_t n = gdp_numel(&node->out[0]);
-    CU_FLOAT_SWITCH(node->out[0].dtype, T,
+    int64_t n = gdp_numel(node->out[0]);
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T,
                     avg_pool_grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)node->in[0].data, (T *)node->out[0].data, g));
+                        (const T *)node->in[0]->data, (T *)node->out[0]->data, g));
     return GDP_OK;
 }
 CU_LAUNCHER(avg_pool_grad_run)

@@ -75,12 +75,12 @@ static int any_dtype(int32_t dt) { return dt >= 0 && dt < GDP_DTYPE_COUNT && gdp
 static int fill_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 0 && n->n_out == 1 && any_dtype(n->out[0].dtype);
+    return n->n_in == 0 && n->n_out == 1 && any_dtype(n->out[0]->dtype);
 }
 
 static gdp_status fill_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
     double v = gdp_attr_float(&node->attrs, "value", 0.0);
@@ -96,7 +96,7 @@ CU_LAUNCHER(fill_run)
 static gdp_status arange_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)err;
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
     arange_kernel<<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(y->data, y->dtype, n,
@@ -148,14 +148,14 @@ static void fans(const gdp_tensor *t, double *fan_in, double *fan_out)
 static int draw_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    int32_t dt = n->out[0].dtype;
+    int32_t dt = n->out[0]->dtype;
     return n->n_in == 0 && n->n_out == 1 && (cu_is_float(dt) || dt == GDP_F64);
 }
 
 static gdp_status draw_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)err;
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
     /* the attributes and their conversions to float exactly as creation.c's kernels */
@@ -205,23 +205,23 @@ static int dropout_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in < 1 || n->n_in > 2 || n->n_out != 1) return 0;
-    const gdp_tensor *x = &n->in[0];
-    if (!cu_is_float(x->dtype) || n->out[0].dtype != x->dtype || !cu_same_shape(&n->out[0], x)) return 0;
+    const gdp_tensor *x = n->in[0];
+    if (!cu_is_float(x->dtype) || n->out[0]->dtype != x->dtype || !cu_same_shape(n->out[0], x)) return 0;
     double p = gdp_attr_float(&n->attrs, "p", 0.5);
     if (!(p >= 0 && p <= 1)) return 0;
-    return n->n_in == 1 || (cu_is_index(n->in[1].dtype) && gdp_numel(&n->in[1]) == 1);
+    return n->n_in == 1 || (cu_is_index(n->in[1]->dtype) && gdp_numel(n->in[1]) == 1);
 }
 
 static gdp_status dropout_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t n = gdp_numel(x);
     if (n == 0) return GDP_OK;
     float p = (float)gdp_attr_float(&node->attrs, "p", 0.5);
     float scale = 1.0f / (1.0f - p); /* inf when p = 1, but then nothing is kept */
     uint64_t seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0);
-    const void *step = node->n_in > 1 ? node->in[1].data : NULL;
-    int step64 = node->n_in > 1 && node->in[1].dtype == GDP_I64;
+    const void *step = node->n_in > 1 ? node->in[1]->data : NULL;
+    int step64 = node->n_in > 1 && node->in[1]->dtype == GDP_I64;
     CU_FLOAT_SWITCH(x->dtype, T,
                     dropout_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const T *)x->data, (T *)y->data, n,
                                                                                      p, scale, seed, step, step64));

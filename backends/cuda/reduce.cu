@@ -216,9 +216,9 @@ static int parse_axes(const gdp_node *n, const gdp_tensor *x, int *red)
 static int all_float(const gdp_node *n, int32_t dt)
 {
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != dt) return 0;
+        if (n->in[i]->dtype != dt) return 0;
     for (int i = 0; i < n->n_out; i++)
-        if (n->out[i].dtype != dt) return 0;
+        if (n->out[i]->dtype != dt) return 0;
     return cu_is_float(dt);
 }
 
@@ -411,8 +411,8 @@ static int reduce_supports(void *b, const gdp_node *n)
     (void)b;
     int red[GDP_MAX_DIMS];
     int is_grad = strcmp(n->op, "max_grad") == 0;
-    if (n->n_out != 1 || n->n_in != (is_grad ? 2 : 1) || !all_float(n, n->in[0].dtype)) return 0;
-    const gdp_tensor *x = &n->in[is_grad ? 1 : 0];
+    if (n->n_out != 1 || n->n_in != (is_grad ? 2 : 1) || !all_float(n, n->in[0]->dtype)) return 0;
+    const gdp_tensor *x = n->in[is_grad ? 1 : 0];
     if (!parse_axes(n, x, red)) return 0;
     rdesc r;
     rdesc_init(&r, x, red);
@@ -421,12 +421,12 @@ static int reduce_supports(void *b, const gdp_node *n)
     int is_sum = strcmp(n->op, "sum") == 0 || strcmp(n->op, "mean") == 0;
     if (gdp_numel(x) == 0 && !(is_sum && as_arc(x, red, &A, &R, &C))) return 0;
     /* The output has the kept dims' element count (keepdims only inserts 1s). */
-    return gdp_numel(&n->out[0]) == (is_grad ? gdp_numel(x) : r.n_out) && (!is_grad || gdp_numel(&n->in[0]) == r.n_out);
+    return gdp_numel(n->out[0]) == (is_grad ? gdp_numel(x) : r.n_out) && (!is_grad || gdp_numel(n->in[0]) == r.n_out);
 }
 
 static gdp_status sum_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int red[GDP_MAX_DIMS];
     parse_axes(node, x, red);
     rdesc r;
@@ -463,7 +463,7 @@ static gdp_status max_positions(cu_backend *be, cudaStream_t s, const gdp_tensor
 static gdp_status max_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     int is_grad = strcmp(node->op, "max_grad") == 0;
-    const gdp_tensor *x = &node->in[is_grad ? 1 : 0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[is_grad ? 1 : 0], *y = node->out[0];
     int red[GDP_MAX_DIMS];
     parse_axes(node, x, red);
     rdesc r;
@@ -476,7 +476,7 @@ static gdp_status max_run(cu_backend *be, const gdp_node *node, cudaStream_t s, 
                       err);
     if (st == GDP_OK) {
         unsigned g = cu_blocks(be, r.n_out, THREADS);
-        const void *src = is_grad ? node->in[0].data : x->data;
+        const void *src = is_grad ? node->in[0]->data : x->data;
         /* Bit copies, so one instantiation per element size. */
         if (gdp_dtype_size(y->dtype) == 4) {
             if (is_grad) scatter_max_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)src, r, best, (uint32_t *)y->data);
@@ -494,16 +494,16 @@ CU_LAUNCHER(max_run)
 static int argmax_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 1 || n->n_out != 1 || !cu_is_float(n->in[0].dtype) || n->out[0].dtype != GDP_I64) return 0;
-    const gdp_tensor *x = &n->in[0];
+    if (n->n_in != 1 || n->n_out != 1 || !cu_is_float(n->in[0]->dtype) || n->out[0]->dtype != GDP_I64) return 0;
+    const gdp_tensor *x = n->in[0];
     int a = cu_axis(gdp_attr_int(&n->attrs, "axis", -1), x->ndim);
-    return a >= 0 && x->shape[a] > 0 && gdp_numel(&n->out[0]) == gdp_numel(x) / x->shape[a];
+    return a >= 0 && x->shape[a] > 0 && gdp_numel(n->out[0]) == gdp_numel(x) / x->shape[a];
 }
 
 // x (outer, n, inner) -> y (outer, inner) i64: the index along axis of the first maximum
 static gdp_status argmax_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0];
+    const gdp_tensor *x = node->in[0];
     int red[GDP_MAX_DIMS] = {0};
     red[cu_axis(gdp_attr_int(&node->attrs, "axis", -1), x->ndim)] = 1;
     rdesc r;
@@ -512,7 +512,7 @@ static gdp_status argmax_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     void *v = NULL;
     gdp_status st = cu_scratch_alloc(be, (size_t)r.n_out * sizeof(double), &v, err);
     /* With one reduced axis the position is the index along it: written straight out. */
-    if (st == GDP_OK) st = reduce_into(be, s, x, &r, R_MAX, 1.0, (double *)v, (int64_t *)node->out[0].data, err);
+    if (st == GDP_OK) st = reduce_into(be, s, x, &r, R_MAX, 1.0, (double *)v, (int64_t *)node->out[0]->data, err);
     cu_scratch_free(be, v);
     return st;
 }
@@ -521,7 +521,7 @@ CU_LAUNCHER(argmax_run)
 static int global_norm_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in >= 1 && n->n_out == 1 && all_float(n, n->in[0].dtype) && gdp_numel(&n->out[0]) == 1;
+    return n->n_in >= 1 && n->n_out == 1 && all_float(n, n->in[0]->dtype) && gdp_numel(n->out[0]) == 1;
 }
 
 /* Sums all doubles of v[0..n) in order, once: n is small (chunk results). */
@@ -543,7 +543,7 @@ static gdp_status global_norm_run(cu_backend *be, const gdp_node *node, cudaStre
     double *per = (double *)scratch;
     st = cu_check(cudaMemsetAsync(per, 0, (size_t)(node->n_in + 1) * sizeof(double), s), "cudaMemsetAsync", err);
     for (int k = 0; k < node->n_in && st == GDP_OK; k++) {
-        const gdp_tensor *x = &node->in[k];
+        const gdp_tensor *x = node->in[k];
         if (gdp_numel(x) == 0) continue;
         int red[GDP_MAX_DIMS];
         for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = 1;
@@ -552,7 +552,7 @@ static gdp_status global_norm_run(cu_backend *be, const gdp_node *node, cudaStre
         st = reduce_into(be, s, x, &r, R_SUMSQ, 1.0, per + k, NULL, err);
     }
     if (st == GDP_OK) sum_serial_kernel<<<1, 1, 0, s>>>(per, node->n_in, per + node->n_in);
-    if (st == GDP_OK) st = store_doubles(be, s, per + node->n_in, &node->out[0], 1, 1, err);
+    if (st == GDP_OK) st = store_doubles(be, s, per + node->n_in, node->out[0], 1, 1, err);
     cu_scratch_free(be, scratch);
     return st;
 }
@@ -575,7 +575,7 @@ static int expand_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (n->n_in != 1 || n->n_out != 1) return 0;
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *y = n->out[0];
     size_t es = gdp_dtype_size(y->dtype);
     if (x->dtype != y->dtype || x->ndim > y->ndim || (es != 2 && es != 4 && es != 8)) return 0;
     for (int d = 0; d < x->ndim; d++) {
@@ -587,7 +587,7 @@ static int expand_supports(void *b, const gdp_node *n)
 
 static gdp_status expand_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     xdesc e;
     memset(&e, 0, sizeof e);
     e.ndim = y->ndim;

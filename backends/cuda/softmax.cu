@@ -145,8 +145,8 @@ static void softmax_reg_launch(cu_backend *be, cudaStream_t s, const gdp_node *n
                                int64_t inner, int log_mode, int *done)
 {
     constexpr int N = cu_vec<T>::N;
-    const void *x = node->in[0].data;
-    void *y = node->out[0].data;
+    const void *x = node->in[0]->data;
+    void *y = node->out[0]->data;
     *done = 0;
     if (inner != 1 || n % N != 0 || n > (int64_t)THREADS * N * SM_MAX_NV || !cu_aligned16(x) || !cu_aligned16(y)) return;
     int64_t per_thread = (n / N + THREADS - 1) / THREADS;
@@ -171,8 +171,8 @@ static int split_axis(const gdp_node *n, const gdp_tensor *x, int64_t *outer, in
 static int same_all(const gdp_node *n)
 {
     for (int i = 0; i < n->n_in; i++)
-        if (n->in[i].dtype != n->out[0].dtype || !cu_same_shape(&n->in[i], &n->out[0])) return 0;
-    return cu_is_float(n->out[0].dtype);
+        if (n->in[i]->dtype != n->out[0]->dtype || !cu_same_shape(n->in[i], n->out[0])) return 0;
+    return cu_is_float(n->out[0]->dtype);
 }
 
 static int softmax_supports(void *b, const gdp_node *n)
@@ -180,13 +180,13 @@ static int softmax_supports(void *b, const gdp_node *n)
     (void)b;
     int64_t o, l, i;
     int is_grad = strstr(n->op, "_grad") != NULL;
-    return n->n_in == (is_grad ? 2 : 1) && n->n_out == 1 && same_all(n) && split_axis(n, &n->out[0], &o, &l, &i);
+    return n->n_in == (is_grad ? 2 : 1) && n->n_out == 1 && same_all(n) && split_axis(n, n->out[0], &o, &l, &i);
 }
 
 static gdp_status softmax_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     int64_t outer, n, inner;
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     split_axis(node, y, &outer, &n, &inner);
     if (gdp_numel(y) == 0) return GDP_OK;
     int mode = strcmp(node->op, "softmax") == 0       ? S_SOFTMAX
@@ -198,10 +198,10 @@ static gdp_status softmax_run(cu_backend *be, const gdp_node *node, cudaStream_t
         CU_FLOAT_SWITCH(y->dtype, T, softmax_reg_launch<T>(be, s, node, outer, n, inner, mode == S_LOG_SOFTMAX, &done));
         if (done) return GDP_OK;
     }
-    const void *second = node->n_in > 1 ? node->in[1].data : NULL;
+    const void *second = node->n_in > 1 ? node->in[1]->data : NULL;
     unsigned g = cu_blocks(be, outer * inner * THREADS, THREADS);
     CU_FLOAT_SWITCH(y->dtype, T,
-                    softmax_kernel<T><<<g, THREADS, 0, s>>>((const T *)node->in[0].data, (const T *)second, (T *)y->data,
+                    softmax_kernel<T><<<g, THREADS, 0, s>>>((const T *)node->in[0]->data, (const T *)second, (T *)y->data,
                                                             outer, n, inner, mode));
     return GDP_OK;
 }
@@ -294,11 +294,11 @@ static int ce_supports(void *b, const gdp_node *n)
     (void)b;
     int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
     if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1) return 0;
-    const gdp_tensor *x = &n->in[is_grad ? 1 : 0], *t = &n->in[is_grad ? 2 : 1];
-    if (!cu_is_float(x->dtype) || !cu_is_index(t->dtype) || n->out[0].dtype != x->dtype || x->ndim < 1) return 0;
-    if (is_grad && (n->in[0].dtype != x->dtype || gdp_numel(&n->in[0]) != 1 || !cu_same_shape(&n->out[0], x)))
+    const gdp_tensor *x = n->in[is_grad ? 1 : 0], *t = n->in[is_grad ? 2 : 1];
+    if (!cu_is_float(x->dtype) || !cu_is_index(t->dtype) || n->out[0]->dtype != x->dtype || x->ndim < 1) return 0;
+    if (is_grad && (n->in[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
         return 0;
-    if (!is_grad && gdp_numel(&n->out[0]) != 1) return 0;
+    if (!is_grad && gdp_numel(n->out[0]) != 1) return 0;
     int64_t C = x->shape[x->ndim - 1];
     return C >= 1 && gdp_numel(t) * C == gdp_numel(x);
 }
@@ -306,7 +306,7 @@ static int ce_supports(void *b, const gdp_node *n)
 static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     int is_grad = strcmp(node->op, "cross_entropy_grad") == 0;
-    const gdp_tensor *x = &node->in[is_grad ? 1 : 0], *t = &node->in[is_grad ? 2 : 1], *y = &node->out[0];
+    const gdp_tensor *x = node->in[is_grad ? 1 : 0], *t = node->in[is_grad ? 2 : 1], *y = node->out[0];
     int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
     int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int t64 = t->dtype == GDP_I64;
@@ -325,15 +325,15 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
      * is needed there, and the forward node may have run long before. */
     switch (x->dtype) {
     case GDP_F32:
-        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0].data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data);
+        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data);
         else ce_store_kernel<float><<<1, 1, 0, s>>>(tot, (float *)y->data);
         break;
     case GDP_F16:
-        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0].data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data);
+        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data);
         else ce_store_kernel<__half><<<1, 1, 0, s>>>(tot, (__half *)y->data);
         break;
     default:
-        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0].data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data);
+        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data);
         else ce_store_kernel<__nv_bfloat16><<<1, 1, 0, s>>>(tot, (__nv_bfloat16 *)y->data);
         break;
     }

@@ -95,20 +95,20 @@ static const gdp_device td_device = {
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
-static const float *IN(const gdp_node *n, int k) { return dev_to_host(n->in[k].data); }
-static float *OUT(const gdp_node *n, int k) { return dev_to_host(n->out[k].data); }
+static const float *IN(const gdp_node *n, int k) { return dev_to_host(n->in[k]->data); }
+static float *OUT(const gdp_node *n, int k) { return dev_to_host(n->out[k]->data); }
 
 /* matmul: 2-D f32 without transposes only — everything else falls back. */
 static int matmul_supports(void *be, const gdp_node *n)
 {
     (void)be;
-    return n->in[0].ndim == 2 && n->in[1].ndim == 2 && n->in[0].dtype == GDP_F32 &&
+    return n->in[0]->ndim == 2 && n->in[1]->ndim == 2 && n->in[0]->dtype == GDP_F32 &&
            gdp_attr_int(&n->attrs, "transpose_a", 0) == 0 && gdp_attr_int(&n->attrs, "transpose_b", 0) == 0;
 }
 static gdp_status matmul_launch(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be, (void)stream, (void)err;
-    int64_t M = n->in[0].shape[0], K = n->in[0].shape[1], N = n->in[1].shape[1];
+    int64_t M = n->in[0]->shape[0], K = n->in[0]->shape[1], N = n->in[1]->shape[1];
     const float *a = IN(n, 0), *b = IN(n, 1);
     float *c = OUT(n, 0);
     for (int64_t i = 0; i < M; i++) {
@@ -132,7 +132,7 @@ static int same_shape(const gdp_tensor *a, const gdp_tensor *b)
 static int add_supports(void *be, const gdp_node *n)
 {
     (void)be;
-    return same_shape(&n->in[0], &n->in[1]) && n->in[0].dtype == GDP_F32;
+    return same_shape(n->in[0], n->in[1]) && n->in[0]->dtype == GDP_F32;
 }
 static gdp_status add_launch(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
@@ -143,7 +143,7 @@ static gdp_status add_launch(void *be, const gdp_node *n, void *stream, gdp_err 
 #else
     (void)d, (void)err;
 #endif
-    int64_t count = gdp_numel(&n->out[0]);
+    int64_t count = gdp_numel(n->out[0]);
     const float *a = IN(n, 0), *b = IN(n, 1);
     float *y = OUT(n, 0);
     for (int64_t i = 0; i < count; i++) y[i] = a[i] + b[i];
@@ -153,7 +153,7 @@ static gdp_status add_launch(void *be, const gdp_node *n, void *stream, gdp_err 
 static gdp_status relu_launch(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be, (void)stream, (void)err;
-    int64_t count = gdp_numel(&n->out[0]);
+    int64_t count = gdp_numel(n->out[0]);
     const float *x = IN(n, 0);
     float *y = OUT(n, 0);
     for (int64_t i = 0; i < count; i++) y[i] = x[i] > 0 ? x[i] : 0;
@@ -165,13 +165,13 @@ static int linear_act_supports(void *be, const gdp_node *n)
 {
     (void)be;
     int64_t act = gdp_attr_int(&n->attrs, "act", 0);
-    return n->n_in == 3 && n->in[0].ndim == 2 && n->in[0].dtype == GDP_F32 && (act == 0 || act == 1) &&
+    return n->n_in == 3 && n->in[0]->ndim == 2 && n->in[0]->dtype == GDP_F32 && (act == 0 || act == 1) &&
            gdp_attr_int(&n->attrs, "weight_in_out", 0) == 0;
 }
 static gdp_status linear_act_launch(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be, (void)stream, (void)err;
-    int64_t R = n->in[0].shape[0], I = n->in[0].shape[1], O = n->in[1].shape[0];
+    int64_t R = n->in[0]->shape[0], I = n->in[0]->shape[1], O = n->in[1]->shape[0];
     int relu = gdp_attr_int(&n->attrs, "act", 0) == 1;
     const float *x = IN(n, 0), *w = IN(n, 1), *b = IN(n, 2);
     float *y = OUT(n, 0);
@@ -233,7 +233,7 @@ static gdp_status td_pass(void *be, gdp_graph_view *g, gdp_err *err)
         if (g->node_input_desc(g->graph, lin, 0, &x) != GDP_OK || x.ndim != 2 || x.dtype != GDP_F32) continue;
         const int32_t in_nodes[3] = {-1, -1, -1}, in_outs[3] = {0, 1, 2};
         const gdp_attr act = {.name = "act", .kind = GDP_ATTR_INT, .i = 1};
-        gdp_status s = g->replace_chain(g->graph, lin, id, "linear_act", 3, in_nodes, in_outs, &act, 1, err);
+        gdp_status s = g->replace_chain(g->graph, lin, id, "linear_act", 3, in_nodes, in_outs, &act, 1, 0, NULL, NULL, err);
         if (s != GDP_OK) return s;
         fused++;
     }

@@ -4,6 +4,7 @@
  * them, or from the procedural shapes dataset (`--data shapes`, and whenever no dataset
  * is installed), so that the command works on a bare machine. */
 #include "cli.h"
+#include "gradus_classifier.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
 gd_tensor *gd_grad(gd_graph *g, gd_tensor *t)
 {
@@ -19,55 +18,57 @@ gd_status gd_backward(gd_graph *g, gd_tensor *loss)
     gd_ctx *ctx = g->ctx;
     if (loss == NULL) return gd_fail(ctx, GD_ERR_INVALID, "backward: the loss is NULL (an earlier builder failed)");
     if (loss->g != g) return gd_fail(ctx, GD_ERR_INVALID, "backward: the loss belongs to another graph");
-    if (gd_tensor_numel(loss) != 1 || !is_float(loss->dtype)) {
+    if (gd_tensor_numel(loss) != 1 || !gdp_is_float(loss->dtype)) {
         char b[128];
         return gd_fail(ctx, GD_ERR_SHAPE, "backward: the loss must be a floating scalar, got %s",
                        gd_tensor_describe(loss, b, sizeof b));
     }
     if (g->backward_done) return gd_fail(ctx, GD_ERR_INVALID, "backward: already appended for this graph");
-    if (ctx->reg->accumulate == NULL) return gd_fail(ctx, GD_ERR_UNSUPPORTED, "backward: no accumulate op registered");
+    const gd_core_hooks *hk = &ctx->reg->hooks;
+    if (hk->accumulate == NULL || hk->ones_like == NULL)
+        return gd_fail(ctx, GD_ERR_UNSUPPORTED, "backward: the ops that sum and seed gradients are not registered");
 
     int n_fwd = g->n_nodes, n_vals = g->n_values;
     /* requires[v]: value v depends on something differentiable (a float leaf). */
-    char *requires = calloc((size_t)n_vals, 1), *needed = calloc((size_t)n_vals, 1);
+    char *requires = gd_calloc((size_t)n_vals, 1), *needed = gd_calloc((size_t)n_vals, 1);
     if (requires == NULL || needed == NULL) {
-        free(requires);
-        free(needed);
+        gd_free(requires);
+        gd_free(needed);
         return gd_fail(ctx, GD_ERR_NOMEM, "backward: out of memory");
     }
     for (int v = 0; v < n_vals; v++) {
         gd_tensor *t = g->values[v];
-        if (t->kind == GD_V_PARAM || t->kind == GD_V_INPUT) requires[v] = (char)is_float(t->dtype);
+        if (t->kind == GD_V_PARAM || t->kind == GD_V_INPUT) requires[v] = (char)gdp_is_float(t->dtype);
     }
     for (int i = 0; i < n_fwd; i++) {
         gd_node *n = g->nodes[i];
-        if (n->dead || n->is_update || n->op->grad == NULL) continue;
+        if (n->is_update || n->op->grad == NULL) continue;
         int any = 0;
         for (int k = 0; k < n->n_in; k++) any |= requires[n->in[k]->id];
-        for (int k = 0; k < n->n_out; k++) requires[n->out[k]->id] = (char)(any && is_float(n->out[k]->dtype));
+        for (int k = 0; k < n->n_out; k++) requires[n->out[k]->id] = (char)(any && gdp_is_float(n->out[k]->dtype));
     }
     /* needed[v]: the loss depends on v. */
     needed[loss->id] = 1;
     for (int i = n_fwd - 1; i >= 0; i--) {
         gd_node *n = g->nodes[i];
-        if (n->dead || n->is_update) continue;
+        if (n->is_update) continue;
         int any = 0;
         for (int k = 0; k < n->n_out; k++) any |= needed[n->out[k]->id];
         if (any)
             for (int k = 0; k < n->n_in; k++) needed[n->in[k]->id] = 1;
     }
     if (!requires[loss->id]) {
-        free(requires);
-        free(needed);
+        gd_free(requires);
+        gd_free(needed);
         return gd_fail(ctx, GD_ERR_INVALID, "backward: the loss does not depend on any parameter or float input");
     }
 
     gd_status st = GD_OK;
-    loss->grad = gd_ones(g, (gd_dtype)loss->dtype, loss->ndim, loss->shape);
-    if (loss->grad == NULL) st = GD_ERR_NOMEM;
+    loss->grad = hk->ones_like(loss);
+    if (loss->grad == NULL) st = ctx->status ? ctx->status : GD_ERR_NOMEM;
     for (int i = n_fwd - 1; i >= 0 && st == GD_OK; i--) {
         gd_node *n = g->nodes[i];
-        if (n->dead || n->is_update || n->op->grad == NULL) continue;
+        if (n->is_update || n->op->grad == NULL) continue;
         gd_tensor *dout[GDP_MAX_OUTPUTS] = {0};
         int any_out = 0, any_in = 0;
         for (int k = 0; k < n->n_out; k++) {
@@ -97,12 +98,13 @@ gd_status gd_backward(gd_graph *g, gd_tensor *loss)
                              n->op->name, k, gd_tensor_describe(din[k], a, sizeof a), gd_tensor_describe(x, b, sizeof b));
                 break;
             }
-            x->grad = x->grad == NULL ? din[k] : ctx->reg->accumulate(x->grad, din[k]);
-            if (x->grad == NULL) st = GD_ERR_NOMEM;
+            gd_tensor *sum = x->grad == NULL ? din[k] : hk->accumulate(x->grad, din[k]);
+            if (sum == NULL) st = ctx->status ? ctx->status : GD_ERR_NOMEM;
+            else x->grad = sum;
         }
     }
-    free(requires);
-    free(needed);
+    gd_free(requires);
+    gd_free(needed);
     if (st == GD_OK) g->backward_done = 1;
     return st;
 }

@@ -8,7 +8,13 @@
 
 gd_status gd_failv(gd_ctx *ctx, gd_status s, const char *fmt, va_list ap)
 {
-    if (ctx != NULL) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    if (ctx != NULL) {
+        /* a message may quote the previous one (callers add context to it) */
+        char m[sizeof ctx->err];
+        vsnprintf(m, sizeof m, fmt, ap);
+        memcpy(ctx->err, m, sizeof m);
+        ctx->status = s;
+    }
     return s;
 }
 
@@ -46,6 +52,7 @@ void gd_ctx_clear_error(gd_ctx *ctx) { if (ctx != NULL) ctx->err[0] = '\0'; }
 
 void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *, const char *), void *user)
 {
+    if (ctx == NULL) return;
     ctx->log_fn = fn;
     ctx->log_user = user;
 }
@@ -56,17 +63,9 @@ static int env_flag(const char *name)
     return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
 }
 
-#ifdef GD_HAVE_CPU_BACKEND
-/* The built-in CPU backend's pool: the ABI has no thread setting, and this backend is
- * linked in, so the context sets it directly. */
-int gradus_cpu_set_threads(int n);
-#endif
-
 void gd_ctx_set_threads(gd_ctx *ctx, int n)
 {
-#ifdef GD_HAVE_CPU_BACKEND
-    if (n > 0 || ctx->threads > 0) n = gradus_cpu_set_threads(n);
-#endif
+    if (ctx == NULL) return;
     if (n <= 0) {
         const char *v = getenv("GRADUS_THREADS");
         n = v != NULL ? atoi(v) : 0;
@@ -74,22 +73,33 @@ void gd_ctx_set_threads(gd_ctx *ctx, int n)
         if (n <= 0) n = 1;
     }
     ctx->threads = n;
+    for (int i = 0; i < ctx->n_backends; i++) {
+        gd_backend *b = ctx->backends[i];
+        if (b->plugin.configure == NULL) continue;
+        gdp_err e = {.size = sizeof e};
+        if (b->plugin.configure(b->plugin.backend, "threads", n, &e) != GDP_OK)
+            gd_ctx_log(ctx, "%s: threads=%d: %s", b->name, n, e.msg);
+    }
 }
-int gd_ctx_threads(const gd_ctx *ctx) { return ctx->threads; }
+int gd_ctx_threads(const gd_ctx *ctx) { return ctx != NULL ? ctx->threads : 0; }
 
 gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
 {
+    if (out == NULL) return GD_ERR_INVALID;
     *out = NULL;
-    gd_ctx *ctx = calloc(1, sizeof *ctx);
+    if (opt != NULL && opt->size < sizeof(size_t)) return GD_ERR_INVALID;
+    gd_ctx *ctx = gd_calloc(1, sizeof *ctx);
     if (ctx == NULL) return GD_ERR_NOMEM;
+    ctx->refs = 1;
     ctx->reg = gd_registry_new_all();
     ctx->backends[0] = gd_backend_ref_new();
     if (ctx->reg == NULL || ctx->backends[0] == NULL) {
-        gd_ctx_free(ctx);
+        gd_backend_destroy(ctx->backends[0]);
+        gd_registry_free(ctx->reg);
+        gd_free(ctx);
         return GD_ERR_NOMEM;
     }
     ctx->n_backends = 1;
-    gd_ctx_set_threads(ctx, 0);
     int no_plugins = 0;
     if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, no_plugins)) no_plugins = opt->no_plugins;
     if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, strict)) ctx->strict = opt->strict;
@@ -97,6 +107,7 @@ gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
     if (env_flag("GRADUS_STRICT")) ctx->strict = 1;
     if (env_flag("GRADUS_TRACE")) ctx->trace = 1;
     if (!no_plugins) gd_plugins_load(ctx, opt);
+    gd_ctx_set_threads(ctx, 0);
     /* Preferred: the highest priority (ties: the first loaded). */
     ctx->preferred = 0;
     for (int i = 1; i < ctx->n_backends; i++)
@@ -111,23 +122,28 @@ gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
     return GD_OK;
 }
 
-void gd_ctx_free(gd_ctx *ctx)
+/* The context lives until its creator freed it and its last graph is gone. */
+void gd_ctx_unref(gd_ctx *ctx)
 {
-    if (ctx == NULL) return;
+    if (ctx == NULL || --ctx->refs > 0) return;
     for (int i = ctx->n_backends - 1; i >= 0; i--) gd_backend_destroy(ctx->backends[i]);
     gd_registry_free(ctx->reg);
-    free(ctx->notes);
-    free(ctx);
+    gd_free(ctx->notes);
+    gd_free(ctx);
 }
 
-int gd_backend_count(const gd_ctx *ctx) { return ctx->n_backends; }
+void gd_ctx_free(gd_ctx *ctx) { gd_ctx_unref(ctx); }
+
+int gd_backend_count(const gd_ctx *ctx) { return ctx != NULL ? ctx->n_backends : 0; }
 const char *gd_backend_name(const gd_ctx *ctx, int i)
 {
-    return i >= 0 && i < ctx->n_backends ? ctx->backends[i]->name : NULL;
+    return ctx != NULL && i >= 0 && i < ctx->n_backends ? ctx->backends[i]->name : NULL;
 }
 
 gd_status gd_ctx_use_backend(gd_ctx *ctx, const char *name)
 {
+    if (ctx == NULL) return GD_ERR_INVALID;
+    if (name == NULL) return gd_fail(ctx, GD_ERR_INVALID, "use backend: the name is NULL");
     for (int i = 0; i < ctx->n_backends; i++) {
         if (strcmp(ctx->backends[i]->name, name) == 0) {
             ctx->preferred = i;
@@ -152,6 +168,7 @@ const char *gd_status_name(gd_status s)
 
 gd_status gd_ctx_synchronize(gd_ctx *ctx)
 {
+    if (ctx == NULL) return GD_ERR_INVALID;
     for (int i = 0; i < ctx->n_backends; i++) {
         gd_status s = gd_backend_sync(ctx, ctx->backends[i]);
         if (s != GD_OK) return s;
@@ -159,4 +176,4 @@ gd_status gd_ctx_synchronize(gd_ctx *ctx)
     return GD_OK;
 }
 
-const char *gd_ctx_backend(const gd_ctx *ctx) { return ctx->backends[ctx->preferred]->name; }
+const char *gd_ctx_backend(const gd_ctx *ctx) { return ctx != NULL ? ctx->backends[ctx->preferred]->name : ""; }

@@ -3,12 +3,13 @@
  * backend. */
 #include "core.h"
 
-#include <stdlib.h>
 
 gd_status gd_graph_init_params(gd_graph *g, uint64_t seed)
 {
     if (g == NULL) return GD_ERR_INVALID;
     gd_ctx *ctx = g->ctx;
+    const gd_core_hooks *hooks = &ctx->reg->hooks;
+    if (hooks->initializer == NULL) return gd_fail(ctx, GD_ERR_UNSUPPORTED, "init: no initializers are registered");
     int pref = ctx->preferred;
     ctx->preferred = 0; /* build the values on the reference */
     gd_status st = GD_OK;
@@ -20,28 +21,21 @@ gd_status gd_graph_init_params(gd_graph *g, uint64_t seed)
             st = GD_ERR_NOMEM;
             break;
         }
+        ctx->preferred = 0; /* the values are made on the reference */
         /* each parameter gets its own stream of numbers: seed mixed with its index */
         uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xBF58476D1CE4E5B9ull + 1;
-        gd_tensor *v = NULL;
-        gd_dtype dt = (gd_dtype)p->dtype;
-        switch (p->init_kind) {
-        case GD_INIT_ZEROS: v = gd_zeros(tmp, dt, p->ndim, p->shape); break;
-        case GD_INIT_ONES: v = gd_ones(tmp, dt, p->ndim, p->shape); break;
-        case GD_INIT_KAIMING: v = gd_init_kaiming(tmp, dt, p->ndim, p->shape, s); break;
-        case GD_INIT_XAVIER: v = gd_init_xavier(tmp, dt, p->ndim, p->shape, s); break;
-        case GD_INIT_NORMAL: v = gd_rand_normal(tmp, dt, p->ndim, p->shape, 0.0, p->init_std, s); break;
-        default: break;
-        }
-        gd_program *prog = gd_compile(tmp, 1, &v, 0);
+        gd_tensor *v = hooks->initializer(tmp, p->init_kind, p->init_std, (gd_dtype)p->dtype, p->ndim, p->shape, s);
+        gd_program *prog = v != NULL ? gd_compile(tmp, 1, &v, 0) : NULL;
         size_t bytes = gd_value_bytes(p);
-        void *host = malloc(bytes ? bytes : 1);
-        if (prog == NULL || host == NULL) st = host == NULL ? gd_fail(ctx, GD_ERR_NOMEM, "init: out of memory") : GD_ERR_INVALID;
+        void *host = gd_malloc(bytes ? bytes : 1);
+        if (host == NULL) st = gd_fail(ctx, GD_ERR_NOMEM, "init '%s': out of memory", gd_tensor_name(p));
+        else if (prog == NULL) st = ctx->status ? ctx->status : GD_ERR_INVALID;
         if (st == GD_OK) st = gd_program_run(prog);
         if (st == GD_OK) st = gd_tensor_read(v, host, bytes);
         ctx->preferred = pref;
         if (st == GD_OK) st = gd_tensor_write(p, host, bytes);
         ctx->preferred = 0;
-        free(host);
+        gd_free(host);
         gd_program_free(prog);
         gd_graph_free(tmp);
     }

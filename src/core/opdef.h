@@ -60,6 +60,14 @@ typedef struct gd_grad {
 } gd_grad_ctx;
 typedef gd_status (*gd_grad_fn)(gd_grad_ctx *c);
 
+/* View rule of an op whose output is a view of its input 0 (reshape, permute, slice,
+ * expand): no kernel, no copy; the planner aliases the output. Given the input's strides
+ * and offset (elements) and the output's shape, writes the output's strides and offset,
+ * or returns -1 when the output cannot be a view of an input laid out like this (a
+ * reshape of a transposed tensor): then the planner makes the input contiguous first. */
+typedef int (*gd_view_fn)(const gdp_attrs *attrs, const gd_shape *in, const int64_t *in_stride, int64_t in_offset,
+                          const gd_shape *out, int64_t *out_stride, int64_t *out_offset);
+
 /* dtype masks */
 #define GD_M(dt) (1u << (dt))
 #define GD_FLOATS (GD_M(GDP_F32) | GD_M(GDP_F16) | GD_M(GDP_BF16))
@@ -99,15 +107,39 @@ typedef struct gd_op_def {
      * f16/bf16 and the backward pass scale it (see src/core/sweep.c). */
     double tol;
     const char *doc;           /* one line for docs/ops.md */
+    /* Non-NULL for view ops (see gd_view_fn); `ref` then exists only as the sweep's
+     * oracle of what the view must read. */
+    gd_view_fn view;
+    /* The reference kernel reads strided inputs itself; otherwise the planner makes its
+     * inputs contiguous first (docs/ops.md shows which). */
+    int ref_strided;
+    /* The output dtype is an attribute (cast): outputs do not count in the uniform key. */
+    int any_out_dtype;
+    /* Mixed-precision forms, NULL-terminated signatures "bf16,bf16->f32" (every operand,
+     * inputs then outputs), each a kernel key and a sweep row of its own, with its cases
+     * (explicit dtypes) in mixed_cases. */
+    const char *const *mixed;
+    const char *const *mixed_cases;
 } gd_op_def;
+
+/* What the core needs from the ops without naming any: installed by the op families. */
+typedef struct gd_core_hooks {
+    /* autodiff: sums two gradient contributions; makes the ones that seed the backward */
+    gd_tensor *(*accumulate)(gd_tensor *a, gd_tensor *b);
+    gd_tensor *(*ones_like)(gd_tensor *x);
+    /* initializers: a tensor holding a parameter's first value (enum gd_init_kind) */
+    gd_tensor *(*initializer)(gd_graph *g, int kind, double std, gd_dtype dt, int ndim, const int64_t *shape,
+                              uint64_t seed);
+    /* the op the planner inserts to make a strided value contiguous */
+    const char *contiguous_op;
+} gd_core_hooks;
+gd_core_hooks *gd_registry_hooks(gd_registry *r);
 
 /* Registers a definition (copied). Fails on a duplicate name. */
 gd_status gd_register_op(gd_registry *r, const gd_op_def *def);
 const gd_op_def *gd_registry_find(const gd_registry *r, const char *name);
 int gd_registry_count(const gd_registry *r);
 const gd_op_def *gd_registry_get(const gd_registry *r, int i);
-/* The op autodiff uses to sum gradient contributions (installed by the ops layer). */
-void gd_registry_set_accumulate(gd_registry *r, gd_tensor *(*add)(gd_tensor *, gd_tensor *));
 
 /* Helpers for builders and gradient rules. */
 gd_tensor *gd_op1(gd_tensor *x, const char *op, int n_attr, const gd_attr *attrs);
@@ -120,17 +152,16 @@ gd_shape gd_tensor_shape(const gd_tensor *t);
 /* Sum of grad over the axes along which `like` was broadcast, reshaped to like's shape. */
 gd_tensor *gd_sum_to(gd_tensor *grad, const gd_tensor *like);
 
-/* Reference-kernel helpers: element i of a tensor as double, and storing a double with the
- * rounding of the tensor's dtype. Slow, generic; fine for an oracle. */
+/* Reference-kernel helpers: element i (in row-major order of the shape, whatever the
+ * strides) of a tensor as double, and storing a double with the rounding of the tensor's
+ * dtype. Slow, generic, stride-correct; fine for an oracle. */
 double gd_ref_load(const gdp_tensor *t, int64_t i);
 void gd_ref_store(const gdp_tensor *t, int64_t i, double v);
+/* The same at an offset in elements (for kernels that walk strides themselves). */
+double gd_ref_load_at(const gdp_tensor *t, int64_t off);
+void gd_ref_store_at(const gdp_tensor *t, int64_t off, double v);
 /* Row-major strides of a shape, in elements. */
 void gd_strides(int ndim, const int64_t *shape, int64_t *strides);
 
-/* f16/bf16 conversions with round-to-nearest-even. */
-float gd_f16_to_f32(uint16_t h);
-uint16_t gd_f32_to_f16(float f);
-float gd_bf16_to_f32(uint16_t h);
-uint16_t gd_f32_to_bf16(float f);
 
 #endif

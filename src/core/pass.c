@@ -1,18 +1,38 @@
 /* pass.c — backends' graph passes (e.g. fusing a bias and an activation into a matmul),
- * seen through the gdp_graph_view callbacks of the ABI. Each backend's pass runs once per
- * graph, before the first placement. */
-#include "core.h"
+ * run over a program's node list through the gdp_graph_view callbacks of the ABI. A pass
+ * rewrites the program, never the user's graph: nodes it makes belong to the program,
+ * and another program of the same graph starts again from the graph. Node ids in the
+ * view are positions in the program's list. */
+#include "program.h"
 
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
-static gd_graph *G(void *g) { return (gd_graph *)g; }
+static gd_program *P(void *g) { return (gd_program *)g; }
+static gd_pnode *pnode_at(void *g, int32_t id)
+{
+    return id >= 0 && id < P(g)->n_pn && !P(g)->pn[id].dead ? &P(g)->pn[id] : NULL;
+}
 static gd_node *node_at(void *g, int32_t id)
 {
-    return id >= 0 && id < G(g)->n_nodes && !G(g)->nodes[id]->dead ? G(g)->nodes[id] : NULL;
+    gd_pnode *x = pnode_at(g, id);
+    return x != NULL ? x->node : NULL;
 }
 
-static int32_t v_count(void *g) { return G(g)->n_nodes; }
+/* The position in the program of the node producing value t, or -1 (a leaf, or made
+ * outside the program). */
+static int32_t producer(gd_program *p, const gd_tensor *t)
+{
+    for (int32_t i = 0; i < p->n_pn; i++) {
+        if (p->pn[i].dead) continue;
+        const gd_node *n = p->pn[i].node;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] == t) return i;
+    }
+    return -1;
+}
+
+static int32_t v_count(void *g) { return P(g)->n_pn; }
 static const char *v_op(void *g, int32_t id)
 {
     gd_node *n = node_at(g, id);
@@ -23,73 +43,111 @@ static int32_t v_n_inputs(void *g, int32_t id)
     gd_node *n = node_at(g, id);
     return n != NULL ? n->n_in : 0;
 }
+static int32_t v_n_outputs(void *g, int32_t id)
+{
+    gd_node *n = node_at(g, id);
+    return n != NULL ? n->n_out : 0;
+}
 static int32_t v_input(void *g, int32_t id, int32_t k, int32_t *out_index)
 {
     gd_node *n = node_at(g, id);
     if (n == NULL || k < 0 || k >= n->n_in) return -1;
-    gd_tensor *t = n->in[k];
-    if (out_index != NULL) *out_index = t->out_index;
-    return t->node != NULL ? t->node->id : -1;
+    const gd_tensor *t = n->in[k];
+    int32_t pr = producer(P(g), t);
+    if (out_index != NULL) {
+        *out_index = 0;
+        if (pr >= 0) {
+            const gd_node *m = P(g)->pn[pr].node;
+            for (int j = 0; j < m->n_out; j++)
+                if (m->out[j] == t) *out_index = j;
+        }
+    }
+    return pr;
 }
 static gdp_status v_in_desc(void *g, int32_t id, int32_t k, gdp_tensor *d)
 {
     gd_node *n = node_at(g, id);
-    if (n == NULL || k < 0 || k >= n->n_in) return GDP_ERR_INVALID;
+    if (n == NULL || k < 0 || k >= n->n_in || d == NULL) return GDP_ERR_INVALID;
     *d = gd_value_desc(n->in[k], NULL);
     return GDP_OK;
 }
 static gdp_status v_out_desc(void *g, int32_t id, int32_t k, gdp_tensor *d)
 {
     gd_node *n = node_at(g, id);
-    if (n == NULL || k < 0 || k >= n->n_out) return GDP_ERR_INVALID;
+    if (n == NULL || k < 0 || k >= n->n_out || d == NULL) return GDP_ERR_INVALID;
     *d = gd_value_desc(n->out[k], NULL);
     return GDP_OK;
 }
 static const gdp_attrs *v_attrs(void *g, int32_t id)
 {
-    static gdp_attrs a; /* valid until the next call, as documented for passes */
     gd_node *n = node_at(g, id);
     if (n == NULL) return NULL;
-    a = gd_node_attrs(n);
-    return &a;
+    P(g)->pass_attrs = gd_node_attrs(n); /* valid until the next call, as documented */
+    return &P(g)->pass_attrs;
 }
-/* Users of an output: nodes reading it, plus one when it is exposed outside the nodes (a
- * target of a compiled program) — a fusion must not swallow it. */
+
+/* Readers of t among live nodes, plus one when the program exposes it: a target, or an
+ * update's output (kept whatever reads it). */
+static int32_t users_of(gd_program *p, const gd_tensor *t)
+{
+    int32_t users = 0;
+    for (int i = 0; i < p->n_targets; i++) users += p->targets[i] == t;
+    for (int i = 0; i < p->n_pn; i++) {
+        if (p->pn[i].dead) continue;
+        const gd_node *m = p->pn[i].node;
+        for (int j = 0; j < m->n_in; j++) users += m->in[j] == t;
+        if (m->is_update)
+            for (int k = 0; k < m->n_out; k++) users += m->out[k] == t && m->op->inplace[k] >= 0;
+    }
+    return users;
+}
 static int32_t v_users(void *g, int32_t id, int32_t k)
 {
     gd_node *n = node_at(g, id);
     if (n == NULL || k < 0 || k >= n->n_out) return 0;
-    gd_tensor *t = n->out[k];
-    int32_t users = t->exposed;
-    for (int i = 0; i < G(g)->n_nodes; i++) {
-        gd_node *m = G(g)->nodes[i];
-        if (m->dead) continue;
-        for (int j = 0; j < m->n_in; j++) users += m->in[j] == t;
-    }
-    return users;
+    return users_of(P(g), n->out[k]);
 }
 
 static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *opname, int32_t n_in,
                             const int32_t *in_nodes, const int32_t *in_outputs, const gdp_attr *attrs, int32_t n_attrs,
-                            gdp_err *err)
+                            int32_t n_out, const int32_t *out_nodes, const int32_t *out_outputs, gdp_err *err)
 {
-    gd_graph *g = G(gv);
+    gd_program *p = P(gv);
+    gd_graph *g = p->g;
     gd_node *nf = node_at(gv, first), *nl = node_at(gv, last);
     if (nf == NULL || nl == NULL || first > last) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad node ids");
+    if (opname == NULL) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: no op name");
     const gd_op_def *op = gd_registry_find(g->ctx->reg, opname);
     if (op == NULL) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: gradus has no op '%s'", opname);
-    if (n_in > GDP_MAX_INPUTS || n_attrs > 16) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: too many inputs");
+    if (n_in < 0 || n_in > GDP_MAX_INPUTS || n_attrs < 0 || n_attrs > 16 || n_out < 0 || n_out > GDP_MAX_OUTPUTS ||
+        (n_in > 0 && (in_nodes == NULL || in_outputs == NULL)) || (n_attrs > 0 && attrs == NULL) ||
+        (n_out > 0 && (out_nodes == NULL || out_outputs == NULL)))
+        return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad counts or NULL arrays");
     gd_tensor *in[GDP_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) {
         if (in_nodes[i] < 0) {
-            if (in_outputs[i] < 0 || in_outputs[i] >= nf->n_in) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad input");
-            in[i] = nf->in[in_outputs[i]];
+            /* -1: input k of `first`; -2 - j: input k of node j (a leaf a pass cannot name) */
+            gd_node *m = in_nodes[i] == -1 ? nf : node_at(gv, -2 - in_nodes[i]);
+            if (m == NULL || in_outputs[i] < 0 || in_outputs[i] >= m->n_in)
+                return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad input %d", i);
+            in[i] = m->in[in_outputs[i]];
         } else {
-            gd_node *p = node_at(gv, in_nodes[i]);
-            if (p == NULL || in_outputs[i] < 0 || in_outputs[i] >= p->n_out)
-                return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad input");
-            in[i] = p->out[in_outputs[i]];
+            gd_node *m = node_at(gv, in_nodes[i]);
+            if (m == NULL || in_outputs[i] < 0 || in_outputs[i] >= m->n_out)
+                return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: bad input %d", i);
+            in[i] = m->out[in_outputs[i]];
         }
+    }
+    /* the values the new node's outputs take the place of */
+    gd_tensor *out[GDP_MAX_OUTPUTS];
+    int no = n_out > 0 ? n_out : 1;
+    if (no != op->n_out) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s has %d outputs, %d given", opname, op->n_out, no);
+    for (int j = 0; j < no; j++) {
+        int32_t on = n_out > 0 ? out_nodes[j] : last, oi = n_out > 0 ? out_outputs[j] : 0;
+        gd_node *m = node_at(gv, on);
+        if (m == NULL || on < first || on > last || oi < 0 || oi >= m->n_out)
+            return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: output %d must replace an output of the chain", j);
+        out[j] = m->out[oi];
     }
     gd_attr a[16];
     for (int k = 0; k < n_attrs; k++) {
@@ -98,63 +156,53 @@ static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *o
         a[k].kind = (gd_attr_kind)attrs[k].kind;
         a[k].i = attrs[k].i;
         a[k].f = attrs[k].f;
-        a[k].n = attrs[k].n > GD_MAX_DIMS ? GD_MAX_DIMS : attrs[k].n;
-        for (int j = 0; j < a[k].n; j++) a[k].ints[j] = attrs[k].ints[j];
+        a[k].s = attrs[k].s;
+        a[k].n = attrs[k].n;
+        for (int j = 0; j < a[k].n && j < GD_MAX_DIMS; j++) a[k].ints[j] = attrs[k].ints[j];
     }
-    gd_tensor *out[GDP_MAX_OUTPUTS];
-    gd_node *nn = gd_node_add(g, op, n_in, in, n_attrs, a, op->n_out, out);
+    gd_node *nn = gd_node_make(g, op, n_in, in, n_attrs, a, no, out);
     if (nn == NULL) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s", g->ctx->err);
-    gd_tensor *old = nl->out[0];
-    if (out[0]->ndim != old->ndim || out[0]->dtype != old->dtype ||
-        memcmp(out[0]->shape, old->shape, sizeof(int64_t) * (size_t)old->ndim) != 0) {
-        nn->dead = 1;
-        return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s's output does not match the chain's", opname);
-    }
-    /* The new node takes the old output's identity (so targets, gradients and readers keep
-     * working) and the old chain's position in graph order (so updates stay ordered after it). */
-    out[0]->node = NULL;
-    old->node = nn;
-    old->out_index = 0;
-    nn->out[0] = old;
-    /* Remove the chain: `last`, then, going back, every node in [first, last) that fed a
-     * removed node and has no other use. Nodes in that range outside the chain stay. */
-    nl->dead = 1;
+    /* Which chain nodes go: `last`, and going back every node in [first, last) that fed a
+     * removed node and whose outputs nobody reads any more. Nodes in that range that are
+     * not part of the chain stay. The new node takes `last`'s place. */
+    gd_pnode *xl = &p->pn[last];
+    if (xl->owned) gd_node_free(xl->node);
+    xl->node = nn;
+    xl->owned = 1;
     for (int32_t id = last - 1; id >= first; id--) {
-        gd_node *m = node_at(gv, id);
+        gd_pnode *m = pnode_at(gv, id);
         if (m == NULL) continue;
-        int feeds_chain = 0, used = 0;
-        for (int32_t j = id + 1; j <= last; j++) {
-            gd_node *c = g->nodes[j];
-            if (!c->dead) continue;
-            for (int i = 0; i < c->n_in; i++)
-                for (int k = 0; k < m->n_out; k++) feeds_chain |= c->in[i] == m->out[k];
+        int used = 0, replaced = 0;
+        for (int k = 0; k < m->node->n_out; k++) {
+            for (int j = 0; j < no; j++) replaced |= out[j] == m->node->out[k];
+            used += users_of(p, m->node->out[k]);
         }
-        for (int k = 0; k < m->n_out; k++) used += v_users(gv, id, k);
-        if (feeds_chain && used == 0) m->dead = 1;
+        if (replaced) {
+            /* its output now comes from the new node: it must go, or two nodes make it */
+            m->dead = 1;
+            continue;
+        }
+        if (used == 0) m->dead = 1;
     }
-    /* move the new node from the end of the list to the chain's last position */
-    g->nodes[g->n_nodes - 1] = nl;
-    g->nodes[last] = nn;
-    nl->id = g->n_nodes - 1;
-    nn->id = last;
     return GDP_OK;
 }
 
-gd_status gd_graph_run_passes(gd_graph *g)
+gd_status gd_prog_passes(gd_program *p)
 {
-    gd_ctx *ctx = g->ctx;
+    gd_ctx *ctx = p->g->ctx;
     for (int i = 0; i < ctx->n_backends; i++) {
         gd_backend *b = ctx->backends[i];
         const gdp_graph_pass *pass = b->plugin.graph_pass;
-        if (pass == NULL || pass->run == NULL || (g->passes_done & (1 << i))) continue;
-        g->passes_done |= 1 << i;
-        gdp_graph_view view = {.size = sizeof view, .graph = g, .node_count = v_count, .node_op = v_op,
-                               .node_n_inputs = v_n_inputs, .node_input = v_input, .node_input_desc = v_in_desc,
-                               .node_output_desc = v_out_desc, .node_attrs = v_attrs, .node_users = v_users,
-                               .replace_chain = v_replace};
+        if (pass == NULL || pass->run == NULL) continue;
+        gdp_graph_view view = {.size = sizeof view, .graph = p, .node_count = v_count, .node_op = v_op,
+                               .node_n_inputs = v_n_inputs, .node_n_outputs = v_n_outputs, .node_input = v_input,
+                               .node_input_desc = v_in_desc, .node_output_desc = v_out_desc, .node_attrs = v_attrs,
+                               .node_users = v_users, .replace_chain = v_replace};
         gdp_err e = {.size = sizeof e};
-        if (pass->run(b->plugin.backend, &view, &e) != GDP_OK)
-            return gd_fail(ctx, GD_ERR_DEVICE, "%s graph pass '%s': %s", b->name, pass->name ? pass->name : "?", e.msg);
+        gdp_status s = pass->run(b->plugin.backend, &view, &e);
+        if (s != GDP_OK)
+            return gd_fail(ctx, gd_status_from_plugin(s), "%s graph pass '%s': %s", b->name, pass->name ? pass->name : "?",
+                           e.msg);
     }
     return GD_OK;
 }

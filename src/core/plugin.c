@@ -15,12 +15,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef GD_HAVE_CPU_BACKEND
-gdp_status gradus_cpu_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err);
-#endif
+#include <time.h>
+
+/* Backends linked into libgradus, listed by the build (gd_builtins.h): each is started
+ * through its gdp_init_fn like a plugin file, so the core names none of them. */
+#define GD_BUILTIN(init, name) gdp_status init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err);
+#include "gd_builtins.h"
+#undef GD_BUILTIN
 
 /* The host pointer handed to plugins is the backend's host_ctx. */
 typedef struct gd_host_ctx host_ctx;
+
+/* "op/f32" or "op/bf16,bf16->f32": a kernel's key in messages. */
+static const char *key_str(const gdp_kernel *k, const char *sig, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%s", k->op, sig != NULL ? sig : gd_dtype_name((gd_dtype)k->dtype));
+    return buf;
+}
+
+static int op_declares(const gd_op_def *op, const char *sig)
+{
+    for (const char *const *m = op->mixed; m != NULL && *m != NULL; m++)
+        if (strcmp(*m, sig) == 0) return 1;
+    return 0;
+}
 
 static gdp_status host_register_kernel(void *hp, const gdp_kernel *k, gdp_err *err)
 {
@@ -34,14 +52,25 @@ static gdp_status host_register_kernel(void *hp, const gdp_kernel *k, gdp_err *e
         snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used, "unknown op '%s'; ", k->op);
         return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: gradus has no op '%s'", k->op);
     }
-    if (k->dtype < 0 || k->dtype >= GDP_DTYPE_COUNT)
+    const char *sig = GDP_HAS_FIELD(k, gdp_kernel, signature) ? k->signature : NULL;
+    char key[300];
+    key_str(k, sig, key, sizeof key);
+    if (sig == NULL && (k->dtype < 0 || k->dtype >= GDP_DTYPE_COUNT))
         return gdp_fail(err, GDP_ERR_INVALID, "register_kernel %s: unknown dtype %d", k->op, k->dtype);
-    if (gd_backend_kernel(b, op, k->dtype) != NULL) {
+    if (sig != NULL && !op_declares(op, sig)) {
+        snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used,
+                 "%s is not a form the op declares; ", key);
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: %s is not a mixed-precision form %s declares", key,
+                        k->op);
+    }
+    for (int i = 0; i < b->n_kernels; i++) {
+        const gd_kernel_entry *x = &b->kernels[i];
+        int same = x->op == op && (sig == NULL ? x->signature == NULL && x->dtype == k->dtype
+                                               : x->signature != NULL && strcmp(x->signature, sig) == 0);
+        if (!same) continue;
         b->duplicate_kernels++;
-        snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used, "duplicate %s/%s; ", k->op,
-                 gd_dtype_name((gd_dtype)k->dtype));
-        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: %s/%s registered twice", k->op,
-                        gd_dtype_name((gd_dtype)k->dtype));
+        snprintf(b->bad_registrations + used, sizeof b->bad_registrations - used, "duplicate %s; ", key);
+        return gdp_fail(err, GDP_ERR_INVALID, "register_kernel: %s registered twice", key);
     }
     if (GDP_HAS_FIELD(k, gdp_kernel, constrained_attrs) && k->constrained_attrs != NULL) {
         for (const char *const *a = k->constrained_attrs; *a != NULL; a++) {
@@ -60,17 +89,21 @@ static gdp_status host_register_kernel(void *hp, const gdp_kernel *k, gdp_err *e
     }
     if (b->n_kernels == b->cap_kernels) {
         int c = b->cap_kernels ? b->cap_kernels * 2 : 64;
-        gd_kernel_entry *ks = realloc(b->kernels, (size_t)c * sizeof *ks);
+        gd_kernel_entry *ks = gd_realloc(b->kernels, (size_t)c * sizeof *ks);
         if (ks == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "register_kernel: out of memory");
         b->kernels = ks;
         b->cap_kernels = c;
     }
+    char *own_sig = NULL;
+    if (sig != NULL && (own_sig = gd_strdup(sig)) == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "register_kernel: out of memory");
     gd_kernel_entry *e = &b->kernels[b->n_kernels++];
     memset(e, 0, sizeof *e);
     e->op = op;
-    e->dtype = k->dtype;
-    memcpy(&e->k, k, k->size < sizeof e->k ? k->size : sizeof e->k);
+    e->dtype = sig != NULL ? -1 : k->dtype;
+    e->signature = own_sig;
+    memcpy(&e->k, k, k->size < sizeof e->k ? k->size : sizeof e->k); /* fields it did not know stay 0 */
     e->k.size = sizeof e->k;
+    e->k.signature = own_sig;
     return GDP_OK;
 }
 
@@ -83,12 +116,20 @@ static void host_log(void *hp, const char *line)
 static const char *host_getenv(void *hp, const char *name)
 {
     (void)hp;
-    return getenv(name);
+    return name != NULL ? getenv(name) : NULL;
+}
+
+static uint64_t host_now_ns(void *hp)
+{
+    (void)hp;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void note(gd_ctx *ctx, const char *name, const char *path, const char *state, const char *reason)
 {
-    gd_plugin_note *n = realloc(ctx->notes, sizeof *n * (size_t)(ctx->n_notes + 1));
+    gd_plugin_note *n = gd_realloc(ctx->notes, sizeof *n * (size_t)(ctx->n_notes + 1));
     if (n == NULL) return;
     ctx->notes = n;
     gd_plugin_note *x = &n[ctx->n_notes++];
@@ -125,12 +166,13 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
         note(ctx, name, path, "failed", "too many backends");
         return GD_ERR_UNSUPPORTED;
     }
-    gd_backend *b = calloc(1, sizeof *b);
+    gd_backend *b = gd_calloc(1, sizeof *b);
     if (b == NULL) return GD_ERR_NOMEM;
     snprintf(b->name, sizeof b->name, "%s", name);
     b->dl = dl;
     b->host = (gdp_host){.size = sizeof b->host, .abi_major = GDP_ABI_MAJOR, .abi_minor = GDP_ABI_MINOR,
-                         .register_kernel = host_register_kernel, .log = host_log, .getenv = host_getenv};
+                         .register_kernel = host_register_kernel, .log = host_log, .getenv = host_getenv,
+                         .now_ns = host_now_ns};
     b->host_ctx.ctx = ctx;
     b->host_ctx.b = b;
     b->host.host = &b->host_ctx;
@@ -142,11 +184,17 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     gdp_status s = init(host, &pl, &e);
     char reason[600];
     if (pl.abi_major != GDP_ABI_MAJOR) {
-        snprintf(reason, sizeof reason, "built for plugin ABI %d.%d, this gradus speaks %d.%d: rebuild the plugin",
-                 pl.abi_major, pl.abi_minor, GDP_ABI_MAJOR, GDP_ABI_MINOR);
+        if (pl.abi_major == 1)
+            snprintf(reason, sizeof reason,
+                     "built for plugin ABI %d.%d, this gradus speaks %d.%d: port it (docs/plugin-abi.md, "
+                     "\"Porting a 1.x plugin\") and rebuild",
+                     pl.abi_major, pl.abi_minor, GDP_ABI_MAJOR, GDP_ABI_MINOR);
+        else
+            snprintf(reason, sizeof reason, "built for plugin ABI %d.%d, this gradus speaks %d.%d: rebuild the plugin",
+                     pl.abi_major, pl.abi_minor, GDP_ABI_MAJOR, GDP_ABI_MINOR);
         gd_ctx_log(ctx, "plugin %s refused: %s", name, reason);
         note(ctx, name, path, "refused", reason);
-        free(b);
+        gd_free(b);
         return GD_ERR_VERSION;
     }
     if (s != GDP_OK) {
@@ -154,7 +202,7 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
         snprintf(reason, sizeof reason, "%s", e.msg[0] ? e.msg : gd_status_name(s));
         gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
         note(ctx, name, path, declined ? "declined" : "failed", reason);
-        free(b);
+        gd_free(b);
         return declined ? GD_ERR_NODEVICE : GD_ERR_DEVICE;
     }
     b->plugin = pl;
@@ -168,7 +216,7 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
             note(ctx, b->name, path, "failed", "device module lacks alloc, free, copy_h2d or copy_d2h");
             gd_ctx_log(ctx, "plugin %s failed: its device module lacks a required function", b->name);
             if (pl.shutdown != NULL) pl.shutdown(pl.backend);
-            free(b);
+            gd_free(b);
             return GD_ERR_DEVICE;
         }
         b->has_dev = 1;
@@ -177,9 +225,14 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
             note(ctx, b->name, path, "failed", e.msg);
             gd_ctx_log(ctx, "plugin %s failed: stream_create: %s", b->name, e.msg);
             if (pl.shutdown != NULL) pl.shutdown(pl.backend);
-            free(b);
+            gd_free(b);
             return GD_ERR_DEVICE;
         }
+    }
+    if (GDP_HAS_FIELD(&pl, gdp_plugin, executor) && pl.executor != NULL) {
+        size_t n = pl.executor->size < sizeof b->exec ? pl.executor->size : sizeof b->exec;
+        memcpy(&b->exec, pl.executor, n);
+        b->has_exec = b->exec.prepare != NULL && b->exec.run != NULL;
     }
     const char *sync = getenv("GRADUS_SYNC");
     b->sync_every_kernel = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
@@ -247,7 +300,7 @@ static void scan_dir(gd_ctx *ctx, const char *dir)
     while ((e = readdir(d)) != NULL && n < 128) {
         size_t l = strlen(e->d_name);
         if (strncmp(e->d_name, "libgradus_", 10) == 0 && l > 3 && strcmp(e->d_name + l - 3, ".so") == 0)
-            names[n++] = strdup(e->d_name);
+            names[n++] = gd_strdup(e->d_name);
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
@@ -258,7 +311,7 @@ static void scan_dir(gd_ctx *ctx, const char *dir)
             gd_plugin_load_file(ctx, path);
             ctx->err[0] = '\0'; /* discovery failures are notes and log lines, not errors */
         }
-        free(names[i]);
+        gd_free(names[i]);
     }
 }
 
@@ -272,10 +325,11 @@ static void scan_list(gd_ctx *ctx, const char *list)
 
 void gd_plugins_load(gd_ctx *ctx, const gd_ctx_options *opt)
 {
-#ifdef GD_HAVE_CPU_BACKEND
-    if (disabled("cpu")) note(ctx, "cpu", "(built in)", "disabled", "disabled by environment");
-    else load_from_init(ctx, "cpu", "(built in)", gradus_cpu_plugin_init, NULL);
-#endif
+#define GD_BUILTIN(init, name)                                                              \
+    if (disabled(name)) note(ctx, name, "(built in)", "disabled", "disabled by environment"); \
+    else load_from_init(ctx, name, "(built in)", init, NULL);
+#include "gd_builtins.h"
+#undef GD_BUILTIN
     const char *path = NULL;
     if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, plugin_path)) path = opt->plugin_path;
     if (path == NULL) path = getenv("GRADUS_PLUGIN_PATH");

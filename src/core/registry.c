@@ -11,11 +11,17 @@
 
 gd_status gd_register_op(gd_registry *r, const gd_op_def *def)
 {
-    if (def->name == NULL || gd_registry_find(r, def->name) != NULL) return GD_ERR_INVALID;
+    if (def->name == NULL || gd_registry_find(r, def->name) != NULL) {
+        r->failed = 1;
+        return GD_ERR_INVALID;
+    }
     if (r->n == r->cap) {
         int cap = r->cap ? r->cap * 2 : 128;
-        gd_op_def *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
-        if (ops == NULL) return GD_ERR_NOMEM;
+        gd_op_def *ops = gd_realloc(r->ops, (size_t)cap * sizeof *ops);
+        if (ops == NULL) {
+            r->failed = 1;
+            return GD_ERR_NOMEM;
+        }
         r->ops = ops;
         r->cap = cap;
     }
@@ -25,6 +31,7 @@ gd_status gd_register_op(gd_registry *r, const gd_op_def *def)
 
 const gd_op_def *gd_registry_find(const gd_registry *r, const char *name)
 {
+    if (r == NULL || name == NULL) return NULL;
     for (int i = 0; i < r->n; i++)
         if (strcmp(r->ops[i].name, name) == 0) return &r->ops[i];
     return NULL;
@@ -33,20 +40,27 @@ const gd_op_def *gd_registry_find(const gd_registry *r, const char *name)
 int gd_registry_count(const gd_registry *r) { return r->n; }
 const gd_op_def *gd_registry_get(const gd_registry *r, int i) { return i >= 0 && i < r->n ? &r->ops[i] : NULL; }
 
-void gd_registry_set_accumulate(gd_registry *r, gd_tensor *(*add)(gd_tensor *, gd_tensor *)) { r->accumulate = add; }
+gd_core_hooks *gd_registry_hooks(gd_registry *r) { return &r->hooks; }
 
 static int cmp_ops(const void *a, const void *b)
 {
     return strcmp(((const gd_op_def *)a)->name, ((const gd_op_def *)b)->name);
 }
 
+/* Families register with gd_register_op and do not look at its status (a family file is
+ * a table of definitions): a refusal is remembered in r->failed and checked here once,
+ * so that a context never silently lacks an op. */
 gd_registry *gd_registry_new_all(void)
 {
-    gd_registry *r = calloc(1, sizeof *r);
+    gd_registry *r = gd_calloc(1, sizeof *r);
     if (r == NULL) return NULL;
 #define GD_X(name) gd_family_##name(r);
 #include "gd_families.h"
 #undef GD_X
+    if (r->failed) {
+        gd_registry_free(r);
+        return NULL;
+    }
     /* Sorted by name so that listings and the sweep are in a stable order. Pointers into
      * the table are taken only after this point. */
     qsort(r->ops, (size_t)r->n, sizeof *r->ops, cmp_ops);
@@ -56,6 +70,6 @@ gd_registry *gd_registry_new_all(void)
 void gd_registry_free(gd_registry *r)
 {
     if (r == NULL) return;
-    free(r->ops);
-    free(r);
+    gd_free(r->ops);
+    gd_free(r);
 }

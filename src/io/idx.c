@@ -7,6 +7,7 @@
  * magic decides, not the file name. */
 #include "inflate.h"
 #include "opdef.h"
+#include "gradus_classifier.h"
 
 #include <errno.h>
 #include <stdarg.h>

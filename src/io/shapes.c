@@ -12,6 +12,7 @@
  * depend on n: a dataset of 1000 is the first 1000 of a dataset of 10000. Labels cycle
  * i % 10, which balances the classes exactly. */
 #include "opdef.h"
+#include "gradus_classifier.h"
 
 #include <math.h>
 #include <stdlib.h>

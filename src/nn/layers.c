@@ -5,6 +5,7 @@
  * same seed gives the same network on every backend. Weights take Kaiming-normal init
  * (the layers here feed ReLUs), biases start at zero. */
 #include "core.h"
+#include "gradus_classifier.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * without updates, so the same parameters serve both with nothing copied). Batches have
  * a fixed size because programs are planned for fixed shapes; the last, partial batch is
  * padded with label -1, which the loss ignores and the accuracy count skips. */
-#include "gradus.h"
+#include "gradus_classifier.h"
 #include "opdef.h"
 
 #include <math.h>

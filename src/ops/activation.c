@@ -84,7 +84,7 @@ typedef double (*act_fn)(double x, int approx);
 /* y = f(x) */
 static gdp_status forward_ref(const gdp_node *n, gdp_err *err, act_fn f)
 {
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *y = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(y);
     if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
@@ -101,7 +101,7 @@ static gdp_status forward_ref(const gdp_node *n, gdp_err *err, act_fn f)
 /* dx = dy * f'(v), v being x or y as the op defines; dy and v have one shape. */
 static gdp_status backward_ref(const gdp_node *n, gdp_err *err, act_fn fd)
 {
-    const gdp_tensor *dy = &n->in[0], *v = &n->in[1], *dx = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *v = n->in[1], *dx = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(dx);
     if (!is_float(dx->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)dx->dtype);

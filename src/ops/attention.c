@@ -1,6 +1,10 @@
-/* attention.c — the transformer pieces: rotary position embedding (rope) and scaled
- * dot-product attention with grouped-query heads, a causal mask and a KV-cache offset,
- * with its backward op attention_grad.
+/* attention.c — the transformer pieces: rotary position embedding (rope), scaled
+ * dot-product attention with grouped-query heads, a causal mask and a valid key length
+ * (a KV cache), its backward op attention_grad, and cache_write, which updates a KV
+ * cache in place at a position.
+ *
+ * Positions and lengths are scalar tensors (i32 or i64) read when the program runs, not
+ * attributes: a decoder moves them on every step without recompiling.
  *
  * Small language models train through these reference kernels in CI, so attention works
  * on double copies of its operands with contiguous inner loops over the head dim; still
@@ -47,10 +51,23 @@ static const double *as_f64(const gdp_tensor *t, double **owned)
     return d;
 }
 
+/* Fails c unless input k is an integer scalar (a position or a length). */
+static int index_scalar(gd_infer *c, int k, const char *name)
+{
+    const gd_shape *s = &c->in[k];
+    if (gdp_is_index(s->dtype) && gd_shape_numel(s) == 1) return 0;
+    char b[96];
+    return gd_infer_fail(c, "%s must be an i32 or i64 scalar, got %s", name, gd_shape_str(s, b, sizeof b));
+}
+
+/* The value of an integer scalar input. */
+static int64_t scalar_at(const gdp_node *node, int k) { return (int64_t)gd_ref_load(node->in[k], 0); }
+
 /* ---- rope --------------------------------------------------------------------------- */
 
 static int rope_infer(gd_infer *c)
 {
+    if (c->n_in > 1 && index_scalar(c, 1, "pos")) return 1;
     const gd_shape *x = &c->in[0];
     char xs[200];
     gd_shape_str(x, xs, sizeof xs);
@@ -65,18 +82,18 @@ static int rope_infer(gd_infer *c)
     return 0;
 }
 
-/* Rotates each pair (x0, x1) of each head by the angle (t + pos_offset) * theta^(-2i/D):
+/* Rotates each pair (x0, x1) of each head by the angle (t + pos) * theta^(-2i/D):
  *     y0 = x0 cos - x1 sin,   y1 = x0 sin + x1 cos.
  * The pair i is (2i, 2i+1) when interleaved (llama2.c, Meta) and (i, i + D/2) otherwise
  * (Hugging Face). inverse = 1 rotates by minus the angle: the transpose, hence the
  * gradient. */
 static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
     double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
     int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
-    int64_t pos_offset = gdp_attr_int(&node->attrs, "pos_offset", 0);
+    int64_t pos_offset = node->n_in > 1 ? scalar_at(node, 1) : 0;
     double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
 
     double *cs = malloc((size_t)(half > 0 ? 2 * half : 1) * sizeof *cs); // cos, sin per pair
@@ -107,28 +124,29 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
 static gd_status rope_grad(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
-    gd_attr a[4] = {
+    gd_attr a[3] = {
         gd_attr_f("theta", gdp_attr_float(c->attrs, "theta", 10000.0)),
         gd_attr_i("interleaved", gdp_attr_int(c->attrs, "interleaved", 1)),
-        gd_attr_i("pos_offset", gdp_attr_int(c->attrs, "pos_offset", 0)),
         gd_attr_i("inverse", !gdp_attr_int(c->attrs, "inverse", 0)),
     };
-    c->din[0] = gd_op1(c->dout[0], "rope", 4, a);
+    gd_tensor *in[2] = {c->dout[0], c->n_in > 1 ? c->in[1] : NULL};
+    c->din[0] = gd_op(c->g, "rope", c->n_in, in, 3, a);
     return c->din[0] != NULL ? GD_OK : GD_ERR_INVALID;
 }
 
-gd_tensor *gd_rope(gd_tensor *x, double theta, int interleaved, int64_t pos_offset)
+gd_tensor *gd_rope(gd_tensor *x, double theta, int interleaved, gd_tensor *pos)
 {
-    gd_attr a[3] = {gd_attr_f("theta", theta), gd_attr_i("interleaved", interleaved != 0),
-                    gd_attr_i("pos_offset", pos_offset)};
-    return gd_op1(x, "rope", 3, a);
+    if (x == NULL) return NULL;
+    gd_attr a[2] = {gd_attr_f("theta", theta), gd_attr_i("interleaved", interleaved != 0)};
+    gd_tensor *in[2] = {x, pos};
+    return gd_op(gd_tensor_graph(x), "rope", pos != NULL ? 2 : 1, in, 2, a);
 }
 
 static const char *const rope_cases[] = {
     "f[1,3,2,4]",
     "f[2,4,3,8] | interleaved=0",
-    "f[1,2,1,6] | interleaved=1 pos_offset=5 theta=500",
-    "f[2,3,2,4] | interleaved=0 pos_offset=3 inverse=1",
+    "f[1,2,1,6] i64[]<5:6 | interleaved=1 theta=500",
+    "f[2,3,2,4] i32[]<3:4 | interleaved=0 inverse=1",
     "f[1,5,2,2] | interleaved=1 inverse=1",
     NULL};
 
@@ -165,35 +183,46 @@ static int attention_infer(gd_infer *c)
 {
     int rc = attention_check(c, &c->in[0], &c->in[1], &c->in[2]);
     if (rc != 0) return rc;
+    if (c->n_in > 3 && index_scalar(c, 3, "kv_len")) return 1;
     c->out[0] = c->in[0];
     return 0;
 }
 
 typedef struct attn_dims {
     int64_t B, H, T, D, Hkv, S;
+    int64_t L; /* valid keys: the first L of the S */
     int causal;
     double scale;
 } attn_dims;
 
-static attn_dims attn_dims_of(const gdp_node *node, const gdp_tensor *q, const gdp_tensor *k)
+/* kv_len is input `len_at` when the node has it; it must lie in [0, S]. */
+static gdp_status attn_dims_of(const gdp_node *node, const gdp_tensor *q, const gdp_tensor *k, int len_at,
+                               attn_dims *a, gdp_err *err)
 {
-    attn_dims a = {q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], 0, 0};
-    a.causal = gdp_attr_int(&node->attrs, "causal", 0) != 0;
-    a.scale = gdp_attr_float(&node->attrs, "scale", 0.0);
-    if (!(a.scale > 0)) a.scale = 1.0 / sqrt((double)a.D);
-    return a;
+    *a = (attn_dims){q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], k->shape[2], 0, 0};
+    a->causal = gdp_attr_int(&node->attrs, "causal", 0) != 0;
+    a->scale = gdp_attr_float(&node->attrs, "scale", 0.0);
+    if (!(a->scale > 0)) a->scale = 1.0 / sqrt((double)a->D);
+    if (node->n_in > len_at) {
+        a->L = scalar_at(node, len_at);
+        if (a->L < 0 || a->L > a->S)
+            return gdp_fail(err, GDP_ERR_INVALID, "kv_len = %lld is outside [0, %lld], the keys k has",
+                            (long long)a->L, (long long)a->S);
+    }
+    return GDP_OK;
 }
 
 /* Softmax of the scaled scores of query row qt against keys kh (S, D) into p; returns how
- * many keys the query sees (a prefix: causal query t sees s <= t + S - T, so the last
- * query row lines up with the last key when a KV cache makes S > T). Zero visible keys
- * (causal with S < T) leave the row out: its output and gradients are zero. */
+ * many keys the query sees: a prefix of the L valid ones, and with causal, query t sees
+ * s <= t + L - T (the last query row lines up with the last valid key, as in a decoder
+ * whose cache holds L keys). Zero visible keys leave the row out: its output and
+ * gradients are zero. */
 static int64_t attn_probs(const attn_dims *a, int64_t t, const double *qt, const double *kh, double *p)
 {
-    int64_t n = a->S;
+    int64_t n = a->L;
     if (a->causal) {
-        int64_t last = t + a->S - a->T;
-        n = last + 1 < 0 ? 0 : last + 1 > a->S ? a->S : last + 1;
+        int64_t last = t + a->L - a->T;
+        n = last + 1 < 0 ? 0 : last + 1 > a->L ? a->L : last + 1;
     }
     double m = -INFINITY;
     for (int64_t s = 0; s < n; s++) {
@@ -215,13 +244,14 @@ static int64_t attn_probs(const attn_dims *a, int64_t t, const double *qt, const
 /* out[b, h, t] = sum_s softmax_s(scale q[b, h, t] . k[b, h/G, s]) v[b, h/G, s], G = H/Hkv. */
 static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *y = &node->out[0];
-    attn_dims a = attn_dims_of(node, &node->in[0], &node->in[1]);
+    const gdp_tensor *y = node->out[0];
+    attn_dims a;
+    if (attn_dims_of(node, node->in[0], node->in[1], 3, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     int64_t group = a.H / a.Hkv;
     double *own[3];
-    const double *Q = as_f64(&node->in[0], &own[0]); // (B, H, T, D)
-    const double *K = as_f64(&node->in[1], &own[1]); // (B, Hkv, S, D)
-    const double *V = as_f64(&node->in[2], &own[2]); // (B, Hkv, S, D)
+    const double *Q = as_f64(node->in[0], &own[0]); // (B, H, T, D)
+    const double *K = as_f64(node->in[1], &own[1]); // (B, Hkv, S, D)
+    const double *V = as_f64(node->in[2], &own[2]); // (B, Hkv, S, D)
     double *p = malloc((size_t)(a.S + a.D + 1) * sizeof *p), *o = p + a.S;
     gdp_status st = GDP_OK;
     if (Q == NULL || K == NULL || V == NULL || p == NULL) {
@@ -250,22 +280,22 @@ done:
 static gd_status attention_grad(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
-    gd_tensor *in[4] = {c->dout[0], c->in[0], c->in[1], c->in[2]};
+    gd_tensor *in[5] = {c->dout[0], c->in[0], c->in[1], c->in[2], c->n_in > 3 ? c->in[3] : NULL};
     gd_attr a[2] = {gd_attr_i("causal", gdp_attr_int(c->attrs, "causal", 0)),
                     gd_attr_f("scale", gdp_attr_float(c->attrs, "scale", 0.0))};
     gd_tensor *out[3] = {NULL, NULL, NULL};
-    gd_status st = gd_op_multi(c->g, "attention_grad", 4, in, 2, a, 3, out);
+    gd_status st = gd_op_multi(c->g, "attention_grad", c->n_in + 1, in, 2, a, 3, out);
     if (st != GD_OK) return st;
     for (int i = 0; i < 3; i++) c->din[i] = out[i];
     return GD_OK;
 }
 
-gd_tensor *gd_attention(gd_tensor *q, gd_tensor *k, gd_tensor *v, int causal, double scale)
+gd_tensor *gd_attention(gd_tensor *q, gd_tensor *k, gd_tensor *v, int causal, double scale, gd_tensor *kv_len)
 {
     if (q == NULL || k == NULL || v == NULL) return NULL;
-    gd_tensor *in[3] = {q, k, v};
+    gd_tensor *in[4] = {q, k, v, kv_len};
     gd_attr a[2] = {gd_attr_i("causal", causal != 0), gd_attr_f("scale", scale)};
-    return gd_op(gd_tensor_graph(q), "attention", 3, in, 2, a);
+    return gd_op(gd_tensor_graph(q), "attention", kv_len != NULL ? 4 : 3, in, 2, a);
 }
 
 static const char *const attention_cases[] = {
@@ -275,6 +305,8 @@ static const char *const attention_cases[] = {
     "f[1,2,2,4] f[1,1,6,4] f[1,1,6,4] | causal=0 scale=0.5",
     "f[2,1,1,4] f[2,1,7,4] f[2,1,7,4] | causal=1",
     "n[1,1,5,2] n[1,1,5,2] n[1,1,5,2] | causal=1 scale=2",
+    "f[1,2,1,4] f[1,1,6,4] f[1,1,6,4] i32[]<4:5 | causal=1",
+    "f[1,2,2,4] f[1,2,5,4] f[1,2,5,4] i64[]<3:4 | causal=0",
     NULL};
 
 /* ---- attention_grad: (dy, q, k, v) -> dq, dk, dv ------------------------------------- */
@@ -283,6 +315,7 @@ static int attention_grad_infer(gd_infer *c)
 {
     int rc = attention_check(c, &c->in[1], &c->in[2], &c->in[3]);
     if (rc != 0) return rc;
+    if (c->n_in > 4 && index_scalar(c, 4, "kv_len")) return 1;
     const gd_shape *dy = &c->in[0], *q = &c->in[1];
     int ok = dy->dtype == q->dtype && dy->ndim == q->ndim;
     for (int i = 0; ok && i < q->ndim; i++) ok = dy->dim[i] == q->dim[i];
@@ -308,14 +341,15 @@ static int attention_grad_infer(gd_infer *c)
  * and over t in one fixed order (b, h, t ascending): deterministic. */
 static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *dq = &node->out[0], *dk = &node->out[1], *dv = &node->out[2];
-    attn_dims a = attn_dims_of(node, &node->in[1], &node->in[2]);
+    const gdp_tensor *dq = node->out[0], *dk = node->out[1], *dv = node->out[2];
+    attn_dims a;
+    if (attn_dims_of(node, node->in[1], node->in[2], 4, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     int64_t group = a.H / a.Hkv, nkv = a.B * a.Hkv * a.S * a.D;
     double *own[4];
-    const double *dY = as_f64(&node->in[0], &own[0]); // (B, H, T, D)
-    const double *Q = as_f64(&node->in[1], &own[1]);  // (B, H, T, D)
-    const double *K = as_f64(&node->in[2], &own[2]);  // (B, Hkv, S, D)
-    const double *V = as_f64(&node->in[3], &own[3]);  // (B, Hkv, S, D)
+    const double *dY = as_f64(node->in[0], &own[0]); // (B, H, T, D)
+    const double *Q = as_f64(node->in[1], &own[1]);  // (B, H, T, D)
+    const double *K = as_f64(node->in[2], &own[2]);  // (B, Hkv, S, D)
+    const double *V = as_f64(node->in[3], &own[3]);  // (B, Hkv, S, D)
     double *dK = calloc((size_t)(2 * nkv + 1), sizeof *dK), *dV = dK + nkv;
     double *p = malloc((size_t)(2 * a.S + a.D + 1) * sizeof *p), *dp = p + a.S, *g = dp + a.S;
     gdp_status st = GDP_OK;
@@ -368,6 +402,59 @@ static const char *const attention_grad_cases[] = {
     "f[1,4,3,8] f[1,4,3,8] f[1,2,5,8] f[1,2,5,8] | causal=1",
     "f[1,2,2,4] f[1,2,2,4] f[1,1,6,4] f[1,1,6,4] | scale=0.5",
     "f[2,1,1,4] f[2,1,1,4] f[2,1,7,4] f[2,1,7,4] | causal=1",
+    "f[1,2,2,4] f[1,2,2,4] f[1,1,6,4] f[1,1,6,4] i32[]<4:5 | causal=1",
+    NULL};
+
+/* ---- cache_write: (cache, x, pos) -> cache' ------------------------------------------ */
+
+/* cache (..., S, D) and x (..., T, D) agree on every dim but the time axis (-2). */
+static int cache_write_infer(gd_infer *c)
+{
+    const gd_shape *cache = &c->in[0], *x = &c->in[1];
+    char cs[200], xs[200];
+    gd_shape_str(cache, cs, sizeof cs);
+    gd_shape_str(x, xs, sizeof xs);
+    if (cache->ndim < 2 || x->ndim != cache->ndim || x->dtype != cache->dtype)
+        return gd_infer_fail(c, "x %s must have the dims and dtype of cache %s", xs, cs);
+    for (int d = 0; d < cache->ndim; d++)
+        if (d != cache->ndim - 2 && x->dim[d] != cache->dim[d])
+            return gd_infer_fail(c, "x %s and cache %s differ in dim %d (only the time axis -2 may)", xs, cs, d);
+    if (x->dim[x->ndim - 2] > cache->dim[cache->ndim - 2])
+        return gd_infer_fail(c, "x %s has more steps than cache %s holds", xs, cs);
+    if (index_scalar(c, 2, "pos")) return 1;
+    c->out[0] = *cache;
+    return 0;
+}
+
+/* Rows [pos, pos + T) of the time axis of every (..., :, :) slice of the cache take x's.
+ * The output is the cache itself (in place). */
+static gdp_status cache_write_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[1], *y = node->out[0];
+    int nd = y->ndim;
+    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1], pos = scalar_at(node, 2);
+    if (pos < 0 || pos + T > S)
+        return gdp_fail(err, GDP_ERR_INVALID, "pos = %lld: steps [%lld, %lld) do not fit the cache's %lld",
+                        (long long)pos, (long long)pos, (long long)(pos + T), (long long)S);
+    int64_t outer = gdp_numel(x) / (T * D > 0 ? T * D : 1);
+    size_t es = gdp_dtype_size(y->dtype), row = (size_t)(T * D) * es;
+    if (y->data != node->in[0]->data) memcpy(y->data, node->in[0]->data, (size_t)gdp_numel(y) * es);
+    for (int64_t o = 0; o < outer && row > 0; o++)
+        memcpy((char *)y->data + ((size_t)(o * S + pos) * (size_t)D) * es, (const char *)x->data + (size_t)o * row, row);
+    return GDP_OK;
+}
+
+gd_tensor *gd_cache_write(gd_tensor *cache, gd_tensor *x, gd_tensor *pos)
+{
+    if (cache == NULL || x == NULL || pos == NULL) return NULL;
+    gd_tensor *in[3] = {cache, x, pos};
+    return gd_op(gd_tensor_graph(cache), "cache_write", 3, in, 0, NULL);
+}
+
+static const char *const cache_write_cases[] = {
+    "f[1,2,6,4] f[1,2,1,4] i32[]<3:4",
+    "f[2,1,5,3] f[2,1,2,3] i64[]<0:1",
+    "f[1,3,4,2] f[1,3,4,2] i64[]<0:1",
     NULL};
 
 /* ---- registration ------------------------------------------------------------------- */
@@ -375,23 +462,31 @@ static const char *const attention_grad_cases[] = {
 GD_FAMILY(attention)
 {
     gd_register_op(r, &(gd_op_def){
-        .name = "rope", .min_in = 1, .max_in = 1, .n_out = 1,
-        .attrs = "theta:float interleaved:int pos_offset:int inverse:int",
+        .name = "rope", .min_in = 1, .max_in = 2, .n_out = 1,
+        .attrs = "theta:float interleaved:int inverse:int",
         .dtypes = GD_FLOATS, .infer = rope_infer, .grad = rope_grad, .ref = rope_ref,
         .cases = rope_cases, .inplace = {-1, -1, -1, -1},
-        // a backend computing the angle (t + pos_offset) * freq in f32 is off by ~1e-7 of it
+        // a backend computing the angle (t + pos) * freq in f32 is off by ~1e-7 of it
         .tol = 1e-8,
-        .doc = "rotary position embedding of x (B, T, H, D): pairs (2i, 2i+1) or (i, i + D/2) rotated "
-               "by (t + pos_offset) * theta^(-2i/D); inverse=1 rotates back"});
+        .doc = "rotary position embedding of x (B, T, H, D) [, pos]: pairs (2i, 2i+1) or (i, i + D/2) rotated "
+               "by (t + pos) * theta^(-2i/D), pos an integer scalar (0 when absent); inverse=1 rotates back"});
     gd_register_op(r, &(gd_op_def){
-        .name = "attention", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "causal:int scale:float",
+        .name = "attention", .min_in = 3, .max_in = 4, .n_out = 1, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_infer, .grad = attention_grad, .ref = attention_ref,
         .cases = attention_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0; "
-               "causal: query t sees keys s <= t + S - T; scale <= 0: 1/sqrt(D)"});
+        .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0 "
+               "[, kv_len]: keys past kv_len (default S) are ignored; causal: query t sees keys "
+               "s <= t + kv_len - T; scale <= 0: 1/sqrt(D)"});
     gd_register_op(r, &(gd_op_def){
-        .name = "attention_grad", .min_in = 4, .max_in = 4, .n_out = 3, .attrs = "causal:int scale:float",
+        .name = "attention_grad", .min_in = 4, .max_in = 5, .n_out = 3, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_grad_infer, .grad = NULL, .ref = attention_grad_ref,
         .cases = attention_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .doc = "backward of attention: (dy, q, k, v) -> (dq, dk, dv), softmax recomputed"});
+        .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "cache_write", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "",
+        .dtypes = GD_FLOATS, .infer = cache_write_infer, .grad = NULL, .ref = cache_write_ref,
+        .ref_dtypes = (1u << GDP_DTYPE_COUNT) - 1u, .cases = cache_write_cases, .inplace = {0, -1, -1, -1},
+        .updates = 1, .tol = 0,
+        .doc = "cache (..., S, D) with steps [pos, pos + T) of its time axis (-2) replaced by x (..., T, D), in "
+               "place; pos an integer scalar"});
 }

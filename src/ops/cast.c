@@ -21,8 +21,8 @@ static double load_float(const gdp_tensor *t, int64_t i)
     switch (t->dtype) {
     case GDP_F32: return ((const float *)t->data)[i];
     case GDP_F64: return ((const double *)t->data)[i];
-    case GDP_F16: return gd_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return gd_bf16_to_f32(((const uint16_t *)t->data)[i]); // GDP_BF16
+    case GDP_F16: return gdp_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default: return gdp_bf16_to_f32(((const uint16_t *)t->data)[i]); // GDP_BF16
     }
 }
 
@@ -54,8 +54,8 @@ static void store_from_float(const gdp_tensor *t, int64_t i, double d)
     switch (t->dtype) {
     case GDP_F32: ((float *)p)[i] = (float)d; break;
     case GDP_F64: ((double *)p)[i] = d; break;
-    case GDP_F16: ((uint16_t *)p)[i] = gd_f32_to_f16((float)d); break;
-    case GDP_BF16: ((uint16_t *)p)[i] = gd_f32_to_bf16((float)d); break;
+    case GDP_F16: ((uint16_t *)p)[i] = gdp_f32_to_f16((float)d); break;
+    case GDP_BF16: ((uint16_t *)p)[i] = gdp_f32_to_bf16((float)d); break;
     case GDP_I32: ((int32_t *)p)[i] = (int32_t)trunc_sat(d, INT32_MIN, INT32_MAX); break;
     case GDP_I64: ((int64_t *)p)[i] = trunc_sat(d, INT64_MIN, INT64_MAX); break;
     case GDP_U8: ((uint8_t *)p)[i] = (uint8_t)trunc_sat(d, 0, UINT8_MAX); break;
@@ -72,8 +72,8 @@ static void store_from_int(const gdp_tensor *t, int64_t i, int64_t v)
     switch (t->dtype) {
     case GDP_F32: ((float *)p)[i] = (float)v; break;
     case GDP_F64: ((double *)p)[i] = (double)v; break;
-    case GDP_F16: ((uint16_t *)p)[i] = gd_f32_to_f16((float)v); break;
-    case GDP_BF16: ((uint16_t *)p)[i] = gd_f32_to_bf16((float)v); break;
+    case GDP_F16: ((uint16_t *)p)[i] = gdp_f32_to_f16((float)v); break;
+    case GDP_BF16: ((uint16_t *)p)[i] = gdp_f32_to_bf16((float)v); break;
     case GDP_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)u; break;
     case GDP_I64: ((int64_t *)p)[i] = v; break;
     case GDP_U8: ((uint8_t *)p)[i] = (uint8_t)u; break;
@@ -85,14 +85,14 @@ static void store_from_int(const gdp_tensor *t, int64_t i, int64_t v)
 
 static gdp_status ref_cast(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *y = n->out[0];
     int64_t count = gdp_numel(y);
     if (gdp_dtype_size(x->dtype) == 0 || gdp_dtype_size(y->dtype) == 0)
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cast: dtype %d -> %d is not supported", (int)x->dtype, (int)y->dtype);
     if (x->dtype == GDP_F32 && y->dtype == GDP_BF16) { // the mixed-precision path, kept tight
         const float *px = x->data;
         uint16_t *py = y->data;
-        for (int64_t i = 0; i < count; i++) py[i] = gd_f32_to_bf16(px[i]);
+        for (int64_t i = 0; i < count; i++) py[i] = gdp_f32_to_bf16(px[i]);
     } else if (is_float(x->dtype)) {
         for (int64_t i = 0; i < count; i++) store_from_float(y, i, load_float(x, i));
     } else {
@@ -156,7 +156,7 @@ static const char *const cast_cases[] = {
 GD_FAMILY(cast)
 {
     static const gd_op_def def = {
-        .name = "cast", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "dtype:int", .dtypes = GD_FLOATS,
+        .name = "cast", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "dtype:int", .dtypes = GD_FLOATS, .any_out_dtype = 1,
         .infer = infer_cast, .grad = grad_cast, .ref = ref_cast, .ref_dtypes = ALL_DTYPES, .cases = cast_cases,
         .tol = 0,
         .doc = "to another dtype: floats round to nearest even, float->int truncates and saturates, int->int wraps, "

@@ -13,7 +13,7 @@
  * fan_in = shape[1] * prod(shape[2:]), fan_out = shape[0] * prod(shape[2:]) (a linear
  * (out, in) or a conv (out, in, kh, kw)); a 1-D shape has fan_in = fan_out = shape[0].
  */
-#include "opdef.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -134,7 +134,7 @@ static int init_infer(gd_infer *c) { return shape_from_attrs(c, 1); }
 
 static gdp_status fill_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *out = &node->out[0];
+    const gdp_tensor *out = node->out[0];
     double v = gdp_attr_float(&node->attrs, "value", 0.0);
     int64_t n = gdp_numel(out);
     for (int64_t i = 0; i < n; i++) store_any(out, i, v);
@@ -144,7 +144,7 @@ static gdp_status fill_ref(void *backend, const gdp_node *node, void *stream, gd
 static gdp_status arange_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     // computed in double and rounded once, so a float backend must do the same
-    const gdp_tensor *out = &node->out[0];
+    const gdp_tensor *out = node->out[0];
     double start = gdp_attr_float(&node->attrs, "start", 0.0), step = gdp_attr_float(&node->attrs, "step", 1.0);
     int64_t n = gdp_numel(out);
     for (int64_t i = 0; i < n; i++) store_any(out, i, start + (double)i * step);
@@ -181,7 +181,7 @@ enum { DRAW_UNIFORM, DRAW_NORMAL };
 
 static void fill_random(const gdp_node *node, int kind, double a, double b)
 {
-    const gdp_tensor *out = &node->out[0];
+    const gdp_tensor *out = node->out[0];
     uint64_t seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0);
     uint64_t offset = (uint64_t)gdp_attr_int(&node->attrs, "offset", 0);
     int64_t n = gdp_numel(out);
@@ -207,7 +207,7 @@ static gdp_status rand_normal_ref(void *backend, const gdp_node *node, void *str
 static gdp_status init_kaiming_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     double fan_in, fan_out;
-    fans(&node->out[0], &fan_in, &fan_out);
+    fans(node->out[0], &fan_in, &fan_out);
     // an empty weight has no elements to draw; any std will do
     fill_random(node, DRAW_NORMAL, 0.0, fan_in > 0 ? sqrt(2.0 / fan_in) : 1.0);
     return GDP_OK;
@@ -216,7 +216,7 @@ static gdp_status init_kaiming_ref(void *backend, const gdp_node *node, void *st
 static gdp_status init_xavier_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     double fan_in, fan_out;
-    fans(&node->out[0], &fan_in, &fan_out);
+    fans(node->out[0], &fan_in, &fan_out);
     float bound = fan_in + fan_out > 0 ? (float)sqrt(6.0 / (fan_in + fan_out)) : 1.0f;
     fill_random(node, DRAW_UNIFORM, -bound, bound);
     return GDP_OK;
@@ -288,6 +288,28 @@ gd_tensor *gd_init_xavier(gd_graph *g, gd_dtype dt, int ndim, const int64_t *sha
     return init_op(g, "init_xavier", dt, ndim, shape, seed);
 }
 
+/* ---- what autodiff and gd_graph_init_params ask for ------------------------------- */
+
+static gd_tensor *ones_like(gd_tensor *x)
+{
+    if (x == NULL) return NULL;
+    gd_shape s = gd_tensor_shape(x);
+    return gd_ones(gd_tensor_graph(x), gd_tensor_dtype(x), s.ndim, s.dim);
+}
+
+static gd_tensor *initializer(gd_graph *g, int kind, double std, gd_dtype dt, int ndim, const int64_t *shape,
+                              uint64_t seed)
+{
+    switch (kind) {
+    case GD_INIT_ZEROS: return gd_zeros(g, dt, ndim, shape);
+    case GD_INIT_ONES: return gd_ones(g, dt, ndim, shape);
+    case GD_INIT_KAIMING: return gd_init_kaiming(g, dt, ndim, shape, seed);
+    case GD_INIT_XAVIER: return gd_init_xavier(g, dt, ndim, shape, seed);
+    case GD_INIT_NORMAL: return gd_rand_normal(g, dt, ndim, shape, 0.0, std, seed);
+    default: return gd_fail_null(g, GD_ERR_INVALID, "init: unknown initializer %d", kind);
+    }
+}
+
 /* ---- registration ------------------------------------------------------------------ */
 
 static const char *const fill_cases[] = {
@@ -326,6 +348,8 @@ static const char *const init_cases[] = {
 
 GD_FAMILY(creation)
 {
+    gd_registry_hooks(r)->ones_like = ones_like;
+    gd_registry_hooks(r)->initializer = initializer;
     gd_register_op(r, &(gd_op_def){
         .name = "fill", .min_in = 0, .max_in = 0, .n_out = 1, .attrs = "shape:ints dtype:int value:float",
         .dtypes = 0, .infer = fill_infer, .ref = fill_ref, .cases = fill_cases, .inplace = NO_INPLACE,

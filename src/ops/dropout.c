@@ -40,14 +40,14 @@ static int dropout_infer(gd_infer *c)
 static uint64_t step_value(const gdp_node *node)
 {
     if (node->n_in < 2) return 0;
-    const gdp_tensor *s = &node->in[1];
+    const gdp_tensor *s = node->in[1];
     // read as an integer: a double would lose the low bits of a large step
     return s->dtype == GDP_I32 ? (uint64_t)(int64_t)((const int32_t *)s->data)[0] : (uint64_t)((const int64_t *)s->data)[0];
 }
 
 static gdp_status dropout_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     float p = (float)gdp_attr_float(&node->attrs, "p", 0.5);
     uint64_t seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0);
     uint64_t step = step_value(node);

@@ -90,7 +90,7 @@ typedef uint64_t (*bin_ifn)(int64_t a, int64_t b);
 
 static gdp_status binary_ref(const gdp_node *n, gdp_err *err, bin_fn f, bin_ifn fi)
 {
-    const gdp_tensor *a = &n->in[0], *b = &n->in[1], *y = &n->out[0];
+    const gdp_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
     const gdp_tensor *ins[2] = {a, b};
     int64_t count = gdp_numel(y);
     bc_iter it;
@@ -143,7 +143,7 @@ BINARY_REF(maximum, f_max, i_max)
 /* where(cond, a, b): a selection, so it copies bytes and is exact for every dtype. */
 static gdp_status ref_where(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    const gdp_tensor *cond = &n->in[0], *a = &n->in[1], *b = &n->in[2], *y = &n->out[0];
+    const gdp_tensor *cond = n->in[0], *a = n->in[1], *b = n->in[2], *y = n->out[0];
     size_t es = gdp_dtype_size(y->dtype);
     const uint8_t *pc = cond->data;
     const char *pa = a->data, *pb = b->data;
@@ -163,8 +163,8 @@ static gdp_status ref_where(void *be, const gdp_node *n, void *stream, gdp_err *
  * dy goes to the operand the forward op picked, zero to the other. */
 static gdp_status minmax_grad_ref(const gdp_node *n, gdp_err *err, int (*pick_a)(double, double))
 {
-    const gdp_tensor *dy = &n->in[0], *a = &n->in[1], *b = &n->in[2];
-    const gdp_tensor *da = &n->out[0], *db = &n->out[1];
+    const gdp_tensor *dy = n->in[0], *a = n->in[1], *b = n->in[2];
+    const gdp_tensor *da = n->out[0], *db = n->out[1];
     int64_t count = gdp_numel(dy);
     const gdp_tensor *ins[3] = {dy, a, b};
     bc_iter it;
@@ -194,7 +194,7 @@ typedef uint64_t (*un_ifn)(int64_t x);
 
 static gdp_status unary_ref(const gdp_node *n, gdp_err *err, un_fn f, un_ifn fi, const double *k)
 {
-    const gdp_tensor *x = &n->in[0], *y = &n->out[0];
+    const gdp_tensor *x = n->in[0], *y = n->out[0];
     int64_t count = gdp_numel(y);
     if (y->dtype == GDP_F32) {
         const float *px = x->data;
@@ -259,7 +259,7 @@ static gdp_status ref_scale(void *be, const gdp_node *n, void *stream, gdp_err *
 /* abs_grad(dy, x) = dy * sign(x), with sign(0) = 0 as in PyTorch. */
 static gdp_status ref_abs_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    const gdp_tensor *dy = &n->in[0], *x = &n->in[1], *dx = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *x = n->in[1], *dx = n->out[0];
     int64_t count = gdp_numel(dx);
     for (int64_t i = 0; i < count; i++) {
         double v = load_f(x, i), g = load_f(dy, i);
@@ -271,7 +271,7 @@ static gdp_status ref_abs_grad(void *be, const gdp_node *n, void *stream, gdp_er
 /* clamp_grad(dy, x) = dy where lo <= x <= hi (bounds included, as PyTorch), else 0. */
 static gdp_status ref_clamp_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    const gdp_tensor *dy = &n->in[0], *x = &n->in[1], *dx = &n->out[0];
+    const gdp_tensor *dy = n->in[0], *x = n->in[1], *dx = n->out[0];
     double lo = gdp_attr_float(&n->attrs, "lo", -INFINITY), hi = gdp_attr_float(&n->attrs, "hi", INFINITY);
     int64_t count = gdp_numel(dx);
     for (int64_t i = 0; i < count; i++) {
@@ -645,5 +645,5 @@ GD_FAMILY(elementwise)
          .doc = "x * s + bias for scalars s and bias"},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) gd_register_op(r, &defs[i]);
-    gd_registry_set_accumulate(r, gd_add);
+    gd_registry_hooks(r)->accumulate = gd_add;
 }

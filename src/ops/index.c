@@ -94,7 +94,7 @@ static int embedding_infer(gd_infer *c)
 
 static gdp_status embedding_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *table = &node->in[0], *ids = &node->in[1], *y = &node->out[0];
+    const gdp_tensor *table = node->in[0], *ids = node->in[1], *y = node->out[0];
     int64_t V = table->shape[0];
     size_t row = (size_t)table->shape[1] * gdp_dtype_size(table->dtype);
     int64_t n = gdp_numel(ids);
@@ -150,7 +150,7 @@ static int embedding_grad_infer(gd_infer *c)
 
 static gdp_status embedding_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *dy = &node->in[0], *ids = &node->in[1], *dt = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *ids = node->in[1], *dt = node->out[0];
     int64_t V = dt->shape[0], D = dt->shape[1], n = gdp_numel(ids);
     double *acc = calloc((size_t)(V * D > 0 ? V * D : 1), sizeof *acc);
     if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for a (%lld, %lld) accumulator",
@@ -205,7 +205,7 @@ static int index_select_infer(gd_infer *c)
 /* Copies or adds the block after the axis for each (outer, j): x[o, idx[j], :] <-> y[o, j, :]. */
 static gdp_status index_select_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *idx = &node->in[1], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *idx = node->in[1], *y = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
     int64_t outer = prod(x->shape, 0, axis), n = x->shape[axis], m = idx->shape[0];
@@ -274,7 +274,7 @@ static int index_select_grad_infer(gd_infer *c)
 
 static gdp_status index_select_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *dy = &node->in[0], *idx = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *idx = node->in[1], *dx = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += dx->ndim;
     int64_t outer = prod(dx->shape, 0, axis), n = dx->shape[axis], m = idx->shape[0];

@@ -1,6 +1,11 @@
 /* layout.c — ops that move bytes without doing arithmetic: reshape, permute, copy, concat,
- * slice (and its backward, slice_grad). gd_transpose and gd_split are builders over
- * permute and slice.
+ * slice (and its backward, slice_grad). gd_transpose, gd_split, gd_squeeze and
+ * gd_unsqueeze are builders over permute, slice and reshape.
+ *
+ * reshape, permute and slice are views: the planner aliases their outputs (their view
+ * rules below) and runs no kernel; their reference kernels stay as the sweep's oracle of
+ * what the view must read. copy is the op the planner inserts to make a strided value
+ * contiguous, so its reference reads any strides.
  *
  * Every kernel here copies whole elements, so it works for every dtype as it stands
  * (f16/bf16 included, no conversion through f32) and the sweep compares it bit for bit.
@@ -95,13 +100,78 @@ static int reshape_infer(gd_infer *c)
     return 0;
 }
 
-/* reshape and copy: the bytes of a contiguous tensor do not change. */
+/* reshape and copy: the elements in row-major order, whatever the input's strides. */
 static gdp_status copy_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0];
-    size_t bytes = (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype);
-    if (bytes > 0) memcpy(node->out[0].data, x->data, bytes);
+    const gdp_tensor *x = node->in[0];
+    size_t es = gdp_dtype_size(x->dtype);
+    int64_t n = gdp_numel(x);
+    if (gdp_is_contiguous(x)) {
+        if (n > 0) memcpy(node->out[0]->data, x->data, (size_t)n * es);
+        return GDP_OK;
+    }
+    int64_t idx[GDP_MAX_DIMS] = {0}, src = 0;
+    char *out = node->out[0]->data;
+    const char *in = x->data;
+    for (int64_t o = 0; o < n; o++) {
+        memcpy(out + (size_t)o * es, in + (size_t)src * es, es);
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            src += x->stride[d];
+            if (++idx[d] < x->shape[d]) break;
+            src -= x->stride[d] * x->shape[d];
+            idx[d] = 0;
+        }
+    }
     return GDP_OK;
+}
+
+/* A reshape is a view when every run of input dims that merges into output dims is itself
+ * mergeable (each dim's stride is the next one's stride times its size); size-1 dims take
+ * any stride. A transposed input, for one, is not: it is copied first. */
+static int reshape_view(const gdp_attrs *attrs, const gd_shape *in, const int64_t *in_stride, int64_t in_offset,
+                        const gd_shape *out, int64_t *out_stride, int64_t *out_offset)
+{
+    (void)attrs;
+    *out_offset = in_offset;
+    int64_t s = 1;
+    for (int d = out->ndim - 1; d >= 0; d--) { /* row-major, kept for size-1 dims */
+        out_stride[d] = s;
+        s *= out->dim[d];
+    }
+    if (gd_shape_numel(in) == 0) return 0;
+    int64_t ish[GDP_MAX_DIMS], ist[GDP_MAX_DIMS];
+    int ni = 0;
+    for (int d = 0; d < in->ndim; d++)
+        if (in->dim[d] != 1) ish[ni] = in->dim[d], ist[ni++] = in_stride[d];
+    int i = 0, o = 0;
+    while (o < out->ndim) {
+        if (out->dim[o] == 1) {
+            o++;
+            continue;
+        }
+        if (i >= ni) return -1;
+        int i2 = i, o2 = o;
+        int64_t pi = ish[i], po = out->dim[o];
+        while (pi != po) {
+            if (pi < po) {
+                if (++i2 >= ni) return -1;
+                pi *= ish[i2];
+            } else {
+                if (++o2 >= out->ndim) return -1;
+                po *= out->dim[o2];
+            }
+        }
+        for (int k = i; k < i2; k++)
+            if (ist[k] != ist[k + 1] * ish[k + 1]) return -1;
+        int64_t st = ist[i2];
+        for (int d = o2; d >= o; d--) {
+            out_stride[d] = st;
+            st *= out->dim[d];
+        }
+        i = i2 + 1;
+        o = o2 + 1;
+    }
+    return i == ni ? 0 : -1;
 }
 
 static gd_status reshape_grad(gd_grad_ctx *c)
@@ -178,7 +248,7 @@ static inline void copy_elem(char *dst, const char *src, size_t es)
  * the permuted axes, like an odometer. */
 static gdp_status permute_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int nd = x->ndim;
     int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS], pst[GDP_MAX_DIMS], idx[GDP_MAX_DIMS] = {0};
     gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
@@ -199,6 +269,16 @@ static gdp_status permute_ref(void *be, const gdp_node *node, void *stream, gdp_
         }
     }
     return GDP_OK;
+}
+
+static int permute_view(const gdp_attrs *attrs, const gd_shape *in, const int64_t *in_stride, int64_t in_offset,
+                        const gd_shape *out, int64_t *out_stride, int64_t *out_offset)
+{
+    int64_t perm[GDP_MAX_DIMS];
+    gdp_attr_ints(attrs, "perm", perm, GDP_MAX_DIMS);
+    for (int i = 0; i < out->ndim; i++) out_stride[i] = in_stride[perm[i] < 0 ? perm[i] + in->ndim : perm[i]];
+    *out_offset = in_offset;
+    return 0;
 }
 
 static gd_status permute_grad(gd_grad_ctx *c)
@@ -294,7 +374,7 @@ static int concat_infer(gd_infer *c)
 /* For each index of the dims before `axis`, the inputs' blocks follow one another. */
 static gdp_status concat_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *y = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += y->ndim;
     size_t es = gdp_dtype_size(y->dtype);
@@ -302,9 +382,9 @@ static gdp_status concat_ref(void *be, const gdp_node *node, void *stream, gdp_e
     char *dst = y->data;
     for (int64_t o = 0; o < outer; o++) {
         for (int k = 0; k < node->n_in; k++) {
-            size_t chunk = (size_t)(node->in[k].shape[axis] * inner) * es;
+            size_t chunk = (size_t)(node->in[k]->shape[axis] * inner) * es;
             if (chunk == 0) continue;
-            memcpy(dst, (const char *)node->in[k].data + (size_t)o * chunk, chunk);
+            memcpy(dst, (const char *)node->in[k]->data + (size_t)o * chunk, chunk);
             dst += chunk;
         }
     }
@@ -380,15 +460,28 @@ static void slice_copy(const gdp_tensor *big, const gdp_tensor *small, int axis,
     }
 }
 
+static int slice_view(const gdp_attrs *attrs, const gd_shape *in, const int64_t *in_stride, int64_t in_offset,
+                      const gd_shape *out, int64_t *out_stride, int64_t *out_offset)
+{
+    int axis = (int)gdp_attr_int(attrs, "axis", 0);
+    if (axis < 0) axis += in->ndim;
+    int64_t first, len;
+    slice_bounds(in->dim[axis], gdp_attr_int(attrs, "start", 0), gdp_attr_int(attrs, "end", INT64_MAX), &first, &len);
+    for (int d = 0; d < in->ndim; d++) out_stride[d] = in_stride[d];
+    *out_offset = in_offset + (len > 0 ? first * in_stride[axis] : 0);
+    (void)out;
+    return 0;
+}
+
 static gdp_status slice_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->in[0];
+    const gdp_tensor *x = node->in[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
     int64_t first, len;
     slice_bounds(x->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
                  gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
-    slice_copy(x, &node->out[0], axis, first, 0);
+    slice_copy(x, node->out[0], axis, first, 0);
     return GDP_OK;
 }
 
@@ -435,7 +528,7 @@ static int slice_grad_infer(gd_infer *c)
 
 static gdp_status slice_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *x = &node->out[0];
+    const gdp_tensor *x = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
     int64_t first, len;
@@ -443,7 +536,7 @@ static gdp_status slice_grad_ref(void *be, const gdp_node *node, void *stream, g
                  gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
     // all-zero bytes are 0 in every dtype
     memset(x->data, 0, (size_t)gdp_numel(x) * gdp_dtype_size(x->dtype));
-    slice_copy(x, &node->in[0], axis, first, 1);
+    slice_copy(x, node->in[0], axis, first, 1);
     return GDP_OK;
 }
 
@@ -451,6 +544,33 @@ gd_tensor *gd_slice(gd_tensor *x, int64_t axis, int64_t start, int64_t end)
 {
     gd_attr a[3] = {gd_attr_i("axis", axis), gd_attr_i("start", start), gd_attr_i("end", end)};
     return gd_op1(x, "slice", 3, a);
+}
+
+gd_tensor *gd_squeeze(gd_tensor *x, int64_t axis)
+{
+    if (x == NULL) return NULL;
+    gd_shape s = gd_tensor_shape(x);
+    int64_t a = axis < 0 ? axis + s.ndim : axis;
+    char xs[200];
+    if (a < 0 || a >= s.ndim || s.dim[a] != 1)
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_SHAPE, "squeeze: axis %lld of x %s is not a dim of size 1",
+                            (long long)axis, gd_tensor_describe(x, xs, sizeof xs));
+    for (int d = (int)a; d + 1 < s.ndim; d++) s.dim[d] = s.dim[d + 1];
+    return gd_reshape(x, s.ndim - 1, s.dim);
+}
+
+gd_tensor *gd_unsqueeze(gd_tensor *x, int64_t axis)
+{
+    if (x == NULL) return NULL;
+    gd_shape s = gd_tensor_shape(x);
+    int64_t a = axis < 0 ? axis + s.ndim + 1 : axis;
+    char xs[200];
+    if (a < 0 || a > s.ndim || s.ndim >= GDP_MAX_DIMS)
+        return gd_fail_null(gd_tensor_graph(x), GD_ERR_SHAPE, "unsqueeze: axis %lld out of range for x %s",
+                            (long long)axis, gd_tensor_describe(x, xs, sizeof xs));
+    for (int d = s.ndim; d > a; d--) s.dim[d] = s.dim[d - 1];
+    s.dim[a] = 1;
+    return gd_reshape(x, s.ndim + 1, s.dim);
 }
 
 gd_status gd_split(gd_tensor *x, int64_t axis, int n, const int64_t *sizes, gd_tensor **out)
@@ -511,21 +631,24 @@ static const char *const slice_grad_cases[] = {
 
 GD_FAMILY(layout)
 {
+    gd_registry_hooks(r)->contiguous_op = "copy";
     gd_register_op(r, &(gd_op_def){
         .name = "reshape", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
         .dtypes = GD_FLOATS, .infer = reshape_infer, .grad = reshape_grad, .ref = copy_ref,
         .ref_dtypes = ANY_DTYPE, .cases = reshape_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "x viewed with a new shape of the same element count (one dim may be -1); a copy"});
+        .view = reshape_view, .ref_strided = 1,
+        .doc = "x with a new shape of the same element count (one dim may be -1); a view where the layout allows"});
     gd_register_op(r, &(gd_op_def){
         .name = "permute", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "perm:ints",
         .dtypes = GD_FLOATS, .infer = permute_infer, .grad = permute_grad, .ref = permute_ref,
         .ref_dtypes = ANY_DTYPE, .cases = permute_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "x with its dims reordered: out dim i is x dim perm[i]"});
+        .view = permute_view,
+        .doc = "x with its dims reordered: out dim i is x dim perm[i]; a view"});
     gd_register_op(r, &(gd_op_def){
         .name = "copy", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = copy_infer, .grad = copy_grad, .ref = copy_ref,
-        .ref_dtypes = ANY_DTYPE, .cases = copy_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "a contiguous copy of x"});
+        .ref_dtypes = ANY_DTYPE, .cases = copy_cases, .inplace = {-1, -1, -1, -1}, .tol = 0, .ref_strided = 1,
+        .doc = "a contiguous copy of x (of any strides)"});
     gd_register_op(r, &(gd_op_def){
         .name = "concat", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "axis:int",
         .dtypes = GD_FLOATS, .infer = concat_infer, .grad = concat_grad, .ref = concat_ref,
@@ -535,7 +658,8 @@ GD_FAMILY(layout)
         .name = "slice", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int start:int end:int",
         .dtypes = GD_FLOATS, .infer = slice_infer, .grad = slice_grad, .ref = slice_ref,
         .ref_dtypes = ANY_DTYPE, .cases = slice_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "x[start:end] along axis; negative bounds count from the end, clamped like Python"});
+        .view = slice_view,
+        .doc = "x[start:end] along axis; negative bounds count from the end, clamped like Python; a view"});
     gd_register_op(r, &(gd_op_def){
         .name = "slice_grad", .min_in = 1, .max_in = 1, .n_out = 1,
         .attrs = "axis:int start:int end:int input_shape:ints",

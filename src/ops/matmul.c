@@ -143,7 +143,7 @@ static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, 
 {
     (void)backend;
     (void)stream;
-    const gdp_tensor *a = &node->in[0], *b = &node->in[1], *c = &node->out[0];
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *c = node->out[0];
     if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "matmul: reference takes f32/f64");
     int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0;
     int tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
@@ -270,8 +270,8 @@ static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, 
 {
     (void)backend;
     (void)stream;
-    const gdp_tensor *x = &node->in[0], *w = &node->in[1], *b = node->n_in > 2 ? &node->in[2] : NULL;
-    const gdp_tensor *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *w = node->in[1], *b = node->n_in > 2 ? node->in[2] : NULL;
+    const gdp_tensor *y = node->out[0];
     if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: reference takes f32/f64", node->op);
     int act = (int)gdp_attr_int(&node->attrs, "act", 0);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;

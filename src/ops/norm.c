@@ -92,8 +92,8 @@ static int infer_layer_norm(gd_infer *c)
 static gdp_status ref_layer_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (rows, C), weight (C), bias (C) -> y (rows, C) = (x - mean) * rstd * weight + bias
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
-    const gdp_tensor *w = node->n_in > 1 ? &node->in[1] : NULL, *b = node->n_in > 2 ? &node->in[2] : NULL;
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
+    const gdp_tensor *w = node->n_in > 1 ? node->in[1] : NULL, *b = node->n_in > 2 ? node->in[2] : NULL;
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
     int64_t rows, C;
     rows_of(x, &rows, &C);
@@ -130,8 +130,8 @@ static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stre
 {
     // With xhat = (x - mean) * rstd and g = dy * weight:
     //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dweight = sum_rows dy * xhat,  dbias = sum_rows dy
-    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *w = node->n_in > 2 ? &node->in[2] : NULL;
-    const gdp_tensor *dx = &node->out[0], *dw = &node->out[1], *db = &node->out[2];
+    const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
+    const gdp_tensor *dx = node->out[0], *dw = node->out[1], *db = node->out[2];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
     int64_t rows, C;
     rows_of(x, &rows, &C);
@@ -191,7 +191,7 @@ static int infer_rms_norm(gd_infer *c)
 static gdp_status ref_rms_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (rows, C), weight (C) -> y (rows, C) = x / sqrt(mean(x^2) + eps) * weight
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0], *w = node->n_in > 1 ? &node->in[1] : NULL;
+    const gdp_tensor *x = node->in[0], *y = node->out[0], *w = node->n_in > 1 ? node->in[1] : NULL;
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
     int64_t rows, C;
     rows_of(x, &rows, &C);
@@ -223,8 +223,8 @@ static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream
 {
     // With inv = 1/sqrt(mean(x^2) + eps) and g = dy * weight:
     //   dx = inv * g - inv^3 * x * mean(g * x),  dweight = sum_rows dy * x * inv
-    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *w = node->n_in > 2 ? &node->in[2] : NULL;
-    const gdp_tensor *dx = &node->out[0], *dw = &node->out[1];
+    const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
+    const gdp_tensor *dx = node->out[0], *dw = node->out[1];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
     int64_t rows, C;
     rows_of(x, &rows, &C);

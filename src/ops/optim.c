@@ -68,8 +68,8 @@ static int sgd_infer(gd_infer *c)
  * buf starts at zero, so the first step sets buf = g, as PyTorch does. */
 static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *P = &node->in[0], *G = &node->in[1], *B = &node->in[2];
-    double lr = gd_ref_load(&node->in[3], 0);
+    const gdp_tensor *P = node->in[0], *G = node->in[1], *B = node->in[2];
+    double lr = gd_ref_load(node->in[3], 0);
     double m = gdp_attr_float(&node->attrs, "momentum", 0.0), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
     int nesterov = gdp_attr_int(&node->attrs, "nesterov", 0) != 0;
     int64_t n = gdp_numel(P);
@@ -78,8 +78,8 @@ static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp
         g += wd * p;
         buf = m * buf + g;
         double update = nesterov ? g + m * buf : buf;
-        gd_ref_store(&node->out[0], i, p - lr * update);
-        gd_ref_store(&node->out[1], i, buf);
+        gd_ref_store(node->out[0], i, p - lr * update);
+        gd_ref_store(node->out[1], i, buf);
     }
     return GDP_OK;
 }
@@ -109,8 +109,8 @@ static int adamw_infer(gd_infer *c)
  *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
 static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *P = &node->in[0], *G = &node->in[1], *M = &node->in[2], *V = &node->in[3];
-    double t = gd_ref_load(&node->in[4], 0), lr = gd_ref_load(&node->in[5], 0);
+    const gdp_tensor *P = node->in[0], *G = node->in[1], *M = node->in[2], *V = node->in[3];
+    double t = gd_ref_load(node->in[4], 0), lr = gd_ref_load(node->in[5], 0);
     double b1 = gdp_attr_float(&node->attrs, "beta1", 0.9), b2 = gdp_attr_float(&node->attrs, "beta2", 0.999);
     double eps = gdp_attr_float(&node->attrs, "eps", 1e-8), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
@@ -121,9 +121,9 @@ static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, g
         m = b1 * m + (1.0 - b1) * g;
         v = b2 * v + (1.0 - b2) * g * g;
         p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
-        gd_ref_store(&node->out[0], i, p);
-        gd_ref_store(&node->out[1], i, m);
-        gd_ref_store(&node->out[2], i, v);
+        gd_ref_store(node->out[0], i, p);
+        gd_ref_store(node->out[1], i, m);
+        gd_ref_store(node->out[2], i, v);
     }
     return GDP_OK;
 }
@@ -141,8 +141,8 @@ static int assign_infer(gd_infer *c)
 static gdp_status assign_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     // a byte copy: exact for every dtype, and memmove because out may be src itself
-    size_t bytes = (size_t)gdp_numel(&node->in[1]) * gdp_dtype_size(node->in[1].dtype);
-    if (bytes > 0) memmove(node->out[0].data, node->in[1].data, bytes);
+    size_t bytes = (size_t)gdp_numel(node->in[1]) * gdp_dtype_size(node->in[1]->dtype);
+    if (bytes > 0) memmove(node->out[0]->data, node->in[1]->data, bytes);
     return GDP_OK;
 }
 
@@ -167,10 +167,10 @@ static int clip_coef_infer(gd_infer *c)
 
 static gdp_status clip_coef_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    double norm = gd_ref_load(&node->in[0], 0);
+    double norm = gd_ref_load(node->in[0], 0);
     double coef = gdp_attr_float(&node->attrs, "max_norm", 1.0) / (norm + 1e-6);
     // written so that a NaN norm gives a NaN coefficient: a diverged run should show it
-    gd_ref_store(&node->out[0], 0, coef > 1.0 ? 1.0 : coef);
+    gd_ref_store(node->out[0], 0, coef > 1.0 ? 1.0 : coef);
     return GDP_OK;
 }
 

@@ -134,7 +134,7 @@ static gdp_status max_pool2d_ref(void *backend, const gdp_node *node, void *stre
     (void)backend;
     (void)stream;
     (void)err;
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     pool_geom g = {0};
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
@@ -154,7 +154,7 @@ static gdp_status max_pool2d_grad_ref(void *backend, const gdp_node *node, void 
 {
     (void)backend;
     (void)stream;
-    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *x = node->in[1], *dx = node->out[0];
     pool_geom g = {0};
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
@@ -178,7 +178,7 @@ static gdp_status avg_pool2d_ref(void *backend, const gdp_node *node, void *stre
     (void)backend;
     (void)stream;
     (void)err;
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     pool_geom g = {0};
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
@@ -207,7 +207,7 @@ static gdp_status avg_pool2d_grad_ref(void *backend, const gdp_node *node, void 
 {
     (void)backend;
     (void)stream;
-    const gdp_tensor *dy = &node->in[0], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *dx = node->out[0];
     pool_geom g = {0};
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, dx->shape);

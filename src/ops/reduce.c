@@ -139,7 +139,7 @@ static int infer_mean(gd_infer *c)
 static gdp_status sum_or_mean(const gdp_node *node, gdp_err *err, int mean)
 {
     // x (...) -> y (x's shape without the reduced axes, or with them as 1)
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     walk w;
     int64_t n_out, n_red;
     char msg[300];
@@ -259,7 +259,7 @@ static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64
 static gdp_status ref_max(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (...) -> y (reduced)
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t *pos, n_out;
     gdp_status s = max_positions(node, x, &pos, &n_out, err);
     if (s != GDP_OK) return s;
@@ -285,7 +285,7 @@ static int infer_max_grad(gd_infer *c)
 static gdp_status ref_max_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // dy (reduced), x (...) -> dx (like x): dy lands on each slice's first maximal element
-    const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *x = node->in[1], *dx = node->out[0];
     int64_t *pos, n_out;
     gdp_status s = max_positions(node, x, &pos, &n_out, err);
     if (s != GDP_OK) return s;
@@ -330,7 +330,7 @@ static int infer_argmax(gd_infer *c)
 static gdp_status ref_argmax(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (outer, n, inner) -> y (outer, inner) i64, the first index of the maximum
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t axis = gdp_attr_int(&node->attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim || y->dtype != GDP_I64)
@@ -387,7 +387,7 @@ static int infer_expand(gd_infer *c)
 static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a plain copy of bytes
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     if (x->ndim > y->ndim || x->dtype != y->dtype)
         return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
     walk w;
@@ -413,6 +413,20 @@ static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_e
         walk_next(&w, idx, &i);
     }
     return GDP_OK;
+}
+
+/* A view: dims x broadcasts along get stride 0. */
+static int view_expand(const gdp_attrs *attrs, const gd_shape *in, const int64_t *in_stride, int64_t in_offset,
+                       const gd_shape *out, int64_t *out_stride, int64_t *out_offset)
+{
+    (void)attrs;
+    const int off = out->ndim - in->ndim;
+    for (int d = 0; d < out->ndim; d++) {
+        int e = d - off;
+        out_stride[d] = e < 0 || (in->dim[e] == 1 && out->dim[d] != 1) ? 0 : in_stride[e];
+    }
+    *out_offset = in_offset;
+    return 0;
 }
 
 static gd_status grad_expand(gd_grad_ctx *c)
@@ -445,14 +459,14 @@ static gdp_status ref_global_norm(void *be, const gdp_node *node, void *stream, 
     // xs[0..n) (any shapes) -> y () = sqrt(sum of squares)
     double ss = 0.0;
     for (int k = 0; k < node->n_in; k++) {
-        const gdp_tensor *x = &node->in[k];
+        const gdp_tensor *x = node->in[k];
         int64_t n = gdp_numel(x);
         for (int64_t i = 0; i < n; i++) {
             double v = rd_load(x, i);
             ss += v * v;
         }
     }
-    rd_store(&node->out[0], 0, sqrt(ss));
+    rd_store(node->out[0], 0, sqrt(ss));
     return GDP_OK;
 }
 
@@ -620,8 +634,8 @@ GD_FAMILY(reduce)
     gd_register_op(r, &(gd_op_def){
         .name = "expand", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
         .dtypes = GD_FLOATS, .infer = infer_expand, .grad = grad_expand, .ref = ref_expand,
-        .cases = expand_cases, .tol = 0,
-        .doc = "NumPy broadcast of x to shape"});
+        .cases = expand_cases, .tol = 0, .view = view_expand,
+        .doc = "NumPy broadcast of x to shape; a view (stride 0 along broadcast dims)"});
     gd_register_op(r, &(gd_op_def){
         .name = "global_norm", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = infer_global_norm, .grad = grad_global_norm, .ref = ref_global_norm,

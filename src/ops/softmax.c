@@ -32,7 +32,7 @@ static int split_axis(const gdp_tensor *x, const gdp_attrs *attrs, int64_t *oute
 static gdp_status bad_axis(const gdp_node *node, gdp_err *err)
 {
     return gdp_fail(err, GDP_ERR_INVALID, "%s: axis %lld is out of range for a tensor of %d dims", node->op,
-                    (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)node->in[0].ndim);
+                    (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)node->in[0]->ndim);
 }
 
 /* ---- softmax, log_softmax ------------------------------------------------------------ */
@@ -50,7 +50,7 @@ static int infer_softmax(gd_infer *c)
 static gdp_status softmax_rows(const gdp_node *node, gdp_err *err, int log_space)
 {
     // x (outer, n, inner) -> y (outer, n, inner), normalized along n
-    const gdp_tensor *x = &node->in[0], *y = &node->out[0];
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t outer, n, inner;
     if (split_axis(x, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
     for (int64_t o = 0; o < outer; o++) {
@@ -98,7 +98,7 @@ static int infer_softmax_grad(gd_infer *c)
 static gdp_status ref_softmax_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // dy, y (outer, n, inner) -> dx = y * (dy - sum_n(dy * y))
-    const gdp_tensor *dy = &node->in[0], *y = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
     int64_t outer, n, inner;
     if (split_axis(y, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
     for (int64_t o = 0; o < outer; o++) {
@@ -118,7 +118,7 @@ static gdp_status ref_softmax_grad(void *be, const gdp_node *node, void *stream,
 static gdp_status ref_log_softmax_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // dy, y = log_softmax(x) (outer, n, inner) -> dx = dy - exp(y) * sum_n(dy)
-    const gdp_tensor *dy = &node->in[0], *y = &node->in[1], *dx = &node->out[0];
+    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
     int64_t outer, n, inner;
     if (split_axis(y, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
     for (int64_t o = 0; o < outer; o++) {
@@ -213,7 +213,7 @@ static double logsumexp(const gdp_tensor *x, int64_t base, int64_t n)
 static gdp_status ref_cross_entropy(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // logits (N, C), targets (N) -> loss () = mean over kept rows of logsumexp(row) - row[target]
-    const gdp_tensor *x = &node->in[0], *t = &node->in[1];
+    const gdp_tensor *x = node->in[0], *t = node->in[1];
     const int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
@@ -225,7 +225,7 @@ static gdp_status ref_cross_entropy(void *be, const gdp_node *node, void *stream
         if (target == ignore) continue;
         total += logsumexp(x, r * C, C) - rd_load(x, r * C + target);
     }
-    rd_store(&node->out[0], 0, count > 0 ? total / (double)count : 0.0);
+    rd_store(node->out[0], 0, count > 0 ? total / (double)count : 0.0);
     return GDP_OK;
 }
 
@@ -246,7 +246,7 @@ static int infer_cross_entropy_grad(gd_infer *c)
 static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
-    const gdp_tensor *dl = &node->in[0], *x = &node->in[1], *t = &node->in[2], *dx = &node->out[0];
+    const gdp_tensor *dl = node->in[0], *x = node->in[1], *t = node->in[2], *dx = node->out[0];
     const int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
@@ -298,14 +298,14 @@ static int infer_mse(gd_infer *c)
 static gdp_status ref_mse(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // pred (...), target (...) -> () = mean((pred - target)^2)
-    const gdp_tensor *p = &node->in[0], *t = &node->in[1];
+    const gdp_tensor *p = node->in[0], *t = node->in[1];
     const int64_t n = gdp_numel(p);
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) {
         double d = rd_load(p, i) - rd_load(t, i);
         s += d * d;
     }
-    rd_store(&node->out[0], 0, s / (double)n);
+    rd_store(node->out[0], 0, s / (double)n);
     return GDP_OK;
 }
 

@@ -177,8 +177,9 @@ int64_t gd_case_numel(const gd_case_input *ci)
 
 void gd_case_fill(const gd_case_input *ci, void *data, uint64_t seed)
 {
-    gdp_tensor t = {.data = data, .dtype = ci->dtype, .ndim = ci->ndim};
+    gdp_tensor t = {.size = sizeof t, .data = data, .dtype = ci->dtype, .ndim = ci->ndim};
     for (int i = 0; i < ci->ndim; i++) t.shape[i] = ci->shape[i];
+    gdp_set_contiguous(&t);
     int64_t n = gd_case_numel(ci);
     for (int64_t i = 0; i < n; i++) {
         gdp_philox_out r = gdp_philox4x32((uint64_t)i, 0x5eedu, seed);

@@ -1,12 +1,12 @@
 /* harness.c — see harness.h. */
 #include "harness.h"
+#include "program.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
 void gd_case_prog_free(gd_case_prog *cp)
 {
@@ -28,8 +28,10 @@ gd_status gd_case_build(gd_ctx *ctx, const gd_op_def *op, const gd_case *c, int 
 {
     memset(cp, 0, sizeof *cp);
     cp->ctx = ctx;
-    int pref = ctx->preferred;
+    int pref = ctx->preferred, no_views = ctx->no_views;
     ctx->preferred = backend;
+    /* the oracle runs view ops through their reference kernels, not the view machinery */
+    ctx->no_views = ctx->backends[backend]->is_ref;
     gd_status st = GD_OK;
     cp->g = gd_graph_new(ctx);
     if (cp->g == NULL) {
@@ -57,7 +59,7 @@ gd_status gd_case_build(gd_ctx *ctx, const gd_op_def *op, const gd_case *c, int 
         gd_tensor *loss = NULL;
         for (int k = 0; k < op->n_out && st == GD_OK; k++) {
             gd_tensor *o = cp->fwd[k];
-            if (!is_float(o->dtype)) continue;
+            if (!gdp_is_float(o->dtype)) continue;
             char name[16];
             snprintf(name, sizeof name, "r%d", k);
             cp->r[k] = gd_input(cp->g, name, (gd_dtype)o->dtype, o->ndim, o->shape);
@@ -85,11 +87,11 @@ gd_status gd_case_build(gd_ctx *ctx, const gd_op_def *op, const gd_case *c, int 
     }
     if (st == GD_OK) {
         cp->prog = gd_compile(cp->g, cp->n_targets, cp->targets, GD_COMPILE_UPDATES);
-        if (cp->prog == NULL) st = gd_ctx_error(ctx)[0] && strstr(gd_ctx_error(ctx), "strict") ? GD_ERR_STRICT : GD_ERR_INVALID;
+        if (cp->prog == NULL) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
     }
-    if (st == GD_OK)
-        for (int i = 0; i < cp->prog->n_steps; i++) cp->fallbacks += cp->prog->steps[i].fallback;
+    if (st == GD_OK) cp->fallbacks = gd_program_fallbacks(cp->prog);
     ctx->preferred = pref;
+    ctx->no_views = no_views;
     return st;
 }
 

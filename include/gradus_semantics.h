@@ -1,0 +1,172 @@
+/* gradus_semantics.h — op semantics that the core and every backend must agree on, bit
+ * for bit: the dtype numbering and predicates, the f16/bf16 conversions, the numbering of
+ * activations and pooling modes in op attributes, and the counter-based generator.
+ *
+ * Header-only, plain C (usable from C++ and from CUDA device code), versioned with the
+ * plugin ABI: a change of meaning here is a change of GDP_ABI_MAJOR. A backend includes
+ * this (through gradus_plugin.h) instead of keeping its own copies, so that "round to
+ * nearest even" or "activation 2" cannot drift between the reference and a kernel.
+ */
+#ifndef GRADUS_SEMANTICS_H
+#define GRADUS_SEMANTICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__CUDACC__)
+#define GDP_HD __host__ __device__
+#else
+#define GDP_HD
+#endif
+
+/* ---- data types (values are part of the ABI) ---------------------------------------- */
+
+typedef enum gdp_dtype {
+    GDP_F32 = 0,
+    GDP_F16 = 1,
+    GDP_BF16 = 2,
+    GDP_I32 = 3,
+    GDP_I64 = 4,
+    GDP_U8 = 5,
+    GDP_I8 = 6,
+    GDP_BOOL = 7,
+    GDP_F64 = 8,
+    GDP_DTYPE_COUNT = 9
+} gdp_dtype;
+
+static inline GDP_HD size_t gdp_dtype_size(int32_t dt)
+{
+    switch (dt) {
+    case GDP_F32: case GDP_I32: return 4;
+    case GDP_F16: case GDP_BF16: return 2;
+    case GDP_I64: case GDP_F64: return 8;
+    case GDP_U8: case GDP_I8: case GDP_BOOL: return 1;
+    default: return 0;
+    }
+}
+static inline GDP_HD int gdp_is_float(int32_t dt)
+{
+    return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64;
+}
+static inline GDP_HD int gdp_is_half(int32_t dt) { return dt == GDP_F16 || dt == GDP_BF16; }
+/* The integer types an index operand may have (ids, targets, positions, lengths). */
+static inline GDP_HD int gdp_is_index(int32_t dt) { return dt == GDP_I32 || dt == GDP_I64; }
+static inline GDP_HD int gdp_is_int(int32_t dt)
+{
+    return dt == GDP_I32 || dt == GDP_I64 || dt == GDP_U8 || dt == GDP_I8;
+}
+
+/* ---- f16 and bf16 <-> f32: round to nearest, ties to even; NaN stays NaN ------------ */
+
+static inline GDP_HD float gdp_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline GDP_HD uint32_t gdp_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline GDP_HD float gdp_bf16_to_f32(uint16_t h) { return gdp_bits_f32((uint32_t)h << 16); }
+
+static inline GDP_HD uint16_t gdp_f32_to_bf16(float f)
+{
+    uint32_t u = gdp_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline GDP_HD float gdp_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (e == 0x1f) return gdp_bits_f32(sign | 0x7f800000u | (man << 13)); /* inf, NaN */
+    if (e == 0) {
+        if (man == 0) return gdp_bits_f32(sign);
+        float v = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24 */
+        return sign ? -v : v;
+    }
+    return gdp_bits_f32(sign | ((e + 112u) << 23) | (man << 13));
+}
+
+static inline GDP_HD uint16_t gdp_f32_to_f16(float f)
+{
+    uint32_t u = gdp_f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf (>= 65520) */
+    if (a < 0x38800000u) {                                   /* subnormal or zero */
+        if (a < 0x33000000u) return sign;                     /* < 2^-25 rounds to 0 */
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)e; /* 14..24: to units of 2^-24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u); /* round the mantissa to 10 bits */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* ---- numbering used in op attributes ------------------------------------------------ */
+
+/* The `act` attribute of linear_act (and of every fused op with an activation epilogue). */
+typedef enum gdp_activation {
+    GDP_ACT_NONE = 0,
+    GDP_ACT_RELU = 1,
+    GDP_ACT_GELU_TANH = 2, /* 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) */
+    GDP_ACT_GELU = 3,      /* 0.5 z (1 + erf(z / sqrt 2)) */
+    GDP_ACT_SILU = 4,      /* z sigmoid(z) */
+    GDP_ACT_COUNT = 5
+} gdp_activation;
+
+/* Pooling modes, for backends that share one kernel between the pooling ops. */
+typedef enum gdp_pool_mode { GDP_POOL_MAX = 0, GDP_POOL_AVG = 1 } gdp_pool_mode;
+
+/* ---- the counter-based generator --------------------------------------------------- */
+
+/* Philox4x32-10 (Salmon et al., SC'11). Random ops and dropout draw element i's numbers
+ * from counter (i, offset) under key (seed), so every backend produces the same values
+ * whatever order it visits elements in. Backends must use exactly this. */
+typedef struct gdp_philox_out { uint32_t v[4]; } gdp_philox_out;
+
+static inline GDP_HD gdp_philox_out gdp_philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t seed)
+{
+    uint32_t c0 = (uint32_t)counter_lo, c1 = (uint32_t)(counter_lo >> 32);
+    uint32_t c2 = (uint32_t)counter_hi, c3 = (uint32_t)(counter_hi >> 32);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    gdp_philox_out o;
+    o.v[0] = c0;
+    o.v[1] = c1;
+    o.v[2] = c2;
+    o.v[3] = c3;
+    return o;
+}
+
+/* A float in (0, 1) from 32 random bits, never 0 or 1 (safe for log). 23 bits, so that
+ * the largest value, (2^23 - 0.5) / 2^23, is still exactly representable below 1. */
+static inline GDP_HD float gdp_u01(uint32_t bits) { return ((float)(bits >> 9) + 0.5f) * (1.0f / 8388608.0f); }
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRADUS_SEMANTICS_H */

@@ -1,0 +1,222 @@
+/* compile.c — a graph into a program, in named phases:
+ *
+ *   select    the nodes the targets need (and every update, with GD_COMPILE_UPDATES)
+ *   passes    each backend's graph pass rewrites the program's node list (pass.c)
+ *   layout    views become aliases; each node is placed on the highest-priority backend
+ *             whose kernel accepts it, contiguous copies go in front of kernels that need
+ *             them (layout.c)
+ *   actions   buffers per backend, copies where a value crosses backends, workspaces
+ *   memory    offsets in the graph's arena of each backend, grown if needed (plan.c)
+ *   describe  the node descriptors kernels will see, built once
+ *   segments  runs of nodes on one backend, prepared by its executor (run.c binds them)
+ *
+ * Everything above "run" happens here, once; a run only executes the actions. */
+#include "program.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int gd_prog_add_value(gd_program *p, gd_tensor *t)
+{
+    if (p->n_vals == p->cap_vals) {
+        int c = p->cap_vals ? p->cap_vals * 2 : 64;
+        gd_tensor **v = gd_realloc(p->vals, sizeof *v * (size_t)c);
+        if (v == NULL) return -1;
+        p->vals = v;
+        gd_vinfo *vi = gd_realloc(p->vi, sizeof *vi * (size_t)c);
+        if (vi == NULL) return -1;
+        p->vi = vi;
+        int *r = gd_realloc(p->readers, sizeof *r * (size_t)c);
+        if (r == NULL) return -1;
+        p->readers = r;
+        p->cap_vals = c;
+    }
+    int id = p->n_vals++;
+    p->vals[id] = t;
+    memset(&p->vi[id], 0, sizeof p->vi[id]);
+    p->vi[id].root = id;
+    p->vi[id].producer = -1;
+    p->vi[id].contiguous = 1;
+    gdp_tensor d = gd_value_desc(t, NULL);
+    memcpy(p->vi[id].stride, d.stride, sizeof d.stride);
+    p->readers[id] = 0;
+    return id;
+}
+
+int gd_prog_add_pnode(gd_program *p, gd_node *n, int owned)
+{
+    if (p->n_pn == p->cap_pn) {
+        int c = p->cap_pn ? p->cap_pn * 2 : 64;
+        gd_pnode *a = gd_realloc(p->pn, sizeof *a * (size_t)c);
+        if (a == NULL) return -1;
+        p->pn = a;
+        p->cap_pn = c;
+    }
+    gd_pnode *x = &p->pn[p->n_pn];
+    memset(x, 0, sizeof *x);
+    x->node = n;
+    x->owned = owned;
+    return p->n_pn++;
+}
+
+const char *gd_pnode_sig(const gd_program *p, int pn, char *buf, size_t cap)
+{
+    const gd_node *n = p->pn[pn].node;
+    size_t len = (size_t)snprintf(buf, cap, "%s(", n->op->name);
+    for (int i = 0; i < n->n_in && len < cap; i++) {
+        char b[128];
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", gd_tensor_describe(n->in[i], b, sizeof b));
+    }
+    if (len < cap) snprintf(buf + len, cap - len, ")");
+    return buf;
+}
+
+int gd_program_fallbacks(const gd_program *p)
+{
+    int n = 0;
+    for (int i = 0; p != NULL && i < p->n_pn; i++) n += !p->pn[i].dead && !p->pn[i].view && p->pn[i].fallback;
+    return n;
+}
+
+/* ---- phase: select ------------------------------------------------------------------- */
+
+gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets)
+{
+    gd_graph *g = p->g;
+    gd_ctx *ctx = g->ctx;
+    for (int v = 0; v < g->n_values; v++)
+        if (gd_prog_add_value(p, g->values[v]) < 0) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+    p->n_graph_vals = g->n_values;
+    char *need = gd_calloc((size_t)g->n_values + 1, 1);
+    char *run = gd_calloc((size_t)g->n_nodes + 1, 1);
+    p->targets = gd_malloc(sizeof *p->targets * (size_t)(n_targets + 1));
+    p->target_val = gd_malloc(sizeof *p->target_val * (size_t)(n_targets + 1));
+    gd_status st = GD_OK;
+    if (need == NULL || run == NULL || p->targets == NULL || p->target_val == NULL) {
+        st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+        goto done;
+    }
+    p->n_targets = n_targets;
+    for (int i = 0; i < n_targets; i++) {
+        p->targets[i] = targets[i];
+        p->target_val[i] = targets[i]->id;
+        need[targets[i]->id] = 1;
+    }
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        gd_node *n = g->nodes[i];
+        int want = (p->flags & GD_COMPILE_UPDATES) && n->is_update;
+        for (int k = 0; k < n->n_out; k++) want |= need[n->out[k]->id];
+        if (!want) continue;
+        run[i] = 1;
+        for (int k = 0; k < n->n_in; k++) need[n->in[k]->id] = 1;
+    }
+    for (int i = 0; i < g->n_nodes && st == GD_OK; i++) {
+        if (!run[i]) continue;
+        if (gd_prog_add_pnode(p, g->nodes[i], 0) < 0) st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+    }
+done:
+    gd_free(need);
+    gd_free(run);
+    return st;
+}
+
+/* ---- the whole compile ------------------------------------------------------------------ */
+
+void gd_program_free(gd_program *p)
+{
+    if (p == NULL) return;
+    gd_prog_unbind(p);
+    for (int i = 0; i < p->n_targets; i++) {
+        gd_tensor *t = p->targets[i];
+        if (t->run_be != NULL && p->n_slots > 0) {
+            t->run_ptr = NULL;
+            t->run_be = NULL;
+        }
+    }
+    for (int i = 0; i < p->n_pn; i++)
+        if (p->pn[i].owned) gd_node_free(p->pn[i].node);
+    for (int v = p->n_graph_vals; v < p->n_vals; v++) {
+        gd_free(p->vals[v]->name);
+        gd_free(p->vals[v]);
+    }
+    gd_free(p->pn);
+    gd_free(p->vals);
+    gd_free(p->vi);
+    gd_free(p->readers);
+    gd_free(p->targets);
+    gd_free(p->target_val);
+    gd_free(p->slots);
+    gd_free(p->slot_of);
+    gd_free(p->acts);
+    gd_free(p->descs);
+    gd_free(p->events);
+    for (int s = 0; s < p->n_segs; s++) {
+        gd_free(p->segs[s].nodes);
+        gd_free(p->segs[s].launch);
+    }
+    gd_free(p->segs);
+    gd_graph *g = p->g;
+    gd_free(p);
+    gd_graph_unref(g);
+}
+
+gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, int flags)
+{
+    if (g == NULL) return NULL;
+    gd_ctx *ctx = g->ctx;
+    if (n_targets < 0 || (n_targets > 0 && targets == NULL)) {
+        gd_fail(ctx, GD_ERR_INVALID, "compile: %d targets at %p", n_targets, (const void *)targets);
+        return NULL;
+    }
+    for (int i = 0; i < n_targets; i++) {
+        if (targets[i] == NULL) {
+            if (ctx->err[0] == '\0') gd_fail(ctx, GD_ERR_INVALID, "compile: target %d is NULL", i);
+            return NULL; /* an earlier builder failed; its message stands */
+        }
+        if (targets[i]->g != g) {
+            gd_fail(ctx, GD_ERR_INVALID, "compile: target %d belongs to another graph", i);
+            return NULL;
+        }
+    }
+    gd_program *p = gd_calloc(1, sizeof *p);
+    if (p == NULL) {
+        gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+        return NULL;
+    }
+    p->g = g;
+    g->refs++;
+    p->flags = flags;
+    p->dev = ctx->backends[ctx->preferred];
+    p->n_backends = ctx->n_backends;
+    gd_status st = gd_prog_select(p, n_targets, targets);
+    if (st == GD_OK) st = gd_prog_passes(p);
+    if (st == GD_OK) st = gd_prog_layout(p);
+    if (st == GD_OK) st = gd_prog_actions(p);
+    if (st == GD_OK) st = gd_prog_plan_memory(p);
+    if (st == GD_OK) st = gd_prog_describe_nodes(p);
+    if (st == GD_OK) st = gd_prog_segments(p);
+    if (st == GD_OK) st = gd_prog_bind(p);
+    if (st != GD_OK) {
+        gd_program_free(p);
+        return NULL;
+    }
+    ctx->compiles++;
+    if (ctx->trace) gd_program_describe(p, NULL, NULL);
+    return p;
+}
+
+size_t gd_program_planned_bytes(const gd_program *p, const char *backend)
+{
+    if (p == NULL || backend == NULL) return 0;
+    for (int b = 0; b < p->n_backends; b++)
+        if (strcmp(p->g->ctx->backends[b]->name, backend) == 0) return p->planned[b];
+    return 0;
+}
+
+size_t gd_graph_arena_bytes(const gd_graph *g, const char *backend)
+{
+    if (g == NULL || backend == NULL) return 0;
+    for (int b = 0; b < g->ctx->n_backends; b++)
+        if (strcmp(g->ctx->backends[b]->name, backend) == 0) return g->arena[b].bytes;
+    return 0;
+}

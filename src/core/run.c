@@ -1,0 +1,279 @@
+/* run.c — running a compiled program, and data in and out of tensors.
+ *
+ * A run executes the actions planned at compile time: kernel launches (or whole
+ * segments through a backend's executor) and copies between backends. It allocates
+ * nothing: descriptors, buffers, workspaces and staging were all planned. It waits for a
+ * device only where a host kernel reads that device's memory in place, and then only for
+ * the work that produced it (an event). */
+#include "program.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static gd_status copy_slots(gd_ctx *ctx, gd_program *p, const gd_action *a)
+{
+    void *src = gd_slot_ptr(p, a->src), *dst = gd_slot_ptr(p, a->dst);
+    gd_backend *A = p->slots[a->src].be, *B = p->slots[a->dst].be;
+    size_t n = p->slots[a->src].bytes;
+    if (A == B) {
+        if (!A->has_dev) {
+            memcpy(dst, src, n);
+            return GD_OK;
+        }
+        if (A->dev.copy_d2d != NULL) {
+            gdp_err e = {.size = sizeof e};
+            gdp_status s = A->dev.copy_d2d(A->plugin.backend, dst, src, n, A->stream, &e);
+            if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: device copy: %s", A->name, e.msg);
+            return GD_OK;
+        }
+    }
+    if (!A->has_dev) return gd_backend_h2d(ctx, B, dst, src, n);
+    if (!B->has_dev) return gd_backend_d2h(ctx, A, dst, src, n);
+    /* between two devices (or within one without copy_d2d): through the planned host buffer */
+    void *tmp = gd_slot_ptr(p, a->staging);
+    gd_status s = gd_backend_d2h(ctx, A, tmp, src, n);
+    if (s == GD_OK) s = gd_backend_h2d(ctx, B, dst, tmp, n);
+    return s;
+}
+
+/* Writes (check = 0) or verifies (check = 1) the guard bytes around every planned slot. */
+static gd_status guards(gd_ctx *ctx, gd_program *p, int check)
+{
+    unsigned char pat[GD_GUARD_BYTES], got[GD_GUARD_BYTES];
+    memset(pat, GD_GUARD_BYTE, sizeof pat);
+    for (int i = 0; i < p->n_slots; i++) {
+        gd_slot *s = &p->slots[i];
+        if (s->kind == GD_SLOT_LEAF) continue;
+        char *ptr = gd_slot_ptr(p, i);
+        char *lo = ptr - GD_GUARD_BYTES, *hi = ptr + s->bytes;
+        for (int side = 0; side < 2; side++) {
+            char *at = side ? hi : lo;
+            gd_status st = check ? gd_backend_d2h(ctx, s->be, got, at, sizeof got)
+                                 : gd_backend_h2d(ctx, s->be, at, pat, sizeof pat);
+            if (st != GD_OK) return st;
+            if (check && memcmp(got, pat, sizeof pat) != 0) {
+                char b[128];
+                const char *who = "workspace";
+                if (s->root >= 0) {
+                    int pn = p->vi[s->root].producer;
+                    who = pn >= 0 ? p->pn[pn].node->op->name : "input";
+                }
+                return gd_fail(ctx, GD_ERR_DEVICE, "%s on %s wrote %s the end of %s %s (guard bytes changed)", who,
+                               s->be->name, side ? "past" : "before", s->root >= 0 ? "its output" : "a workspace",
+                               s->root >= 0 ? gd_tensor_describe(p->vals[s->root], b, sizeof b) : "");
+            }
+        }
+    }
+    return GD_OK;
+}
+
+gd_status gd_program_check_guards(gd_program *p) { return guards(p->g->ctx, p, 1); }
+
+/* The host waits for action `a`'s device work (its event, or the whole device). */
+static gd_status wait_for(gd_ctx *ctx, gd_program *p, int a)
+{
+    gd_backend *b = p->pn[p->acts[a].pnode].be;
+    void *ev = p->events[a];
+    if (ev != NULL && b->dev.event_synchronize != NULL) {
+        gdp_err e = {.size = sizeof e};
+        gdp_status s = b->dev.event_synchronize(b->plugin.backend, ev, &e);
+        if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: %s", b->name, e.msg);
+        return GD_OK;
+    }
+    return gd_backend_sync(ctx, b);
+}
+
+static gd_status kernel_failed(gd_ctx *ctx, gd_program *p, const gd_action *a, gdp_status ks, const char *msg)
+{
+    const gd_pnode *x = &p->pn[a->pnode];
+    char sig[512];
+    const gd_desc *d = &p->descs[a->desc];
+    return gd_fail(ctx, gd_status_from_plugin(ks), "node %d '%s' on %s: %s: %s", x->node->id, d->node.label,
+                   x->be->name, gd_pnode_sig(p, a->pnode, sig, sizeof sig), msg);
+}
+
+static gd_status launch(gd_ctx *ctx, gd_program *p, const gd_action *a)
+{
+    const gd_pnode *x = &p->pn[a->pnode];
+    const gdp_node *node = &p->descs[a->desc].node;
+    if (x->kernel == NULL) {
+        gd_status st = gd_ref_launch(ctx, x->node->op, node);
+        if (st != GD_OK) {
+            char m[1024];
+            snprintf(m, sizeof m, "%s", ctx->err);
+            return gd_fail(ctx, st, "node %d '%s' on %s: %s", x->node->id, node->label, x->be->name, m);
+        }
+        return GD_OK;
+    }
+    gd_backend *b = x->be;
+    gdp_err e = {.size = sizeof e};
+    gdp_status ks = x->kernel->k.launch(b->plugin.backend, node, b->stream, &e);
+    if (ks != GDP_OK) return kernel_failed(ctx, p, a, ks, e.msg);
+    if (b->has_dev && b->sync_every_kernel) {
+        gdp_err e2 = {.size = sizeof e2};
+        gdp_status ss = b->dev.synchronize != NULL ? b->dev.synchronize(b->plugin.backend, b->stream, &e2) : GDP_OK;
+        if (ss != GDP_OK) return kernel_failed(ctx, p, a, ss, e2.msg);
+    }
+    return GD_OK;
+}
+
+gd_status gd_program_run(gd_program *p)
+{
+    if (p == NULL) return GD_ERR_INVALID;
+    gd_graph *g = p->g;
+    gd_ctx *ctx = g->ctx;
+    for (int s = 0; s < p->n_slots; s++) {
+        const gd_slot *x = &p->slots[s];
+        if (x->kind != GD_SLOT_LEAF) continue;
+        const gd_tensor *v = p->vals[x->root];
+        if (v->kind == GD_V_INPUT && !v->written)
+            return gd_fail(ctx, GD_ERR_INVALID, "run: input '%s' was never written (gd_tensor_write)", gd_tensor_name(v));
+    }
+    int moved = !p->bound;
+    for (int b = 0; b < p->n_backends; b++) moved |= p->bound_gen[b] != g->arena[b].gen;
+    if (moved) {
+        /* another program of the graph grew an arena since: re-point (not re-plan) */
+        gd_status st = gd_prog_bind(p);
+        if (st != GD_OK) return st;
+    }
+    if (ctx->guard) {
+        gd_status gs = guards(ctx, p, 0);
+        if (gs != GD_OK) return gs;
+    }
+    g->runs++; /* whatever targets of other programs held is overwritten from here */
+    for (int ai = 0; ai < p->n_acts; ai++) {
+        const gd_action *a = &p->acts[ai];
+        gd_status st = GD_OK;
+        if (a->wait_before >= 0 && (st = wait_for(ctx, p, a->wait_before)) != GD_OK) return st;
+        if (a->kind == GD_ACT_COPY) {
+            if ((st = copy_slots(ctx, p, a)) != GD_OK) return st;
+            continue;
+        }
+        if (a->segment >= 0 && p->segs[a->segment].handle != NULL) {
+            gd_segment_run *s = &p->segs[a->segment];
+            gdp_err e = {.size = sizeof e};
+            gdp_status es = s->be->exec.run(s->be->plugin.backend, s->handle, s->be->stream, &e);
+            if (es != GDP_OK)
+                return gd_fail(ctx, gd_status_from_plugin(es), "%s: running a segment of %d nodes: %s", s->be->name,
+                               s->n_acts, e.msg);
+            ai = s->first_act + s->n_acts - 1; /* the segment's last action */
+            a = &p->acts[ai];
+        } else if ((st = launch(ctx, p, a)) != GD_OK) {
+            return st;
+        }
+        if (a->record_after && p->events[ai] != NULL) {
+            gd_backend *b = p->pn[a->pnode].be;
+            gdp_err e = {.size = sizeof e};
+            if (b->dev.event_record(b->plugin.backend, p->events[ai], b->stream, &e) != GDP_OK)
+                return gd_fail(ctx, GD_ERR_DEVICE, "%s: event_record: %s", b->name, e.msg);
+        }
+    }
+    /* bad data found by kernels that already finished on a device */
+    for (int b = 0; b < ctx->n_backends; b++) {
+        gd_backend *be = ctx->backends[b];
+        if (!be->has_dev || be->dev.poll_error == NULL) continue;
+        gdp_err e = {.size = sizeof e};
+        gdp_status s = be->dev.poll_error(be->plugin.backend, &e);
+        if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: %s", be->name, e.msg);
+    }
+    for (int i = 0; i < p->n_targets; i++) {
+        gd_tensor *t = p->targets[i];
+        if (t->kind != GD_V_NODE) continue;
+        int v = p->target_val[i];
+        int r = p->vi[v].root;
+        for (int b = 0; b < p->n_backends; b++) {
+            int s = p->slot_of[r * p->n_backends + b];
+            if (s < 0) continue;
+            t->run_ptr = (char *)gd_slot_ptr(p, s) + p->vi[v].offset * (int64_t)gdp_dtype_size(t->dtype);
+            t->run_be = p->slots[s].be;
+            t->run_seq = g->runs;
+            break;
+        }
+    }
+    return GD_OK;
+}
+
+gd_status gd_program_describe(const gd_program *p, void (*line)(void *, const char *), void *user)
+{
+    if (p == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = p->g->ctx;
+    char buf[1400], sig[900];
+    for (int i = 0; i < p->n_pn; i++) {
+        const gd_pnode *x = &p->pn[i];
+        if (!x->view) continue;
+        char b[128];
+        snprintf(buf, sizeof buf, "view %-4d %-8s %s -> %s", x->node->id, "", gd_pnode_sig(p, i, sig, sizeof sig),
+                 gd_tensor_describe(x->node->out[0], b, sizeof b));
+        if (line != NULL) line(user, buf);
+        else gd_ctx_log(ctx, "%s", buf);
+    }
+    for (int ai = 0; ai < p->n_acts; ai++) {
+        const gd_action *a = &p->acts[ai];
+        if (a->kind == GD_ACT_COPY) {
+            const gd_slot *s = &p->slots[a->src], *d = &p->slots[a->dst];
+            const gd_tensor *v = p->vals[s->root];
+            char b[128];
+            snprintf(buf, sizeof buf, "copy  %s %s: %s -> %s", v->name ? v->name : "value",
+                     gd_tensor_describe(v, b, sizeof b), s->be->name, d->be->name);
+        } else {
+            const gd_pnode *x = &p->pn[a->pnode];
+            snprintf(buf, sizeof buf, "node %-4d %-8s %s%s%s", x->node->id, x->be->name,
+                     gd_pnode_sig(p, a->pnode, sig, sizeof sig), x->fallback ? "  [fallback]" : "",
+                     a->segment >= 0 && p->segs[a->segment].handle != NULL ? "  [segment]" : "");
+        }
+        if (line != NULL) line(user, buf);
+        else gd_ctx_log(ctx, "%s", buf);
+    }
+    return GD_OK;
+}
+
+/* ---- data in and out ----------------------------------------------------------------------- */
+
+gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes)
+{
+    if (t == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = t->g->ctx;
+    char b[128];
+    if (src == NULL && bytes > 0) return gd_fail(ctx, GD_ERR_INVALID, "write '%s': the source is NULL", gd_tensor_name(t));
+    if (t->kind == GD_V_NODE)
+        return gd_fail(ctx, GD_ERR_INVALID,
+                       "write: %s is computed by an op; only inputs, parameters and states can be written",
+                       gd_tensor_describe(t, b, sizeof b));
+    if (bytes != gd_value_bytes(t))
+        return gd_fail(ctx, GD_ERR_INVALID, "write '%s': %zu bytes given, %s holds %zu", gd_tensor_name(t), bytes,
+                       gd_tensor_describe(t, b, sizeof b), gd_value_bytes(t));
+    if (t->data == NULL) {
+        gd_backend *pref = ctx->backends[ctx->preferred];
+        gd_status s = gd_backend_alloc(ctx, pref, bytes, &t->data);
+        if (s != GD_OK) return s;
+        t->home = pref;
+    }
+    gd_status s = gd_backend_h2d(ctx, t->home, t->data, src, bytes);
+    if (s == GD_OK) t->written = 1;
+    return s;
+}
+
+gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
+{
+    if (t == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = t->g->ctx;
+    char b[128];
+    if (dst == NULL && bytes > 0) return gd_fail(ctx, GD_ERR_INVALID, "read '%s': the destination is NULL", gd_tensor_name(t));
+    if (bytes != gd_value_bytes(t))
+        return gd_fail(ctx, GD_ERR_INVALID, "read '%s': %zu bytes given, %s holds %zu", gd_tensor_name(t), bytes,
+                       gd_tensor_describe(t, b, sizeof b), gd_value_bytes(t));
+    if (t->kind != GD_V_NODE) {
+        if (t->data == NULL)
+            return gd_fail(ctx, GD_ERR_INVALID, "read '%s': the input was never written", gd_tensor_name(t));
+        return gd_backend_d2h(ctx, t->home, dst, t->data, bytes);
+    }
+    if (t->run_ptr == NULL)
+        return gd_fail(ctx, GD_ERR_INVALID, "read %s: not computed yet (make it a target of a program and run it)",
+                       gd_tensor_describe(t, b, sizeof b));
+    if (t->run_seq != t->g->runs)
+        return gd_fail(ctx, GD_ERR_INVALID,
+                       "read %s: the graph ran another program since this value was computed, and programs of a "
+                       "graph share activation memory; read it before the next run (or make it a target of that one)",
+                       gd_tensor_describe(t, b, sizeof b));
+    return gd_backend_d2h(ctx, t->run_be, dst, t->run_ptr, bytes);
+}
