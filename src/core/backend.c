@@ -196,9 +196,15 @@ static int in_place_of(const gdp_node *node, int k)
     return -1;
 }
 
+/* The workspace of a reference launch: the op's own scratch first, then the f32 copies. */
+static size_t own_workspace(const gd_op_def *op, const gdp_node *node)
+{
+    return op->ref_workspace != NULL ? (op->ref_workspace(node) + 63) & ~(size_t)63 : 0;
+}
+
 size_t gd_ref_workspace(const gd_op_def *op, const gdp_node *node)
 {
-    size_t total = 0;
+    size_t total = own_workspace(op, node);
     for (int i = 0; i < node->n_in; i++)
         if (!ref_handles(op, node->in[i]->dtype)) total += widened_bytes(node->in[i]);
     /* an in-place output shares its input's f32 copy, but which output is in place is not
@@ -230,7 +236,7 @@ gd_status gd_ref_launch(gd_ctx *ctx, const gd_op_def *op, const gdp_node *node)
         gdp_tensor in[GDP_MAX_INPUTS], out[GDP_MAX_OUTPUTS];
         const gdp_tensor *inp[GDP_MAX_INPUTS], *outp[GDP_MAX_OUTPUTS];
         char *ws = node->workspace;
-        size_t used = 0;
+        size_t used = own_workspace(op, node);
         if (ws == NULL || node->workspace_bytes < gd_ref_workspace(op, node))
             return gd_fail(ctx, GD_ERR_INVALID, "%s: the reference needs a workspace for f16/bf16 operands", op->name);
         for (int i = 0; i < node->n_in; i++) {

@@ -120,6 +120,9 @@ typedef struct gd_op_def {
      * (explicit dtypes) in mixed_cases. */
     const char *const *mixed;
     const char *const *mixed_cases;
+    /* Scratch the reference kernel needs for a node (bytes), so that it allocates nothing
+     * while a program runs: the kernel finds it at node->workspace (NULL: none needed). */
+    size_t (*ref_workspace)(const gdp_node *node);
 } gd_op_def;
 
 /* What the core needs from the ops without naming any: installed by the op families. */
