@@ -392,9 +392,12 @@ static int mixed_declared(const gd_node *n)
 }
 
 /* Checks operands and attributes, runs the shape rule and makes the node with fresh
- * output values (added to the graph) or the given ones. NULL on failure, message set. */
+ * output values (added to the graph) or the given ones. NULL on failure, message set.
+ * An op has up to op->n_out outputs; its shape rule may make fewer (an optional input
+ * with an output of its own, like adamw_update's low-precision copy). `cap` is how many
+ * the caller takes; with given outputs it must be exactly how many there are. */
 static gd_node *node_new(gd_graph *g, const gd_op_def *op, int n_in, gd_tensor *const *in, int n_attr,
-                         const gd_attr *attrs, int n_out, gd_tensor *const *given_out, gd_tensor **out)
+                         const gd_attr *attrs, int cap, gd_tensor *const *given_out, gd_tensor **out)
 {
     gd_ctx *ctx = g->ctx;
     if (n_in < op->min_in || n_in > op->max_in) {
@@ -404,8 +407,8 @@ static gd_node *node_new(gd_graph *g, const gd_op_def *op, int n_in, gd_tensor *
             gd_fail(ctx, GD_ERR_INVALID, "%s: takes %d to %d inputs, got %d", op->name, op->min_in, op->max_in, n_in);
         return NULL;
     }
-    if (n_out != op->n_out) {
-        gd_fail(ctx, GD_ERR_INVALID, "%s: has %d outputs, %d requested", op->name, op->n_out, n_out);
+    if (cap < 1 || cap > GDP_MAX_OUTPUTS) {
+        gd_fail(ctx, GD_ERR_INVALID, "%s: room for %d outputs", op->name, cap);
         return NULL;
     }
     if (n_in > 0 && in == NULL) {
@@ -441,18 +444,25 @@ static gd_node *node_new(gd_graph *g, const gd_op_def *op, int n_in, gd_tensor *
     }
     n->op = op;
     n->n_in = n_in;
-    n->n_out = n_out;
     for (int i = 0; i < n_in; i++) n->in[i] = in[i];
     /* Shape rule. */
     gd_shape shapes[GDP_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) shapes[i] = gd_value_shape(in[i]);
     gdp_attrs av = gd_node_attrs(n);
-    gd_infer ic = {.op = op->name, .n_in = n_in, .in = shapes, .attrs = &av, .n_out = n_out};
+    gd_infer ic = {.op = op->name, .n_in = n_in, .in = shapes, .attrs = &av, .n_out = op->n_out};
     if (op->infer(&ic) != 0) {
         gd_fail(ctx, GD_ERR_SHAPE, "%s: %s", op->name, ic.msg[0] ? ic.msg : "invalid operands");
         gd_node_free(n);
         return NULL;
     }
+    int n_out = ic.n_out;
+    if (n_out < 1 || n_out > op->n_out || n_out > cap || (given_out != NULL && n_out != cap)) {
+        gd_fail(ctx, GD_ERR_INVALID, "%s: makes %d outputs here, %d %s", op->name, n_out, cap,
+                given_out != NULL ? "given" : "asked for");
+        gd_node_free(n);
+        return NULL;
+    }
+    n->n_out = n_out;
     for (int k = 0; k < n_out; k++) {
         size_t bytes;
         if (ic.out[k].ndim < 0 || ic.out[k].ndim > GDP_MAX_DIMS) {
