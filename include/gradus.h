@@ -86,9 +86,17 @@ typedef struct gd_ctx_options {
  * opt may be NULL. On failure *out is NULL and the status says why (NULL out: INVALID). */
 gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt);
 void gd_ctx_free(gd_ctx *ctx);
-/* The message of the last failure, "" if none. */
+/* The message of the last failure, "" if none, and its status (GD_OK if none). */
 const char *gd_ctx_error(const gd_ctx *ctx);
+gd_status gd_ctx_status(const gd_ctx *ctx);
 void gd_ctx_clear_error(gd_ctx *ctx);
+/* Records a failure (printf-style message) and returns s: for code built on gradus
+ * (layers, models, loaders) that reports through the same context. */
+gd_status gd_ctx_fail(gd_ctx *ctx, gd_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Where log lines go (default: stderr). */
 void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *user, const char *line), void *user);
 /* Threads the CPU backends may use (0: all cores, or GRADUS_THREADS). */
@@ -316,8 +324,19 @@ size_t gd_graph_arena_bytes(const gd_graph *g, const char *backend);
 /* One line per node: op, shapes, backend it runs on, copies inserted. */
 gd_status gd_program_describe(const gd_program *p, void (*line)(void *user, const char *s), void *user);
 
-/* Fills every parameter from its initializer (set by the gd_nn_* layers; others stay as
- * written) with a counter-based generator: identical on every backend for one seed. */
+/* How gd_graph_init_params fills a parameter. */
+typedef enum gd_init {
+    GD_INIT_NONE = 0,   /* left as written (zero until then) */
+    GD_INIT_ZEROS = 1,
+    GD_INIT_ONES = 2,
+    GD_INIT_KAIMING = 3, /* normal, std sqrt(2 / fan_in) */
+    GD_INIT_XAVIER = 4,  /* uniform, bound sqrt(6 / (fan_in + fan_out)) */
+    GD_INIT_NORMAL = 5   /* normal, mean 0, the std given */
+} gd_init;
+gd_status gd_param_set_init(gd_tensor *param, gd_init kind, double std);
+
+/* Fills every parameter from its initializer (gd_param_set_init; the gd_nn_* layers set
+ * theirs) with a counter-based generator: identical on every backend for one seed. */
 gd_status gd_graph_init_params(gd_graph *g, uint64_t seed);
 
 /* ---- nn: layers that create their parameters ------------------------------------------ */

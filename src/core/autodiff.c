@@ -82,6 +82,9 @@ gd_status gd_backward(gd_graph *g, gd_tensor *loss)
         gd_grad_ctx gc = {.g = g, .n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out,
                       .attrs = &attrs, .dout = dout, .din = din};
         st = n->op->grad(&gc);
+        /* a rule fails because a builder it called failed: that builder's status is the
+         * one that says what happened (out of memory, a shape) */
+        if (st != GD_OK && ctx->status != GD_OK) st = ctx->status;
         if (st != GD_OK) {
             char m[1024];
             snprintf(m, sizeof m, "%s", ctx->err);

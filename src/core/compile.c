@@ -84,9 +84,9 @@ gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets
 {
     gd_graph *g = p->g;
     gd_ctx *ctx = g->ctx;
+    p->n_graph_vals = g->n_values; /* values past these are the program's own */
     for (int v = 0; v < g->n_values; v++)
         if (gd_prog_add_value(p, g->values[v]) < 0) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
-    p->n_graph_vals = g->n_values;
     char *need = gd_calloc((size_t)g->n_values + 1, 1);
     char *run = gd_calloc((size_t)g->n_nodes + 1, 1);
     p->targets = gd_malloc(sizeof *p->targets * (size_t)(n_targets + 1));
@@ -136,6 +136,7 @@ void gd_program_free(gd_program *p)
     for (int i = 0; i < p->n_pn; i++)
         if (p->pn[i].owned) gd_node_free(p->pn[i].node);
     for (int v = p->n_graph_vals; v < p->n_vals; v++) {
+        if (p->vals[v] == NULL) continue;
         gd_free(p->vals[v]->name);
         gd_free(p->vals[v]);
     }

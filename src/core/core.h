@@ -55,9 +55,6 @@ void gd_ctx_unref(gd_ctx *ctx);
 
 enum gd_value_kind { GD_V_NODE = 0, GD_V_INPUT, GD_V_PARAM, GD_V_STATE };
 
-enum gd_init_kind { GD_INIT_NONE = 0, GD_INIT_ZEROS, GD_INIT_ONES, GD_INIT_KAIMING, GD_INIT_XAVIER,
-                    GD_INIT_NORMAL };
-
 typedef struct gd_node gd_node;
 
 struct gd_tensor {
@@ -125,6 +122,11 @@ struct gd_graph {
 };
 
 void gd_graph_unref(gd_graph *g);
+/* Storage for a leaf (zeroed), made when it is first written or compiled into a program. */
+gd_status gd_leaf_storage(gd_tensor *t);
+/* Checks that the leaves still without storage (plus `extra` bytes per backend, may be
+ * NULL) fit in what each backend has left; a clear NOMEM naming `what` otherwise. */
+gd_status gd_leaves_reserve(gd_graph *g, const char *what, const size_t *extra);
 gd_tensor *gd_value_new(gd_graph *g, int kind, const char *name, int32_t dtype, int ndim, const int64_t *shape);
 gd_node *gd_node_add(gd_graph *g, const gd_op_def *op, int n_in, gd_tensor *const *in, int n_attr,
                      const gd_attr *attrs, int n_out, gd_tensor **out);

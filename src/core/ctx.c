@@ -48,7 +48,22 @@ void gd_ctx_log(gd_ctx *ctx, const char *fmt, ...)
 }
 
 const char *gd_ctx_error(const gd_ctx *ctx) { return ctx != NULL ? ctx->err : "no context"; }
-void gd_ctx_clear_error(gd_ctx *ctx) { if (ctx != NULL) ctx->err[0] = '\0'; }
+gd_status gd_ctx_status(const gd_ctx *ctx) { return ctx != NULL ? ctx->status : GD_ERR_INVALID; }
+void gd_ctx_clear_error(gd_ctx *ctx)
+{
+    if (ctx == NULL) return;
+    ctx->err[0] = '\0';
+    ctx->status = GD_OK;
+}
+
+gd_status gd_ctx_fail(gd_ctx *ctx, gd_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gd_failv(ctx, s, fmt != NULL ? fmt : "", ap);
+    va_end(ap);
+    return s;
+}
 
 void gd_ctx_set_log(gd_ctx *ctx, void (*fn)(void *, const char *), void *user)
 {

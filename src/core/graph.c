@@ -141,26 +141,56 @@ static gd_tensor *leaf(gd_graph *g, int kind, const char *what, const char *name
         drop_last_value(g, t);
         return gd_fail_null(g, GD_ERR_NOMEM, "graph: out of memory");
     }
-    if (kind != GD_V_INPUT) {
-        /* Parameters and states live on the preferred backend from birth, zeroed. */
-        gd_backend *b = g->ctx->backends[g->ctx->preferred];
-        size_t bytes = gd_value_bytes(t);
-        gd_status st = gd_backend_alloc(g->ctx, b, bytes, &t->data);
-        if (st == GD_OK) {
-            t->home = b;
-            st = gd_backend_zero(g->ctx, b, t->data, bytes);
-        }
-        if (st != GD_OK) {
-            char m[1024];
-            snprintf(m, sizeof m, "%s", g->ctx->err);
-            if (t->data != NULL) gd_backend_free(b, t->data, bytes);
-            drop_last_value(g, t);
-            gd_fail(g->ctx, st, "%s '%s': %s", what, name, m);
-            return NULL;
-        }
-    }
+    /* Leaves live on the backend preferred when they are made. Their storage comes later,
+     * zeroed, when first written or compiled into a program: so that what a whole model
+     * needs is checked against what the backend has before any of it is allocated
+     * (gd_leaves_reserve), instead of failing, or being killed, half-way. */
+    t->home = g->ctx->backends[g->ctx->preferred];
     if (kind == GD_V_PARAM) g->params[g->n_params++] = t;
     return t;
+}
+
+static double gib(size_t b) { return (double)b / (1024.0 * 1024 * 1024); }
+
+gd_status gd_leaves_reserve(gd_graph *g, const char *what, const size_t *extra)
+{
+    gd_ctx *ctx = g->ctx;
+    size_t need[GD_MAX_BACKENDS] = {0};
+    for (int i = 0; i < g->n_values; i++) {
+        const gd_tensor *t = g->values[i];
+        if (t->kind != GD_V_NODE && t->data == NULL) need[t->home->index] += gd_value_bytes(t);
+    }
+    for (int b = 0; b < ctx->n_backends; b++) {
+        size_t total = need[b] + (extra != NULL ? extra[b] : 0);
+        if (total == 0) continue;
+        size_t avail = gd_backend_free_bytes(ctx->backends[b]);
+        if (avail > 0 && total > avail) {
+            char parts[160] = "";
+            if (total > need[b])
+                snprintf(parts, sizeof parts, " (%.2f GiB of parameters, states and inputs, %.2f GiB of activations)",
+                         gib(need[b]), gib(total - need[b]));
+            return gd_fail(ctx, GD_ERR_NOMEM, "%s: needs %.2f GiB on %s%s, but %.2f GiB are available there", what,
+                           gib(total), ctx->backends[b]->name, parts, gib(avail));
+        }
+    }
+    return GD_OK;
+}
+
+gd_status gd_leaf_storage(gd_tensor *t)
+{
+    if (t->data != NULL) return GD_OK;
+    gd_ctx *ctx = t->g->ctx;
+    size_t bytes = gd_value_bytes(t);
+    gd_status st = gd_backend_alloc(ctx, t->home, bytes, &t->data);
+    if (st == GD_OK) st = gd_backend_zero(ctx, t->home, t->data, bytes);
+    if (st != GD_OK) {
+        if (t->data != NULL) gd_backend_free(t->home, t->data, bytes);
+        t->data = NULL;
+        char m[1024];
+        snprintf(m, sizeof m, "%s", ctx->err);
+        return gd_fail(ctx, st, "'%s': %s", gd_tensor_name(t), m);
+    }
+    return GD_OK;
 }
 
 gd_tensor *gd_input(gd_graph *g, const char *name, gd_dtype dt, int ndim, const int64_t *shape)

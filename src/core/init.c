@@ -4,15 +4,32 @@
 #include "core.h"
 
 
+gd_status gd_param_set_init(gd_tensor *param, gd_init kind, double std)
+{
+    if (param == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = param->g->ctx;
+    if (param->kind != GD_V_PARAM)
+        return gd_fail(ctx, GD_ERR_INVALID, "init '%s': only parameters have initializers", gd_tensor_name(param));
+    if ((int)kind < GD_INIT_NONE || (int)kind > GD_INIT_NORMAL)
+        return gd_fail(ctx, GD_ERR_INVALID, "init '%s': unknown initializer %d", gd_tensor_name(param), (int)kind);
+    if (kind == GD_INIT_NORMAL && !(std >= 0 && std < 1e30))
+        return gd_fail(ctx, GD_ERR_INVALID, "init '%s': std = %g", gd_tensor_name(param), std);
+    param->init_kind = kind;
+    param->init_std = std;
+    return GD_OK;
+}
+
 gd_status gd_graph_init_params(gd_graph *g, uint64_t seed)
 {
     if (g == NULL) return GD_ERR_INVALID;
     gd_ctx *ctx = g->ctx;
     const gd_core_hooks *hooks = &ctx->reg->hooks;
     if (hooks->initializer == NULL) return gd_fail(ctx, GD_ERR_UNSUPPORTED, "init: no initializers are registered");
+    /* all the parameters (and states) need, checked before the first is stored */
+    gd_status st = gd_leaves_reserve(g, "init", NULL);
+    if (st != GD_OK) return st;
     int pref = ctx->preferred;
     ctx->preferred = 0; /* build the values on the reference */
-    gd_status st = GD_OK;
     for (int i = 0; i < g->n_params && st == GD_OK; i++) {
         gd_tensor *p = g->params[i];
         if (p->init_kind == GD_INIT_NONE) continue;

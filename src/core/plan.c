@@ -142,10 +142,9 @@ gd_status gd_prog_actions(gd_program *p)
         (p->slot_of = gd_malloc(sizeof(int) * cells)) == NULL)
         return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
     for (size_t i = 0; i < cells; i++) p->slot_of[i] = -1;
-    gd_backend *pref = ctx->backends[ctx->preferred];
 
-    /* Leaves read by the program: inputs get storage on the preferred backend now, so that
-     * nothing is allocated when it runs. */
+    /* Leaves read by the program get storage now (gd_prog_plan_memory), so that nothing
+     * is allocated when it runs. */
     char *used = gd_calloc((size_t)p->n_vals + 1, 1);
     if (used == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
     for (int i = 0; i < p->n_pn; i++)
@@ -153,16 +152,9 @@ gd_status gd_prog_actions(gd_program *p)
     for (int i = 0; i < p->n_targets; i++) used[p->vi[p->target_val[i]].root] = 1;
     gd_status st = GD_OK;
     for (int v = 0; v < p->n_vals && st == GD_OK; v++) {
-        gd_tensor *t = p->vals[v];
+        const gd_tensor *t = p->vals[v];
         if (!used[v] || !is_leaf(t)) continue;
-        if (t->data == NULL) {
-            st = gd_backend_alloc(ctx, pref, gd_value_bytes(t), &t->data);
-            if (st != GD_OK) break;
-            t->home = pref;
-        }
-        int s = add_slot(p, v, t->home, gd_value_bytes(t), GD_SLOT_LEAF);
-        if (s < 0) st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
-        else p->slots[s].leaf_ptr = t->data;
+        if (add_slot(p, v, t->home, gd_value_bytes(t), GD_SLOT_LEAF) < 0) st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
     }
     gd_free(used);
     if (st != GD_OK) return st;
@@ -326,22 +318,28 @@ gd_status gd_prog_plan_memory(gd_program *p)
 {
     gd_graph *g = p->g;
     gd_ctx *ctx = g->ctx;
+    size_t grow[GD_MAX_BACKENDS] = {0};
+    for (int b = 0; b < p->n_backends; b++) {
+        gd_status st = place_offsets(p, ctx->backends[b], &p->planned[b]);
+        if (st != GD_OK) return st;
+        if (p->planned[b] > g->arena[b].bytes) grow[b] = p->planned[b] - g->arena[b].bytes;
+    }
+    /* everything this needs that is not there yet, checked before any of it is taken */
+    gd_status st = gd_leaves_reserve(g, "compile", grow);
+    if (st != GD_OK) return st;
+    for (int s = 0; s < p->n_slots; s++) {
+        gd_slot *x = &p->slots[s];
+        if (x->kind != GD_SLOT_LEAF) continue;
+        if ((st = gd_leaf_storage(p->vals[x->root])) != GD_OK) return st;
+        x->leaf_ptr = p->vals[x->root]->data;
+    }
     for (int b = 0; b < p->n_backends; b++) {
         gd_backend *be = ctx->backends[b];
-        size_t need;
-        gd_status st = place_offsets(p, be, &need);
-        if (st != GD_OK) return st;
-        p->planned[b] = need;
+        size_t need = p->planned[b];
         gd_arena *a = &g->arena[b];
         if (need <= a->bytes) continue;
         /* The arena grows: what it holds is activations of earlier runs, never needed
          * again (targets read after this are refused as stale). */
-        size_t avail = gd_backend_free_bytes(be) + a->bytes;
-        if (avail > 0 && need > avail)
-            return gd_fail(ctx, GD_ERR_NOMEM,
-                           "compile: the program needs %.2f GiB of activation memory on %s, but only %.2f GiB are "
-                           "available there (a smaller batch or model would fit)",
-                           gib(need), be->name, gib(avail));
         if (a->ptr != NULL) gd_backend_free(be, a->ptr, a->bytes);
         a->ptr = NULL;
         a->bytes = 0;

@@ -243,10 +243,8 @@ gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes)
         return gd_fail(ctx, GD_ERR_INVALID, "write '%s': %zu bytes given, %s holds %zu", gd_tensor_name(t), bytes,
                        gd_tensor_describe(t, b, sizeof b), gd_value_bytes(t));
     if (t->data == NULL) {
-        gd_backend *pref = ctx->backends[ctx->preferred];
-        gd_status s = gd_backend_alloc(ctx, pref, bytes, &t->data);
+        gd_status s = gd_leaf_storage(t);
         if (s != GD_OK) return s;
-        t->home = pref;
     }
     gd_status s = gd_backend_h2d(ctx, t->home, t->data, src, bytes);
     if (s == GD_OK) t->written = 1;
@@ -263,8 +261,12 @@ gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
         return gd_fail(ctx, GD_ERR_INVALID, "read '%s': %zu bytes given, %s holds %zu", gd_tensor_name(t), bytes,
                        gd_tensor_describe(t, b, sizeof b), gd_value_bytes(t));
     if (t->kind != GD_V_NODE) {
-        if (t->data == NULL)
+        if (t->data == NULL && t->kind == GD_V_INPUT)
             return gd_fail(ctx, GD_ERR_INVALID, "read '%s': the input was never written", gd_tensor_name(t));
+        if (t->data == NULL) { /* a parameter or state not yet stored is still all zeros */
+            memset(dst, 0, bytes);
+            return GD_OK;
+        }
         return gd_backend_d2h(ctx, t->home, dst, t->data, bytes);
     }
     if (t->run_ptr == NULL)

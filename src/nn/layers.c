@@ -4,10 +4,10 @@
  * to be initialized; gd_graph_init_params fills them later from one seed, so that the
  * same seed gives the same network on every backend. Weights take Kaiming-normal init
  * (the layers here feed ReLUs), biases start at zero. */
-#include "core.h"
 #include "gradus_classifier.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 /* CNN widths. Per 28x28 image, forward multiply-adds: conv1 784*C1*9, conv2 196*C1*C2*9,
@@ -22,17 +22,30 @@
 #define CLASSES 10
 
 static gd_tensor *make_param(gd_graph *g, const char *layer, const char *what, gd_dtype dt, int ndim,
-                             const int64_t *shape, int init_kind, double std)
+                             const int64_t *shape, gd_init init, double std)
 {
     char name[256];
     int len = snprintf(name, sizeof name, "%s.%s", layer, what);
-    if (len < 0 || (size_t)len >= sizeof name)
-        return gd_fail_null(g, GD_ERR_INVALID, "layer name \"%.40s...\" is too long (%d bytes)", layer, len);
+    if (len < 0 || (size_t)len >= sizeof name) {
+        gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "layer name \"%.40s...\" is too long (%d bytes)", layer, len);
+        return NULL;
+    }
     gd_tensor *p = gd_param(g, name, dt, ndim, shape);
-    if (p == NULL) return NULL;
-    p->init_kind = init_kind;
-    p->init_std = std;
+    if (p == NULL || gd_param_set_init(p, init, std) != GD_OK) return NULL;
     return p;
+}
+
+/* A builder's failure: the message goes in the graph's context, the result is NULL. */
+static gd_tensor *fail_null(gd_graph *g, gd_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static gd_tensor *fail_null(gd_graph *g, gd_status s, const char *fmt, ...)
+{
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    gd_ctx_fail(gd_graph_ctx(g), s, "%s", m);
+    return NULL;
 }
 
 gd_tensor *gd_nn_linear(gd_tensor *x, const char *name, int64_t out_features, int bias)
@@ -40,12 +53,12 @@ gd_tensor *gd_nn_linear(gd_tensor *x, const char *name, int64_t out_features, in
     if (x == NULL) return NULL;
     gd_graph *g = gd_tensor_graph(x);
     char desc[96];
-    if (name == NULL) return gd_fail_null(g, GD_ERR_INVALID, "gd_nn_linear: name is NULL");
+    if (name == NULL) return fail_null(g, GD_ERR_INVALID, "gd_nn_linear: name is NULL");
     if (gd_tensor_ndim(x) < 1)
-        return gd_fail_null(g, GD_ERR_SHAPE, "gd_nn_linear %s: input %s is a scalar, want (..., in_features)", name,
+        return fail_null(g, GD_ERR_SHAPE, "gd_nn_linear %s: input %s is a scalar, want (..., in_features)", name,
                             gd_tensor_describe(x, desc, sizeof desc));
     if (out_features <= 0)
-        return gd_fail_null(g, GD_ERR_INVALID, "gd_nn_linear %s: out_features = %lld, want > 0", name,
+        return fail_null(g, GD_ERR_INVALID, "gd_nn_linear %s: out_features = %lld, want > 0", name,
                             (long long)out_features);
     int64_t in = gd_tensor_dim(x, -1);
     gd_dtype dt = gd_tensor_dtype(x);
@@ -63,12 +76,12 @@ gd_tensor *gd_nn_conv2d(gd_tensor *x, const char *name, int64_t out_channels, in
     if (x == NULL) return NULL;
     gd_graph *g = gd_tensor_graph(x);
     char desc[96];
-    if (name == NULL) return gd_fail_null(g, GD_ERR_INVALID, "gd_nn_conv2d: name is NULL");
+    if (name == NULL) return fail_null(g, GD_ERR_INVALID, "gd_nn_conv2d: name is NULL");
     if (gd_tensor_ndim(x) != 4)
-        return gd_fail_null(g, GD_ERR_SHAPE, "gd_nn_conv2d %s: input %s is not NCHW (4 dims)", name,
+        return fail_null(g, GD_ERR_SHAPE, "gd_nn_conv2d %s: input %s is not NCHW (4 dims)", name,
                             gd_tensor_describe(x, desc, sizeof desc));
     if (out_channels <= 0 || kernel <= 0 || stride <= 0 || padding < 0)
-        return gd_fail_null(g, GD_ERR_INVALID,
+        return fail_null(g, GD_ERR_INVALID,
                             "gd_nn_conv2d %s: out_channels %lld, kernel %lld, stride %lld, padding %lld: want "
                             "positive sizes and padding >= 0",
                             name, (long long)out_channels, (long long)kernel, (long long)stride, (long long)padding);

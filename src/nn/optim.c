@@ -1,18 +1,20 @@
 /* optim.c — optimizers: they append, after gd_backward, one in-place update node per
  * trained parameter (sgd_update / adamw_update, see src/ops/optim.c), plus the states
  * those need:
- *   "optim.lr"            f32 scalar, the learning rate (g->lr; gd_optimizer_set_lr)
+ *   "optim.lr"            f32 scalar, the learning rate (gd_optimizer_set_lr)
  *   "optim.step"          f32 scalar, AdamW's step count, incremented by every run
  *   "<param>.sgd_buf"     SGD momentum buffer
  *   "<param>.adam_m/v"    AdamW moments
  * Updates run only in programs compiled with GD_COMPILE_UPDATES, after every reader of the
  * old parameter values. A graph takes one optimizer.
  */
-#include "core.h"
+#include "gradus.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define LR_STATE "optim.lr"
 
 /* The trained parameters: those the loss depends on (the others have no gradient). */
 typedef struct trainable {
@@ -33,15 +35,14 @@ static gd_status collect(gd_graph *g, const char *who, trainable *t)
 {
     t->n = 0;
     t->p = t->g = NULL;
-    gd_ctx *ctx = g->ctx;
-    if (!g->backward_done) return gd_fail(ctx, GD_ERR_INVALID, "%s: call gd_backward before adding an optimizer", who);
-    if (g->lr != NULL) return gd_fail(ctx, GD_ERR_INVALID, "%s: the graph already has an optimizer", who);
+    gd_ctx *ctx = gd_graph_ctx(g);
+    if (gd_graph_find(g, LR_STATE) != NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "%s: the graph already has an optimizer", who);
     int np = gd_graph_param_count(g);
     t->p = calloc(np > 0 ? (size_t)np : 1, sizeof *t->p);
     t->g = calloc(np > 0 ? (size_t)np : 1, sizeof *t->g);
     if (t->p == NULL || t->g == NULL) {
         trainable_free(t);
-        return gd_fail(ctx, GD_ERR_NOMEM, "%s: out of memory", who);
+        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory", who);
     }
     for (int i = 0; i < np; i++) {
         gd_tensor *p = gd_graph_param(g, i), *gr = gd_grad(g, p);
@@ -49,7 +50,7 @@ static gd_status collect(gd_graph *g, const char *who, trainable *t)
         if (gd_tensor_dtype(p) != GD_F32) {
             char b[64];
             trainable_free(t);
-            return gd_fail(ctx, GD_ERR_UNSUPPORTED, "%s: parameter %s is %s; optimizers update f32 parameters", who,
+            return gd_ctx_fail(ctx, GD_ERR_UNSUPPORTED, "%s: parameter %s is %s; optimizers update f32 parameters", who,
                            gd_tensor_name(p), gd_tensor_describe(p, b, sizeof b));
         }
         t->p[t->n] = p;
@@ -58,7 +59,8 @@ static gd_status collect(gd_graph *g, const char *who, trainable *t)
     }
     if (t->n == 0) {
         trainable_free(t);
-        return gd_fail(ctx, GD_ERR_INVALID, "%s: no parameter has a gradient (does the loss depend on any?)", who);
+        return gd_ctx_fail(ctx, GD_ERR_INVALID,
+                           "%s: no parameter has a gradient (call gd_backward first; does the loss depend on any?)", who);
     }
     return GD_OK;
 }
@@ -78,20 +80,21 @@ static gd_tensor *state_like(gd_tensor *p, const char *suffix)
 /* The learning rate as an f32 scalar state, so that schedules change it between runs. */
 static gd_tensor *lr_state(gd_graph *g, double lr)
 {
-    gd_tensor *t = gd_state(g, "optim.lr", GD_F32, 0, NULL);
+    gd_tensor *t = gd_state(g, LR_STATE, GD_F32, 0, NULL);
     float v = (float)lr;
     if (t == NULL || gd_tensor_write(t, &v, sizeof v) != GD_OK) return NULL;
-    g->lr = t;
     return t;
 }
 
 /* Fails with `what` followed by the message a builder left in the context; the message is
- * copied first because gd_fail writes into the same buffer. */
+ * copied first because gd_ctx_fail writes into the same buffer. */
 static gd_status fail_after(gd_graph *g, const char *who, const char *what, const char *name)
 {
+    gd_ctx *ctx = gd_graph_ctx(g);
     char cause[512];
-    snprintf(cause, sizeof cause, "%s", gd_ctx_error(g->ctx));
-    return gd_fail(g->ctx, GD_ERR_INVALID, "%s: %s%s%s: %s", who, what, name ? " " : "", name ? name : "", cause);
+    snprintf(cause, sizeof cause, "%s", gd_ctx_error(ctx));
+    gd_status s = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
+    return gd_ctx_fail(ctx, s, "%s: %s%s%s: %s", who, what, name ? " " : "", name ? name : "", cause);
 }
 
 /* Scales every gradient by min(1, clip / (global norm + 1e-6)), as torch's clip_grad_norm_. */
@@ -99,7 +102,7 @@ static gd_status clip_grads(gd_graph *g, trainable *t, double clip, const char *
 {
     gd_tensor *norm = gd_global_norm(g, t->n, t->g);
     gd_attr a = gd_attr_f("max_norm", clip);
-    gd_tensor *coef = norm != NULL ? gd_op1(norm, "clip_coef", 1, &a) : NULL; // () scalar
+    gd_tensor *coef = norm != NULL ? gd_op(g, "clip_coef", 1, &norm, 1, &a) : NULL; // () scalar
     for (int i = 0; i < t->n; i++) t->g[i] = gd_mul(t->g[i], coef);
     for (int i = 0; i < t->n; i++)
         if (t->g[i] == NULL) return fail_after(g, who, "clipping by global norm", NULL);
@@ -110,12 +113,12 @@ gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg)
 {
     if (g == NULL) return GD_ERR_INVALID;
     const char *who = "gd_optimizer_sgd";
-    if (cfg == NULL) return gd_fail(g->ctx, GD_ERR_INVALID, "%s: cfg is NULL", who);
+    if (cfg == NULL) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: cfg is NULL", who);
     if (!(cfg->lr >= 0) || !(cfg->momentum >= 0) || !(cfg->weight_decay >= 0) || !(cfg->clip_norm >= 0))
-        return gd_fail(g->ctx, GD_ERR_INVALID, "%s: lr %g, momentum %g, weight_decay %g, clip_norm %g must not be negative",
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: lr %g, momentum %g, weight_decay %g, clip_norm %g must not be negative",
                        who, cfg->lr, cfg->momentum, cfg->weight_decay, cfg->clip_norm);
     if (cfg->nesterov && cfg->momentum == 0)
-        return gd_fail(g->ctx, GD_ERR_INVALID, "%s: nesterov needs momentum > 0", who);
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: nesterov needs momentum > 0", who);
 
     trainable t;
     gd_status s = collect(g, who, &t);
@@ -139,13 +142,13 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
 {
     if (g == NULL) return GD_ERR_INVALID;
     const char *who = "gd_optimizer_adamw";
-    if (cfg == NULL) return gd_fail(g->ctx, GD_ERR_INVALID, "%s: cfg is NULL", who);
+    if (cfg == NULL) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: cfg is NULL", who);
     // zeros take the defaults
     double lr = cfg->lr != 0 ? cfg->lr : 1e-3, b1 = cfg->beta1 != 0 ? cfg->beta1 : 0.9;
     double b2 = cfg->beta2 != 0 ? cfg->beta2 : 0.999, eps = cfg->eps != 0 ? cfg->eps : 1e-8;
     if (!(lr > 0) || !(b1 > 0 && b1 < 1) || !(b2 > 0 && b2 < 1) || !(eps > 0) || !(cfg->weight_decay >= 0) ||
         !(cfg->clip_norm >= 0))
-        return gd_fail(g->ctx, GD_ERR_INVALID,
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID,
                        "%s: lr %g, beta1 %g, beta2 %g, eps %g, weight_decay %g, clip_norm %g: betas must be in (0, 1), "
                        "lr and eps positive, the others not negative",
                        who, lr, b1, b2, eps, cfg->weight_decay, cfg->clip_norm);
@@ -174,8 +177,9 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
 gd_status gd_optimizer_set_lr(gd_graph *g, double lr)
 {
     if (g == NULL) return GD_ERR_INVALID;
-    if (g->lr == NULL) return gd_fail(g->ctx, GD_ERR_INVALID, "gd_optimizer_set_lr: the graph has no optimizer");
-    if (!(lr >= 0)) return gd_fail(g->ctx, GD_ERR_INVALID, "gd_optimizer_set_lr: lr = %g is negative", lr);
+    gd_tensor *t = gd_graph_find(g, LR_STATE);
+    if (t == NULL) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "gd_optimizer_set_lr: the graph has no optimizer");
+    if (!(lr >= 0)) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "gd_optimizer_set_lr: lr = %g is negative", lr);
     float v = (float)lr;
-    return gd_tensor_write(g->lr, &v, sizeof v);
+    return gd_tensor_write(t, &v, sizeof v);
 }

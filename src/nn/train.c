@@ -7,7 +7,6 @@
  * a fixed size because programs are planned for fixed shapes; the last, partial batch is
  * padded with label -1, which the loss ignores and the accuracy count skips. */
 #include "gradus_classifier.h"
-#include "opdef.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +42,9 @@ static gd_status failed(gd_ctx *ctx, gd_status st, const char *what)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", gd_ctx_error(ctx));
-    return gd_fail(ctx, st, "gd_train_classifier: %s: %s", what, msg[0] ? msg : "unknown error");
+    /* a builder's or compile's NULL carries its status in the context */
+    if (st == GD_ERR_INVALID && gd_ctx_status(ctx) != GD_OK) st = gd_ctx_status(ctx);
+    return gd_ctx_fail(ctx, st, "gd_train_classifier: %s: %s", what, msg[0] ? msg : "unknown error");
 }
 
 static gd_status build(gd_ctx *ctx, const gd_train_config *cfg, int64_t batch, int64_t h, int64_t w, model *m)
@@ -117,13 +118,13 @@ static gd_status evaluate(gd_ctx *ctx, model *m, const gd_dataset *d, int64_t ba
 static gd_status check_data(gd_ctx *ctx, const gd_dataset *d, const char *which, const gd_dataset *like)
 {
     if (d == NULL || d->n <= 0 || d->images == NULL || d->labels == NULL || d->h <= 0 || d->w <= 0)
-        return gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: the %s set is empty or missing", which);
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: the %s set is empty or missing", which);
     if (like != NULL && (d->h != like->h || d->w != like->w))
-        return gd_fail(ctx, GD_ERR_SHAPE, "gd_train_classifier: test images are %lldx%lld but training images %lldx%lld",
+        return gd_ctx_fail(ctx, GD_ERR_SHAPE, "gd_train_classifier: test images are %lldx%lld but training images %lldx%lld",
                        (long long)d->h, (long long)d->w, (long long)like->h, (long long)like->w);
     for (int64_t i = 0; i < d->n; i++)
         if (d->labels[i] < 0 || d->labels[i] >= CLASSES)
-            return gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: %s example %lld has label %d; the classifiers have %d classes",
+            return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: %s example %lld has label %d; the classifiers have %d classes",
                            which, (long long)i, d->labels[i], CLASSES);
     return GD_OK;
 }
@@ -132,11 +133,11 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
                               const gd_train_config *cfg_in, gd_train_result *out)
 {
     if (ctx == NULL || cfg_in == NULL || out == NULL)
-        return ctx ? gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: NULL config or result") : GD_ERR_INVALID;
+        return ctx ? gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: NULL config or result") : GD_ERR_INVALID;
     memset(out, 0, sizeof *out);
     gd_train_config cfg = *cfg_in;
     if (cfg.model == NULL || (strcmp(cfg.model, "mlp") != 0 && strcmp(cfg.model, "cnn") != 0))
-        return gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: model \"%s\": want \"mlp\" or \"cnn\"",
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: model \"%s\": want \"mlp\" or \"cnn\"",
                        cfg.model ? cfg.model : "(null)");
     if (cfg.epochs <= 0) cfg.epochs = 1;
     if (cfg.batch <= 0) cfg.batch = 64;
@@ -154,7 +155,7 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
     float *xb = malloc((size_t)(B * hw) * sizeof *xb);
     int32_t *yb = malloc((size_t)B * sizeof *yb);
     if (perm == NULL || pb == NULL || xb == NULL || yb == NULL)
-        st = gd_fail(ctx, GD_ERR_NOMEM, "gd_train_classifier: out of memory for batches of %lld", (long long)B);
+        st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "gd_train_classifier: out of memory for batches of %lld", (long long)B);
     if (st == GD_OK) st = build(ctx, &cfg, B, train->h, train->w, &m);
 
     const double t0 = now_s();
