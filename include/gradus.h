@@ -288,6 +288,10 @@ gd_tensor *gd_assign(gd_tensor *dst, gd_tensor *src);
 gd_status gd_backward(gd_graph *g, gd_tensor *loss);
 /* d loss / d t after gd_backward, or NULL when loss does not depend on t. */
 gd_tensor *gd_grad(gd_graph *g, gd_tensor *t);
+/* Makes `grad` what gd_grad(g, t) answers from now on — and so what optimizers added
+ * later update t with (gradient accumulation, scaling, clipping of one's own). grad must
+ * have t's shape and dtype. */
+gd_status gd_set_grad(gd_graph *g, gd_tensor *t, gd_tensor *grad);
 
 /* ---- optimizers: append in-place updates of every parameter ------------------------- */
 

@@ -12,6 +12,21 @@ gd_tensor *gd_grad(gd_graph *g, gd_tensor *t)
     return t->grad;
 }
 
+gd_status gd_set_grad(gd_graph *g, gd_tensor *t, gd_tensor *grad)
+{
+    if (g == NULL) return GD_ERR_INVALID;
+    if (t == NULL || grad == NULL) return gd_fail(g->ctx, GD_ERR_INVALID, "set_grad: NULL tensor");
+    if (t->g != g || grad->g != g) return gd_fail(g->ctx, GD_ERR_INVALID, "set_grad: a tensor of another graph");
+    if (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0 ||
+        grad->dtype != t->dtype) {
+        char a[128], b[128];
+        return gd_fail(g->ctx, GD_ERR_SHAPE, "set_grad '%s': gradient %s for %s", gd_tensor_name(t),
+                       gd_tensor_describe(grad, a, sizeof a), gd_tensor_describe(t, b, sizeof b));
+    }
+    t->grad = grad;
+    return GD_OK;
+}
+
 gd_status gd_backward(gd_graph *g, gd_tensor *loss)
 {
     if (g == NULL) return GD_ERR_INVALID;

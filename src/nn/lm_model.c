@@ -1,0 +1,233 @@
+/* lm_model.c — the llama and GPT-2 families as graphs of gradus ops.
+ *
+ * Parameters take the names and layouts Hugging Face gives them, so that a checkpoint
+ * written from the graph is a model directory `transformers` loads, and one it wrote
+ * loads here:
+ *   llama: model.embed_tokens.weight (V, D); per layer model.layers.L.
+ *          {input_layernorm, post_attention_layernorm}.weight (D),
+ *          self_attn.{q,k,v,o}_proj.weight (out, in), [self_attn.{q,k}_norm.weight (hd)],
+ *          mlp.{gate,up,down}_proj.weight (out, in); model.norm.weight; lm_head.weight
+ *          unless the embeddings are tied.
+ *   GPT-2: transformer.wte.weight (Vp, D), transformer.wpe.weight (P, D); per layer
+ *          transformer.h.L.{ln_1,ln_2}.{weight,bias}, attn.c_attn.{weight (D, 3D), bias},
+ *          attn.c_proj, mlp.c_fc (D, F), mlp.c_proj (F, D) — Conv1D weights are stored
+ *          (in, out), which `linear_act` reads with weight_in_out = 1; transformer.ln_f.
+ * Initial values follow the Hugging Face classes: normal(0, 0.02) for projections and
+ * embeddings (GPT-2's residual projections scaled by 1/sqrt(2 layers)), ones for norm
+ * weights, zeros for biases.
+ *
+ * Shapes: x (B, T, D); heads are split as (B, T, H, hd), which RoPE takes, and viewed as
+ * (B, H, T, hd) for attention; the transposes are views, so no copy is made unless a
+ * kernel needs one.
+ */
+#include "gradus_lm.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Parameters are f32 (master weights); with a narrower compute dtype each is cast where
+ * it is used, and activations flow in that dtype, as autocast does: gradients come back
+ * through the casts to the f32 parameters the optimizer updates. */
+typedef struct builder {
+    gd_graph *g;
+    const gd_lm_config *cfg;
+    gd_dtype dt;     /* activations */
+    int failed;
+} builder;
+
+static gd_tensor *use(builder *b, gd_tensor *p)
+{
+    return p == NULL || gd_tensor_dtype(p) == b->dt ? p : gd_cast(p, b->dt);
+}
+
+static gd_tensor *fail(builder *b, gd_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static gd_tensor *fail(builder *b, gd_status s, const char *fmt, ...)
+{
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    gd_ctx_fail(gd_graph_ctx(b->g), s, "%s", m);
+    b->failed = 1;
+    return NULL;
+}
+
+/* A parameter "<prefix>.<what>" of the given shape and initializer. */
+static gd_tensor *param(builder *b, const char *prefix, const char *what, int ndim, const int64_t *shape, gd_init init,
+                        double std)
+{
+    if (b->failed) return NULL;
+    char name[256];
+    int n = prefix[0] ? snprintf(name, sizeof name, "%s.%s", prefix, what) : snprintf(name, sizeof name, "%s", what);
+    if (n < 0 || (size_t)n >= sizeof name) return fail(b, GD_ERR_INVALID, "parameter name %s.%s is too long", prefix, what);
+    gd_tensor *p = gd_param(b->g, name, GD_F32, ndim, shape);
+    if (p == NULL || gd_param_set_init(p, init, std) != GD_OK) {
+        b->failed = 1;
+        return NULL;
+    }
+    return p;
+}
+
+/* norm weights and biases, used in the compute dtype */
+static gd_tensor *vec(builder *b, const char *prefix, const char *what, int64_t n, gd_init init)
+{
+    return use(b, param(b, prefix, what, 1, (int64_t[]){n}, init, 0));
+}
+static gd_tensor *mat(builder *b, const char *prefix, const char *what, int64_t rows, int64_t cols, double std)
+{
+    return param(b, prefix, what, 2, (int64_t[]){rows, cols}, GD_INIT_NORMAL, std);
+}
+
+/* x (..., in) @ W^T with W (out, in): a Hugging Face nn.Linear. */
+static gd_tensor *proj(builder *b, gd_tensor *x, const char *prefix, const char *what, int64_t out, int64_t in,
+                       double std)
+{
+    gd_tensor *w = use(b, mat(b, prefix, what, out, in, std));
+    return gd_linear(x, w, NULL);
+}
+
+/* x (..., in) @ W + bias with W (in, out): GPT-2's Conv1D. */
+static gd_tensor *conv1d(builder *b, gd_tensor *x, const char *prefix, int64_t in, int64_t out, double std)
+{
+    gd_tensor *w = use(b, mat(b, prefix, "weight", in, out, std)), *bias = vec(b, prefix, "bias", out, GD_INIT_ZEROS);
+    if (x == NULL || w == NULL || bias == NULL) return NULL;
+    gd_attr a[2] = {gd_attr_i("act", 0), gd_attr_i("weight_in_out", 1)};
+    return gd_op(b->g, "linear_act", 3, (gd_tensor *[]){x, w, bias}, 2, a);
+}
+
+static gd_tensor *labelled(gd_tensor *t, const char *prefix, const char *what)
+{
+    char l[256];
+    snprintf(l, sizeof l, "%s.%s", prefix, what);
+    return gd_label(t, l);
+}
+
+/* (B, T, n*hd) -> (B, n, T, hd), a view */
+static gd_tensor *heads(gd_tensor *x, int64_t B, int64_t T, int64_t n, int64_t hd)
+{
+    return gd_reshape(x, 4, (int64_t[]){B, T, n, hd});
+}
+
+/* attention over (B, T, H, hd) q and (B, T, Hkv, hd) k, v; returns (B, T, H*hd) */
+static gd_tensor *attend(gd_tensor *q, gd_tensor *k, gd_tensor *v, int64_t B, int64_t T, int64_t H, int64_t hd)
+{
+    gd_tensor *y = gd_attention(gd_transpose(q, 1, 2), gd_transpose(k, 1, 2), gd_transpose(v, 1, 2), 1, 0.0, NULL);
+    return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
+}
+
+static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
+{
+    const gd_lm_config *c = b->cfg;
+    int64_t B = gd_tensor_dim(ids, 0), T = gd_tensor_dim(ids, 1), D = c->dim, H = c->n_heads, Hkv = c->n_kv_heads;
+    int64_t hd = c->head_dim, F = c->hidden_dim, V = c->vocab_padded;
+    double eps = c->norm_eps, std = 0.02;
+    gd_tensor *emb = mat(b, "model", "embed_tokens.weight", V, D, std);
+    gd_tensor *x = use(b, gd_embedding(emb, ids)); // (B, T, D), gathered in f32 and cast
+    for (int64_t l = 0; l < c->n_layers && !b->failed; l++) {
+        char L[64], A[80], M[80];
+        snprintf(L, sizeof L, "model.layers.%lld", (long long)l);
+        snprintf(A, sizeof A, "%s.self_attn", L);
+        snprintf(M, sizeof M, "%s.mlp", L);
+        gd_tensor *h = gd_rms_norm(x, vec(b, L, "input_layernorm.weight", D, GD_INIT_ONES), eps);
+        gd_tensor *q = heads(proj(b, h, A, "q_proj.weight", H * hd, D, std), B, T, H, hd);
+        gd_tensor *k = heads(proj(b, h, A, "k_proj.weight", Hkv * hd, D, std), B, T, Hkv, hd);
+        gd_tensor *v = heads(proj(b, h, A, "v_proj.weight", Hkv * hd, D, std), B, T, Hkv, hd);
+        if (c->qk_norm) {
+            q = gd_rms_norm(q, vec(b, A, "q_norm.weight", hd, GD_INIT_ONES), eps);
+            k = gd_rms_norm(k, vec(b, A, "k_norm.weight", hd, GD_INIT_ONES), eps);
+        }
+        q = gd_rope(q, c->rope_theta, 0, pos); /* the half-split pairs of Hugging Face's rotate_half */
+        k = gd_rope(k, c->rope_theta, 0, pos);
+        gd_tensor *att = labelled(attend(q, k, v, B, T, H, hd), A, "attention");
+        x = gd_add(x, proj(b, att, A, "o_proj.weight", D, H * hd, std));
+        h = gd_rms_norm(x, vec(b, L, "post_attention_layernorm.weight", D, GD_INIT_ONES), eps);
+        gd_tensor *gate = gd_silu(proj(b, h, M, "gate_proj.weight", F, D, std));
+        gd_tensor *up = proj(b, h, M, "up_proj.weight", F, D, std);
+        x = gd_add(x, proj(b, gd_mul(gate, up), M, "down_proj.weight", D, F, std));
+        if (x == NULL && !b->failed) b->failed = 1;
+    }
+    gd_tensor *h = gd_rms_norm(x, vec(b, "model", "norm.weight", D, GD_INIT_ONES), eps);
+    gd_tensor *w = c->tied_embeddings ? emb : mat(b, "", "lm_head.weight", V, D, std);
+    return gd_linear(h, use(b, w), NULL); // (B, T, V)
+}
+
+static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
+{
+    const gd_lm_config *c = b->cfg;
+    int64_t B = gd_tensor_dim(ids, 0), T = gd_tensor_dim(ids, 1), D = c->dim, H = c->n_heads, hd = c->head_dim;
+    int64_t F = c->hidden_dim, V = c->vocab_padded;
+    double eps = c->norm_eps, std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)c->n_layers);
+    if (pos != NULL) return fail(b, GD_ERR_UNSUPPORTED, "gpt2: a position offset is for the inference engine");
+    gd_tensor *wte = mat(b, "transformer", "wte.weight", V, D, std);
+    gd_tensor *wpe = mat(b, "transformer", "wpe.weight", c->max_seq, D, std);
+    if (T > c->max_seq)
+        return fail(b, GD_ERR_SHAPE, "gpt2: sequences of %lld tokens, but the model has %lld positions", (long long)T,
+                    (long long)c->max_seq);
+    gd_tensor *positions = gd_arange(b->g, GD_I32, T, 0, 1);
+    gd_tensor *x = use(b, gd_add(gd_embedding(wte, ids), gd_embedding(wpe, positions))); // (B, T, D) + (T, D)
+    for (int64_t l = 0; l < c->n_layers && !b->failed; l++) {
+        char L[64], P[96];
+        snprintf(L, sizeof L, "transformer.h.%lld", (long long)l);
+        snprintf(P, sizeof P, "%s.ln_1", L);
+        gd_tensor *h = gd_layer_norm(x, vec(b, P, "weight", D, GD_INIT_ONES), vec(b, P, "bias", D, GD_INIT_ZEROS), eps);
+        snprintf(P, sizeof P, "%s.attn.c_attn", L);
+        gd_tensor *qkv = conv1d(b, h, P, D, 3 * D, std), *part[3] = {NULL, NULL, NULL};
+        if (gd_split(qkv, -1, 3, NULL, part) != GD_OK && !b->failed) b->failed = 1;
+        gd_tensor *att = attend(heads(part[0], B, T, H, hd), heads(part[1], B, T, H, hd), heads(part[2], B, T, H, hd),
+                                B, T, H, hd);
+        snprintf(P, sizeof P, "%s.attn", L);
+        labelled(att, P, "attention");
+        snprintf(P, sizeof P, "%s.attn.c_proj", L);
+        x = gd_add(x, conv1d(b, att, P, D, D, proj_std));
+        snprintf(P, sizeof P, "%s.ln_2", L);
+        h = gd_layer_norm(x, vec(b, P, "weight", D, GD_INIT_ONES), vec(b, P, "bias", D, GD_INIT_ZEROS), eps);
+        snprintf(P, sizeof P, "%s.mlp.c_fc", L);
+        gd_tensor *m = gd_gelu(conv1d(b, h, P, D, F, std), 1);
+        snprintf(P, sizeof P, "%s.mlp.c_proj", L);
+        x = gd_add(x, conv1d(b, m, P, F, D, proj_std));
+        if (x == NULL && !b->failed) b->failed = 1;
+    }
+    gd_tensor *h = gd_layer_norm(x, vec(b, "transformer.ln_f", "weight", D, GD_INIT_ONES),
+                                 vec(b, "transformer.ln_f", "bias", D, GD_INIT_ZEROS), eps);
+    return gd_linear(h, use(b, wte), NULL); // tied: (B, T, Vp)
+}
+
+gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype)
+{
+    if (g == NULL || ids == NULL) return NULL;
+    gd_ctx *ctx = gd_graph_ctx(g);
+    if (cfg == NULL) {
+        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config is NULL");
+        return NULL;
+    }
+    char d[96];
+    if (gd_tensor_ndim(ids) != 2 || (gd_tensor_dtype(ids) != GD_I32 && gd_tensor_dtype(ids) != GD_I64)) {
+        gd_ctx_fail(ctx, GD_ERR_SHAPE, "lm: ids %s must be (B, T) of i32 or i64", gd_tensor_describe(ids, d, sizeof d));
+        return NULL;
+    }
+    if (dtype != GD_F32 && dtype != GD_BF16 && dtype != GD_F16) {
+        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: compute dtype %s; f32, bf16 or f16", gd_dtype_name(dtype));
+        return NULL;
+    }
+    if (cfg->head_dim <= 0 || cfg->n_kv_heads <= 0 || cfg->vocab_padded < cfg->vocab_size) {
+        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config has not been checked (gd_lm_config_check fills its defaults)");
+        return NULL;
+    }
+    builder b = {.g = g, .cfg = cfg, .dt = dtype};
+    gd_tensor *logits = cfg->arch == GD_LM_GPT2 ? gpt2(&b, ids, pos) : llama(&b, ids, pos);
+    if (logits == NULL || b.failed) return NULL;
+    if (cfg->vocab_padded != cfg->vocab_size) logits = gd_slice(logits, -1, 0, cfg->vocab_size);
+    return gd_label(logits, "logits");
+}
+
+gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets)
+{
+    if (logits == NULL || targets == NULL) return NULL;
+    int64_t B = gd_tensor_dim(logits, 0), T = gd_tensor_dim(logits, 1), V = gd_tensor_dim(logits, 2);
+    gd_tensor *flat = gd_reshape(logits, 2, (int64_t[]){B * T, V});
+    if (gd_tensor_dtype(flat) != GD_F32) flat = gd_cast(flat, GD_F32); /* the loss in f32 */
+    return gd_label(gd_cross_entropy(flat, gd_reshape(targets, 1, (int64_t[]){B * T}), -1), "loss");
+}
