@@ -82,7 +82,8 @@ typedef struct gd_data_pos {
 } gd_data_pos;
 /* Fills x and y (B*T int32 each): B windows of T+1 tokens, y the window shifted by one.
  * Training windows come in the shuffled order and advance pos (a new epoch when one is
- * done); validation windows are the split's first B, in order, whatever pos says. */
+ * done). Validation batches are fixed: batch pos->index holds the split's windows
+ * [index*B, index*B + B), in order, wrapping around the split; pos is not advanced. */
 gd_status gd_token_data_batch(gd_token_data *d, int split, int64_t B, int64_t T, gd_data_pos *pos, int32_t *x,
                               int32_t *y);
 
@@ -141,6 +142,95 @@ gd_status gd_lm_config_check(gd_ctx *ctx, gd_lm_config *cfg);
 /* Hugging Face config.json: LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, GPT2LMHeadModel. */
 gd_status gd_lm_config_read(gd_ctx *ctx, const char *path, gd_lm_config *out);
 gd_status gd_lm_config_write(gd_ctx *ctx, const gd_lm_config *cfg, const char *path);
+
+/* The model's forward pass in g: ids (B, T) i32 -> logits (B, T, vocab_size), making its
+ * parameters (f32, named as Hugging Face names them, initialized as it does by
+ * gd_graph_init_params). Activations are in `dtype` (f32, bf16 or f16; parameters are
+ * cast where used, as autocast does). pos (an i32 scalar tensor, NULL for 0) is the
+ * position of the first token (RoPE models). cfg must have been checked. */
+gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype);
+/* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */
+gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets);
+
+/* ---- training ---------------------------------------------------------------------- */
+
+typedef struct gd_lm_progress {
+    int64_t step, steps;         /* the step just done (1-based) and the last one */
+    double loss, lr, grad_norm;  /* of that step (loss: mean over its micro-batches) */
+    double val_loss;             /* measured after this step, NaN when not */
+    double tokens_per_s;         /* over this run so far */
+    double elapsed_s, eta_s;
+} gd_lm_progress;
+
+typedef struct gd_lm_train_config {
+    gd_lm_config model;          /* checked */
+    gd_token_data *data;
+    const gd_tokenizer *tokenizer; /* saved with each checkpoint; may be NULL */
+    int64_t steps;               /* optimizer steps; 0: 100 */
+    int64_t batch, seq;          /* 0: 8, the model's max_seq */
+    int64_t grad_accum;          /* micro-batches per step; 0: 1 */
+    double lr;                   /* peak learning rate; 0: 1e-3 */
+    double min_lr;               /* end of the cosine decay; 0: lr / 10 */
+    int64_t warmup;              /* steps of linear warmup */
+    double weight_decay;         /* AdamW's, on every parameter */
+    double beta1, beta2;         /* 0: 0.9, 0.95 */
+    double clip;                 /* clip gradients to this global norm; 0: none */
+    int64_t val_every;           /* steps between validations; 0: at the end only */
+    int64_t val_batches;         /* batches of the validation split per validation; 0: 8 */
+    int64_t ckpt_every;          /* steps between checkpoints; 0: at the end only */
+    const char *out_dir;         /* checkpoints and metrics.jsonl; NULL: neither */
+    const char *resume_dir;      /* continue from the latest checkpoint there */
+    gd_dtype dtype;              /* activations: f32 (default) or bf16 / f16 with f32 weights */
+    uint64_t seed;               /* initialization and data order (ignored when resuming) */
+    double report_every_s;       /* 0: 1 */
+    void (*progress)(void *user, const gd_lm_progress *p);
+    void *user;
+} gd_lm_train_config;
+
+typedef struct gd_lm_train_result {
+    int64_t steps;               /* the last step done */
+    double train_loss, val_loss; /* the last measured (val: NaN if never) */
+    double tokens_per_s;
+    int saw_nan;                 /* a loss was not finite: training stopped there */
+    size_t activation_bytes;     /* the training step's planned memory on the preferred backend */
+    char checkpoint[1024];       /* the last checkpoint written, "" if none */
+    char metrics[1024];          /* the metrics log, "" if none */
+} gd_lm_train_result;
+
+/* Trains with AdamW, a linear warmup and a cosine decay (the learning rate is a runtime
+ * value: changing it never recompiles), gradient clipping and accumulation. With
+ * out_dir, it writes checkpoints there — each a directory ckpt-<step> holding
+ * config.json, model.safetensors and tokenizer.json (a model directory `transformers`
+ * loads) plus optimizer.safetensors and trainer.json, made in a temporary directory and
+ * renamed, then named by the file `latest` (replaced atomically): a run killed while
+ * writing leaves the previous checkpoint whole — and metrics.jsonl, a JSON object per
+ * step. Resuming continues so that the losses equal an uninterrupted run's bit for bit
+ * on a deterministic backend. */
+gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_result *out);
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+/* Where training is, besides the graph's parameters and optimizer states: what a resumed
+ * run needs to continue bit for bit. */
+typedef struct gd_lm_state {
+    int64_t step;      /* optimizer steps done */
+    gd_data_pos pos;   /* the training data reader's position */
+    uint64_t seed;     /* the run's seed */
+} gd_lm_state;
+
+/* Writes checkpoint ckpt-<step> under out_dir (the layout and atomicity gd_lm_train
+ * describes) with every parameter of g and the states AdamW and the trainer keep;
+ * `written` (may be NULL) gets its path. tok may be NULL. */
+gd_status gd_lm_checkpoint_save(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const gd_tokenizer *tok,
+                                const gd_lm_state *st, const char *out_dir, char *written, size_t cap);
+/* Loads a checkpoint into g, whose model must have the checkpoint's shapes: parameters
+ * always, optimizer states and the training state when with_optimizer (st may be NULL
+ * otherwise). `where` is a checkpoint or a training directory (its latest). */
+gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *where,
+                                int with_optimizer, gd_lm_state *st);
+/* The checkpoint directory `dir` stands for: itself if it holds config.json, else the one
+ * its `latest` file names. */
+gd_status gd_lm_checkpoint_resolve(gd_ctx *ctx, const char *dir, char *path, size_t cap);
 
 #ifdef __cplusplus
 }
