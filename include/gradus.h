@@ -203,6 +203,10 @@ gd_tensor *gd_cast(gd_tensor *x, gd_dtype to);
 /* reductions; axes may be negative; n_axes = 0 reduces over all axes */
 gd_tensor *gd_sum(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
 gd_tensor *gd_mean(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
+/* the same with the result in dtype `out` (accumulated in double, rounded once): a bf16 or
+ * f16 x summed into f32 */
+gd_tensor *gd_sum_as(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims, gd_dtype out);
+gd_tensor *gd_mean_as(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims, gd_dtype out);
 gd_tensor *gd_max(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
 gd_tensor *gd_argmax(gd_tensor *x, int64_t axis, int keepdims); /* i64 */
 /* sqrt(sum of squares of all elements of all n tensors), a scalar */
@@ -211,19 +215,26 @@ gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs);
 /* matrix products: a (..., M, K) @ b (..., K, N), batch dims broadcast; transposes swap the
  * last two dims of an operand before the product. linear: x (..., in) W (out, in) b (out) */
 gd_tensor *gd_matmul(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b);
+/* the product written in dtype `out` (accumulated in double, rounded once): bf16 or f16
+ * operands into f32 */
+gd_tensor *gd_matmul_as(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b, gd_dtype out);
 gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias /* may be NULL */);
 
 /* losses and normalizers; axis may be negative */
 gd_tensor *gd_softmax(gd_tensor *x, int64_t axis);
 gd_tensor *gd_log_softmax(gd_tensor *x, int64_t axis);
-/* logits (N, C), targets (N) i32 or i64; mean over targets != ignore_index; a scalar */
+/* logits (N, C), targets (N) i32 or i64; mean over targets != ignore_index; a scalar. A
+ * target outside [0, C) other than ignore_index (a negative one included) makes the run
+ * fail with GD_ERR_INVALID naming the node, the value and its position. */
 gd_tensor *gd_cross_entropy(gd_tensor *logits, gd_tensor *targets, int64_t ignore_index);
 gd_tensor *gd_mse(gd_tensor *pred, gd_tensor *target); /* mean of squared differences */
 /* over the last axis; weight and bias (last-axis sized) may be NULL */
 gd_tensor *gd_layer_norm(gd_tensor *x, gd_tensor *weight, gd_tensor *bias, double eps);
 gd_tensor *gd_rms_norm(gd_tensor *x, gd_tensor *weight, double eps);
 
-/* indexing and layout */
+/* indexing and layout. An id or index outside [0, rows) — negative ones included: they do
+ * not count from the end — makes the run fail with GD_ERR_INVALID naming the node, the
+ * value and its position. */
 gd_tensor *gd_embedding(gd_tensor *table, gd_tensor *ids);          /* table (V, D), ids any shape */
 gd_tensor *gd_index_select(gd_tensor *x, int64_t axis, gd_tensor *idx); /* idx 1-D i32/i64 */
 gd_tensor *gd_concat(gd_graph *g, int n, gd_tensor *const *xs, int64_t axis);

@@ -1,6 +1,8 @@
 /* The conformance sweep over every backend this build has (the reference, the built-in
  * fast CPU backend when present, and the test device): failing 0, unaccounted 0, and the
- * test device's own kernels verified rather than falling back. */
+ * test device's own kernels verified rather than falling back. The sweep has a row for
+ * each mixed-precision form an op declares, and ran the strided variants: on the
+ * reference, whose kernels all read strides, every row with a case to view verified them. */
 #include "sweep.h"
 
 #include <stdio.h>
@@ -21,14 +23,25 @@ int main(void)
         printf("FAIL: %s\n", gd_ctx_error(ctx));
         return 1;
     }
-    int fails = 0;
-    for (int i = 0; i < s.n_rows; i++)
+    int fails = 0, forms = 0, mixed_rows = 0, strided_rows = 0;
+    for (int i = 0; i < gd_registry_count(ctx->reg); i++)
+        for (const char *const *m = gd_registry_get(ctx->reg, i)->mixed; m != NULL && *m != NULL; m++) forms++;
+    for (int i = 0; i < s.n_rows; i++) {
+        mixed_rows += s.rows[i].signature != NULL;
+        const gd_sweep_cell *ref = &s.rows[i].cell[0];
+        if (ref->variant_runs > 0) {
+            strided_rows++;
+            if (ref->strided != GD_V_VERIFIED || ref->native != 1) {
+                printf("FAIL %s %s: the reference's strided runs are %s (native %d)\n", s.rows[i].op->name,
+                       gd_sweep_row_key(&s.rows[i]), gd_verdict_name(ref->strided), ref->native);
+                fails++;
+            }
+        }
         for (int b = 0; b < s.n_backends; b++) {
             int v = s.rows[i].cell[b].verdict;
             if (v == GD_V_FAILING || v == GD_V_UNACCOUNTED) {
-                printf("FAIL %s %s on %s: %s: %s\n", s.rows[i].op->name,
-                       s.rows[i].dtype < 0 ? "attr" : gd_dtype_name((gd_dtype)s.rows[i].dtype), gd_backend_name(ctx, b),
-                       gd_verdict_name(v), s.rows[i].cell[b].note);
+                printf("FAIL %s %s on %s: %s: %s\n", s.rows[i].op->name, gd_sweep_row_key(&s.rows[i]),
+                       gd_backend_name(ctx, b), gd_verdict_name(v), s.rows[i].cell[b].note);
                 fails++;
             }
             const char *op = s.rows[i].op->name;
@@ -39,10 +52,22 @@ int main(void)
                 fails++;
             }
         }
+    }
+    if (mixed_rows != forms || forms == 0) {
+        printf("FAIL %d mixed-precision rows for the %d forms the ops declare\n", mixed_rows, forms);
+        fails++;
+    }
+    if (strided_rows * 2 < s.n_rows) {
+        printf("FAIL strided variants ran in only %d of %d rows\n", strided_rows, s.n_rows);
+        fails++;
+    }
+    printf("%d rows, %d of them mixed-precision forms, %d with strided variants\n", s.n_rows, mixed_rows, strided_rows);
     for (int b = 0; b < s.n_backends; b++) {
-        printf("%-8s verified %d partial %d fallback %d failing %d n/a %d unaccounted %d\n", gd_backend_name(ctx, b),
+        printf("%-8s verified %d partial %d fallback %d failing %d n/a %d unaccounted %d; strided: verified %d "
+               "partial %d fallback %d\n", gd_backend_name(ctx, b),
                b == 0 ? s.count[b][GD_V_REFERENCE] : s.count[b][GD_V_VERIFIED], s.count[b][GD_V_PARTIAL], s.count[b][GD_V_FALLBACK],
-               s.count[b][GD_V_FAILING], s.count[b][GD_V_NA], s.count[b][GD_V_UNACCOUNTED]);
+               s.count[b][GD_V_FAILING], s.count[b][GD_V_NA], s.count[b][GD_V_UNACCOUNTED],
+               s.strided_count[b][GD_V_VERIFIED], s.strided_count[b][GD_V_PARTIAL], s.strided_count[b][GD_V_FALLBACK]);
         fails += s.count[b][GD_V_FAILING] + s.count[b][GD_V_UNACCOUNTED];
     }
     gd_sweep_free(&s);

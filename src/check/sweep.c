@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 const char *gd_verdict_name(int v)
@@ -43,9 +42,7 @@ static int compare(const gd_op_def *op, int dtype, int backward, const gd_case_o
     }
     double tol = gd_sweep_tol(op, dtype, backward);
     for (int k = 0; k < ref->n; k++) {
-        int is_f = ref->t[k].dtype == GDP_F32 || ref->t[k].dtype == GDP_F16 || ref->t[k].dtype == GDP_BF16 ||
-                   ref->t[k].dtype == GDP_F64;
-        if (tol == 0 || !is_f) {
+        if (tol == 0 || !gdp_is_float(ref->t[k].dtype)) {
             size_t bytes = (size_t)gdp_numel(&ref->t[k]) * gdp_dtype_size(ref->t[k].dtype);
             if (memcmp(ref->t[k].data, got->t[k].data, bytes) != 0) {
                 int64_t j = 0;
@@ -80,19 +77,189 @@ static int dtype_supported(const gd_backend *b, int dtype)
     return 0;
 }
 
-/* One cell: the op's cases at dtype on backend b. */
-static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *b, gd_sweep_cell *cell,
-                       unsigned *case_keys)
+/* ---- mixed-precision rows ------------------------------------------------------------ */
+
+/* Calls f with each operand dtype of a signature "bf16,bf16->f32", in order. */
+static void sig_dtypes(const char *sig, void (*f)(int dt, void *user), void *user)
 {
-    int cdt = dtype < 0 ? GDP_F32 : dtype;
+    const char *p = sig;
+    while (*p) {
+        size_t n = strcspn(p, ",-");
+        int dt = gd_dtype_from_name(p, n);
+        if (dt >= 0) f(dt, user);
+        p += n;
+        while (*p == ',' || *p == '-' || *p == '>') p++;
+    }
+}
+
+static void first_float(int dt, void *user)
+{
+    int *key = user;
+    if (*key < 0 && gdp_is_float(dt)) *key = dt;
+}
+
+static void least_precise(int dt, void *user)
+{
+    int *t = user;
+    if (dt == GDP_BF16 || (dt == GDP_F16 && *t != GDP_BF16)) *t = dt;
+}
+
+/* The dtype a kernel of the form is keyed by (its first floating operand's), and the one
+ * its tolerance is scaled for (its least precise operand's). */
+static int sig_key_dtype(const char *sig)
+{
+    int key = -1;
+    sig_dtypes(sig, first_float, &key);
+    return key;
+}
+
+static int sig_tol_dtype(const char *sig)
+{
+    int t = GDP_F32;
+    sig_dtypes(sig, least_precise, &t);
+    return t;
+}
+
+const char *gd_sweep_row_key(const gd_sweep_row *row)
+{
+    if (row->signature != NULL) return row->signature;
+    return row->dtype < 0 ? "attr" : gd_dtype_name((gd_dtype)row->dtype);
+}
+
+/* Whether the backend's kernel for the row's key takes strided inputs itself: 1, 0, or -1
+ * when it has none. A row keyed by an attribute (dtype -1) counts every uniform kernel of
+ * the op: 1 only when all of them do. */
+static int native_strided(const gd_backend *b, const gd_sweep_row *row)
+{
+    if (b->is_ref) return row->op->ref_strided != 0;
+    int found = 0, all = 1;
+    for (int i = 0; i < b->n_kernels; i++) {
+        const gd_kernel_entry *e = &b->kernels[i];
+        if (e->op != row->op) continue;
+        if (row->signature != NULL ? e->signature == NULL || strcmp(e->signature, row->signature) != 0
+                                   : e->signature != NULL || (row->dtype >= 0 && e->dtype != row->dtype))
+            continue;
+        found = 1;
+        all &= (e->k.flags & GDP_KERNEL_STRIDED) != 0;
+    }
+    return found ? all : -1;
+}
+
+/* ---- one cell ------------------------------------------------------------------------- */
+
+enum { RUN_OK, RUN_FALLBACK, RUN_FAILED, RUN_OTHER_FORM };
+
+static void run_note(gd_sweep_cell *cell, const char *spec, int variant, int backward, const char *what)
+{
+    snprintf(cell->note, sizeof cell->note, "\"%s\"%s%s%s: %s", spec, variant ? " " : "",
+             variant ? gd_case_variant_name(variant) : "", backward ? " backward" : "", what);
+}
+
+/* One case in one layout on backend b, forward then (for differentiable ops) backward,
+ * against the oracle: the reference with view ops run as kernels. `sig`: the mixed form
+ * the row is for (a case of another form is skipped). */
+static int run_case(gd_ctx *ctx, const gd_op_def *op, const gd_case *cs, const char *spec, int variant, gd_backend *b,
+                    int tol_dt, const char *sig, gd_sweep_cell *cell, unsigned *case_keys)
+{
+    int passes = op->grad != NULL ? 2 : 1;
+    for (int backward = 0; backward < passes; backward++) {
+        gd_case_prog rp, bp;
+        gd_case_out ro = {0}, bo = {0}, bo2 = {0};
+        int strict = ctx->strict;
+        /* the oracle */
+        ctx->strict = 0;
+        gd_case_opts o = {.backend = 0, .backward = backward, .seed = 1234, .variant = variant, .oracle = 1};
+        gd_status st = gd_case_build_ex(ctx, op, cs, &o, &rp);
+        if (st == GD_OK && !backward && rp.n_fwd > 0) {
+            const gd_node *n = rp.fwd[0]->node;
+            if (sig != NULL) {
+                char got[256];
+                if (strcmp(gd_node_signature(n, got, sizeof got), sig) != 0) {
+                    ctx->strict = strict;
+                    gd_case_prog_free(&rp);
+                    return RUN_OTHER_FORM;
+                }
+            } else {
+                *case_keys |= GD_M(gd_node_key_dtype(n));
+            }
+            /* a case with integer outputs only (add of i32) has no backward pass */
+            int any_float = 0;
+            for (int k = 0; k < rp.n_fwd; k++) any_float |= gdp_is_float(rp.fwd[k]->dtype);
+            if (!any_float) passes = 1;
+        }
+        if (st == GD_OK) st = gd_case_exec(&rp, &ro);
+        if (st != GD_OK) {
+            char m[600];
+            snprintf(m, sizeof m, "the reference: %s", gd_ctx_error(ctx));
+            cell->verdict = b->is_ref ? GD_V_FAILING : GD_V_UNACCOUNTED;
+            run_note(cell, spec, variant, backward, m);
+            ctx->strict = strict;
+            gd_case_prog_free(&rp);
+            gd_case_out_free(&ro);
+            gd_ctx_clear_error(ctx);
+            return RUN_FAILED;
+        }
+        /* the backend: strict for the op itself, fallbacks allowed in the loss and
+         * gradient graph of the backward check (those ops have rows of their own); views
+         * as a program has them */
+        ctx->strict = backward ? 0 : 1;
+        o = (gd_case_opts){.backend = b->index, .backward = backward, .seed = 1234, .variant = variant, .oracle = 0};
+        st = gd_case_build_ex(ctx, op, cs, &o, &bp);
+        ctx->strict = strict;
+        if (st == GD_OK) st = gd_case_exec(&bp, &bo);
+        if (st == GD_OK) st = gd_case_exec(&bp, &bo2);
+        int result = RUN_OK;
+        if (st == GD_ERR_STRICT) {
+            result = RUN_FALLBACK;
+            if (cell->note[0] == '\0') run_note(cell, spec, variant, 0, gd_ctx_error(ctx));
+        } else if (st != GD_OK) {
+            result = RUN_FAILED;
+            run_note(cell, spec, variant, backward, gd_ctx_error(ctx));
+        } else if (!same_bits(&bo, &bo2)) {
+            result = RUN_FAILED;
+            run_note(cell, spec, variant, backward, "second run not bitwise identical");
+        } else {
+            char note[200];
+            if (compare(op, tol_dt, backward, &ro, &bo, &cell->worst, note, sizeof note) != 0) {
+                result = RUN_FAILED;
+                run_note(cell, spec, variant, 0, note);
+            }
+        }
+        if (result == RUN_FAILED) cell->verdict = GD_V_FAILING;
+        gd_case_prog_free(&rp);
+        gd_case_prog_free(&bp);
+        gd_case_out_free(&ro);
+        gd_case_out_free(&bo);
+        gd_case_out_free(&bo2);
+        gd_ctx_clear_error(ctx);
+        if (result != RUN_OK) return result; /* no backward check of a case that fell back */
+    }
+    return RUN_OK;
+}
+
+/* Verdict of runs that were not failures: all on the backend, some, or none. */
+static int tally_verdict(int ok, int fallback)
+{
+    return fallback == 0 ? GD_V_VERIFIED : ok > 0 ? GD_V_PARTIAL : GD_V_FALLBACK;
+}
+
+/* One cell: the row's cases, contiguous and strided, on backend b. */
+static void sweep_cell(gd_ctx *ctx, gd_sweep_row *row, gd_backend *b, gd_sweep_cell *cell)
+{
+    const gd_op_def *op = row->op;
+    const char *sig = row->signature;
+    int cdt = row->dtype < 0 || sig != NULL ? GDP_F32 : row->dtype;
+    int tol_dt = sig != NULL ? sig_tol_dtype(sig) : cdt;
     cell->verdict = b->is_ref ? GD_V_REFERENCE : GD_V_VERIFIED;
-    int n_ok = 0, n_fallback = 0;
-    if (!b->is_ref && dtype >= 0 && !dtype_supported(b, dtype)) {
+    cell->strided = GD_V_NA;
+    cell->native = native_strided(b, row);
+    if (!b->is_ref && row->dtype >= 0 && !dtype_supported(b, row->dtype)) {
         cell->verdict = GD_V_NA;
-        snprintf(cell->note, sizeof cell->note, "%s has no %s kernels", b->name, gd_dtype_name((gd_dtype)dtype));
+        snprintf(cell->note, sizeof cell->note, "%s has no %s kernels", b->name, gd_dtype_name((gd_dtype)row->dtype));
         return;
     }
-    for (const char *const *c = op->cases; c != NULL && *c != NULL; c++) {
+    int ok[2] = {0, 0}, fallback[2] = {0, 0}; /* [0] contiguous, [1] strided variants */
+    for (const char *const *c = sig != NULL ? op->mixed_cases : op->cases; c != NULL && *c != NULL; c++) {
         gd_case cs;
         char msg[256];
         if (gd_case_parse(*c, cdt, &cs, msg, sizeof msg) != 0) {
@@ -100,113 +267,88 @@ static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *
             snprintf(cell->note, sizeof cell->note, "case \"%s\": %s", *c, msg);
             return;
         }
-        int passes = op->grad != NULL && !b->is_ref ? 2 : 1;
-        for (int backward = 0; backward < passes; backward++) {
-            gd_case_prog rp, bp;
-            gd_case_out ro = {0}, bo = {0}, bo2 = {0};
-            int strict = ctx->strict;
-            /* the reference result */
-            ctx->strict = 0;
-            gd_status st = gd_case_build(ctx, op, &cs, 0, backward, 1234, &rp);
-            if (st == GD_OK && rp.n_fwd > 0 && rp.fwd[0]->node != NULL)
-                *case_keys |= GD_M(gd_node_key_dtype(rp.fwd[0]->node));
-            if (st == GD_OK && !backward) {
-                /* a case with integer outputs only (add of i32) has no backward pass */
-                int any_float = 0;
-                for (int k = 0; k < rp.n_fwd; k++) {
-                    int32_t d = rp.fwd[k]->dtype;
-                    any_float |= d == GDP_F32 || d == GDP_F16 || d == GDP_BF16 || d == GDP_F64;
-                }
-                if (!any_float) passes = 1;
-            }
-            if (st == GD_OK) st = gd_case_exec(&rp, &ro);
-            if (st != GD_OK) {
-                cell->verdict = b->is_ref ? GD_V_FAILING : GD_V_UNACCOUNTED;
-                snprintf(cell->note, sizeof cell->note, "reference%s on \"%s\": %s", backward ? " backward" : "", *c,
-                         gd_ctx_error(ctx));
-                ctx->strict = strict;
-                gd_case_prog_free(&rp);
-                gd_case_out_free(&ro);
+        for (int v = 0; v < GD_VAR_COUNT; v++) {
+            if (v > 0 && !gd_case_variant_applies(op, &cs, v)) continue;
+            int r = run_case(ctx, op, &cs, *c, v, b, tol_dt, sig, cell, &row->case_keys);
+            if (r == RUN_OTHER_FORM) break;
+            if (r == RUN_FAILED) {
+                if (v > 0) cell->strided = GD_V_FAILING;
                 return;
             }
-            /* the backend: strict for the op itself, fallbacks allowed in the loss and
-             * gradient graph of the backward check (those ops have rows of their own) */
-            ctx->strict = backward ? 0 : 1;
-            st = gd_case_build(ctx, op, &cs, b->index, backward, 1234, &bp);
-            ctx->strict = strict;
-            if (st == GD_OK) st = gd_case_exec(&bp, &bo);
-            if (st == GD_OK) st = gd_case_exec(&bp, &bo2);
-            int bad = 0;
-            if (st == GD_ERR_STRICT) {
-                n_fallback++;
-                if (cell->note[0] == '\0') snprintf(cell->note, sizeof cell->note, "no kernel accepts \"%s\"", *c);
-            } else if (st != GD_OK) {
-                cell->verdict = GD_V_FAILING;
-                snprintf(cell->note, sizeof cell->note, "\"%s\"%s: %s", *c, backward ? " backward" : "", gd_ctx_error(ctx));
-                bad = 1;
-            } else if (!same_bits(&bo, &bo2)) {
-                cell->verdict = GD_V_FAILING;
-                snprintf(cell->note, sizeof cell->note, "\"%s\"%s: second run not bitwise identical", *c,
-                         backward ? " backward" : "");
-                bad = 1;
-            } else if (!b->is_ref) {
-                char note[200];
-                if (compare(op, cdt, backward, &ro, &bo, &cell->worst, note, sizeof note) != 0) {
-                    cell->verdict = GD_V_FAILING;
-                    snprintf(cell->note, sizeof cell->note, "\"%s\": %s", *c, note);
-                    bad = 1;
-                }
-            }
-            if (st == GD_OK && !bad) n_ok += !backward;
-            cell->cases += !backward;
-            gd_case_prog_free(&rp);
-            gd_case_prog_free(&bp);
-            gd_case_out_free(&ro);
-            gd_case_out_free(&bo);
-            gd_case_out_free(&bo2);
-            gd_ctx_clear_error(ctx);
-            if (bad) return;
-            if (st == GD_ERR_STRICT) break; /* no backward check of a case that fell back */
+            ok[v > 0] += r == RUN_OK;
+            fallback[v > 0] += r == RUN_FALLBACK;
+            if (v == 0) cell->cases++;
+            else cell->variant_runs++;
         }
     }
-    if (!b->is_ref && n_fallback > 0) cell->verdict = n_ok > 0 ? GD_V_PARTIAL : GD_V_FALLBACK;
+    if (sig != NULL && cell->cases == 0) {
+        cell->verdict = GD_V_UNACCOUNTED;
+        snprintf(cell->note, sizeof cell->note, "no case of mixed_cases has the form %s", sig);
+        return;
+    }
+    if (cell->variant_runs > 0) cell->strided = tally_verdict(ok[1], fallback[1]);
+    if (!b->is_ref) cell->verdict = tally_verdict(ok[0] + ok[1], fallback[0] + fallback[1]);
+}
+
+/* Adds a row; the caller sweeps it. */
+static gd_sweep_row *add_row(gd_sweep *out, const gd_op_def *op, int dtype, const char *sig)
+{
+    gd_sweep_row *row = &out->rows[out->n_rows++];
+    row->op = op;
+    row->dtype = dtype;
+    row->signature = sig;
+    return row;
+}
+
+static int mixed_count(const gd_op_def *op)
+{
+    int n = 0;
+    for (const char *const *m = op->mixed; m != NULL && *m != NULL; m++) n++;
+    return n;
 }
 
 gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sweep *out,
                        void (*progress)(void *, const gd_sweep_row *, int, int), void *user)
 {
     memset(out, 0, sizeof *out);
-    int n_ops = gd_registry_count(ctx->reg);
-    out->rows = calloc((size_t)n_ops * GDP_DTYPE_COUNT + 1, sizeof *out->rows);
+    int n_ops = gd_registry_count(ctx->reg), total = 0, cap = 1;
+    for (int i = 0; i < n_ops; i++) {
+        const gd_op_def *op = gd_registry_get(ctx->reg, i);
+        cap += GDP_DTYPE_COUNT + mixed_count(op);
+        if (only != NULL && strcmp(only, op->name) != 0) continue;
+        total += (op->dtypes ? __builtin_popcount(op->dtypes & ~GD_M(GDP_F64)) : 1) + mixed_count(op);
+    }
+    out->rows = gd_calloc((size_t)cap, sizeof *out->rows);
     if (out->rows == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "sweep: out of memory");
     out->n_backends = ctx->n_backends;
     int guard = ctx->guard;
     ctx->guard = 1;
-    int total = 0;
     for (int i = 0; i < n_ops; i++) {
         const gd_op_def *op = gd_registry_get(ctx->reg, i);
         if (only != NULL && strcmp(only, op->name) != 0) continue;
-        total += op->dtypes ? __builtin_popcount(op->dtypes & ~GD_M(GDP_F64)) : 1;
-    }
-    for (int i = 0; i < n_ops; i++) {
-        const gd_op_def *op = gd_registry_get(ctx->reg, i);
-        if (only != NULL && strcmp(only, op->name) != 0) continue;
-        for (int dt = -1; dt < GDP_DTYPE_COUNT; dt++) {
-            if (dt == GDP_F64) continue; /* f64 exists for gradient checks on the reference */
-            if (op->dtypes ? dt < 0 || !(op->dtypes & GD_M(dt)) : dt != -1) continue;
-            gd_sweep_row *row = &out->rows[out->n_rows++];
-            row->op = op;
-            row->dtype = dt;
+        /* the dtype rows, then one row per mixed-precision form */
+        for (int dt = -1; dt < GDP_DTYPE_COUNT + mixed_count(op); dt++) {
+            gd_sweep_row *row;
+            if (dt >= GDP_DTYPE_COUNT) {
+                const char *sig = op->mixed[dt - GDP_DTYPE_COUNT];
+                row = add_row(out, op, sig_key_dtype(sig), sig);
+            } else {
+                if (dt == GDP_F64) continue; /* f64 exists for gradient checks on the reference */
+                if (op->dtypes ? dt < 0 || !(op->dtypes & GD_M(dt)) : dt != -1) continue;
+                row = add_row(out, op, dt, NULL);
+            }
             for (int bi = 0; bi < ctx->n_backends; bi++) {
                 gd_backend *b = ctx->backends[bi];
                 gd_sweep_cell *cell = &row->cell[bi];
                 if (backend != NULL && !b->is_ref && strcmp(backend, b->name) != 0) {
-                    cell->verdict = GD_V_NA;
+                    cell->verdict = cell->strided = GD_V_NA;
+                    cell->native = native_strided(b, row);
                     snprintf(cell->note, sizeof cell->note, "not swept");
                     continue;
                 }
-                sweep_cell(ctx, op, dt, b, cell, &row->case_keys);
+                sweep_cell(ctx, row, b, cell);
                 out->count[bi][cell->verdict]++;
+                out->strided_count[bi][cell->strided]++;
             }
             if (progress != NULL) progress(user, row, out->n_rows, total);
         }
@@ -215,18 +357,26 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
         gd_backend *b = ctx->backends[bi];
         snprintf(out->registration[bi], sizeof out->registration[bi], "%s", b->bad_registrations);
         /* a kernel registered for an op × dtype the sweep never visits is unaccounted: the
-         * dtype is neither one the op declares nor the key of one of its cases */
+         * dtype is neither one the op declares nor the key of one of its cases (a kernel
+         * of a mixed form is visited by that form's row) */
         for (int k = 0; k < b->n_kernels; k++) {
             const gd_kernel_entry *e = &b->kernels[k];
-            unsigned keys = e->op->dtypes;
-            for (int r = 0; r < out->n_rows; r++)
-                if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys;
-            int seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 : 1;
+            int seen = 0;
+            if (e->signature != NULL) {
+                for (int r = 0; r < out->n_rows && !seen; r++)
+                    seen = out->rows[r].op == e->op && out->rows[r].signature != NULL &&
+                           strcmp(out->rows[r].signature, e->signature) == 0;
+            } else {
+                unsigned keys = e->op->dtypes;
+                for (int r = 0; r < out->n_rows; r++)
+                    if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys;
+                seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 : 1;
+            }
             if (!seen) {
                 size_t used = strlen(out->registration[bi]);
                 snprintf(out->registration[bi] + used, sizeof out->registration[bi] - used,
-                         "kernel %s/%s for a dtype the op does not declare; ", e->op->name,
-                         gd_dtype_name((gd_dtype)e->dtype));
+                         "kernel %s/%s for a form the op does not declare; ", e->op->name,
+                         e->signature != NULL ? e->signature : gd_dtype_name((gd_dtype)e->dtype));
                 if (only == NULL) out->count[bi][GD_V_UNACCOUNTED]++;
             }
         }
@@ -238,6 +388,6 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
 
 void gd_sweep_free(gd_sweep *s)
 {
-    free(s->rows);
+    gd_free(s->rows);
     memset(s, 0, sizeof *s);
 }

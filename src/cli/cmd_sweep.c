@@ -36,6 +36,16 @@ static void cpu_model(char *buf, size_t cap)
     fclose(f);
 }
 
+/* A cell of the strided columns: how the kernel takes strided inputs (natively, or
+ * through the planner's contiguous copy) and how the strided variants fared. */
+static const char *strided_cell(const gd_sweep_cell *c, char *buf, size_t cap)
+{
+    if (c->strided == GD_V_NA) return "n/a";
+    snprintf(buf, cap, "%s: %s", c->native > 0 ? "native" : c->native == 0 ? "copy" : "none",
+             gd_verdict_name(c->strided));
+    return buf;
+}
+
 static int write_doc(const char *path, gd_ctx *ctx, const gd_sweep *s)
 {
     FILE *f = fopen(path, "w");
@@ -54,25 +64,39 @@ static int write_doc(const char *path, gd_ctx *ctx, const gd_sweep *s)
     fprintf(f, "Each op runs its sweep cases (declared beside it in `src/ops/`) on every backend and on the CPU\n"
                "reference with identical fixed-seed inputs: strict placement, normalized MSE within the op's\n"
                "tolerance (exact for copies and indexing), guard bytes around outputs, a second run bitwise\n"
-               "identical, and for differentiable ops the backward pass too. *verified*: all of that held;\n"
-               "*fallback*: the backend has no kernel accepting the case, so it runs on the CPU; *partial*:\n"
-               "some cases verified, the others fall back; *n/a*: the\n"
-               "backend has no kernels of that dtype at all; *reference*: the oracle itself ran clean.\n\n");
-    fprintf(f, "## Summary\n\n| backend | device | verified | partial | fallback | failing | n/a | unaccounted |\n|---|---|---|---|---|---|---|---|\n");
+               "identical, and for differentiable ops the backward pass too. Every case also runs with strided\n"
+               "inputs, forward and backward: transposed (last two dims swapped), sliced (a slice of a wider\n"
+               "buffer along the last dim) and broadcast (a size-1 leading dim expanded) views of the same\n"
+               "values. *verified*: all of that held; *fallback*: the backend has no kernel accepting the\n"
+               "case, so it runs on the CPU; *partial*: some runs verified, the others fall back; *n/a*: the\n"
+               "backend has no kernels of that dtype at all; *reference*: the oracle itself ran clean, and\n"
+               "with views (strided inputs) it matched itself without them.\n\n"
+               "The *strided* column of a backend says how its kernel for the row takes strided inputs:\n"
+               "*native* (the kernel reads strides: `GDP_KERNEL_STRIDED`, or the op's `ref_strided` for the\n"
+               "reference), *copy* (the planner makes the inputs contiguous first, with the backend's own\n"
+               "strided `copy` kernel if it has one, else the strided runs fall back) or *none* (no kernel),\n"
+               "then the verdict of the strided runs alone. Rows named by a signature (`bf16,bf16->f32`) are\n"
+               "the mixed-precision forms an op declares; a kernel for one registers with that signature.\n\n");
+    fprintf(f, "## Summary\n\n| backend | device | verified | partial | fallback | failing | n/a | unaccounted | "
+               "strided verified | strided partial or fallback |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int b = 1; b < s->n_backends; b++) {
         const char *dev = ctx->backends[b]->has_dev && ctx->backends[b]->dev.name ? ctx->backends[b]->dev.name : "host memory";
-        fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %d |\n", ctx->backends[b]->name, dev, s->count[b][GD_V_VERIFIED],
-                s->count[b][GD_V_PARTIAL], s->count[b][GD_V_FALLBACK], s->count[b][GD_V_FAILING], s->count[b][GD_V_NA], s->count[b][GD_V_UNACCOUNTED]);
+        fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", ctx->backends[b]->name, dev,
+                s->count[b][GD_V_VERIFIED], s->count[b][GD_V_PARTIAL], s->count[b][GD_V_FALLBACK],
+                s->count[b][GD_V_FAILING], s->count[b][GD_V_NA], s->count[b][GD_V_UNACCOUNTED],
+                s->strided_count[b][GD_V_VERIFIED], s->strided_count[b][GD_V_PARTIAL] + s->strided_count[b][GD_V_FALLBACK]);
     }
     fprintf(f, "\n## By op and dtype\n\n| op | dtype |");
-    for (int b = 0; b < s->n_backends; b++) fprintf(f, " %s |", ctx->backends[b]->name);
+    for (int b = 0; b < s->n_backends; b++) fprintf(f, " %s | %s strided |", ctx->backends[b]->name, ctx->backends[b]->name);
     fprintf(f, " what it computes |\n|---|---|");
-    for (int b = 0; b < s->n_backends; b++) fprintf(f, "---|");
+    for (int b = 0; b < s->n_backends; b++) fprintf(f, "---|---|");
     fprintf(f, "---|\n");
     for (int i = 0; i < s->n_rows; i++) {
         const gd_sweep_row *r = &s->rows[i];
-        fprintf(f, "| `%s` | %s |", r->op->name, dt_name(r->dtype));
-        for (int b = 0; b < s->n_backends; b++) fprintf(f, " %s |", gd_verdict_name(r->cell[b].verdict));
+        char buf[64];
+        fprintf(f, r->signature != NULL ? "| `%s` | `%s` |" : "| `%s` | %s |", r->op->name, gd_sweep_row_key(r));
+        for (int b = 0; b < s->n_backends; b++)
+            fprintf(f, " %s | %s |", gd_verdict_name(r->cell[b].verdict), strided_cell(&r->cell[b], buf, sizeof buf));
         fprintf(f, " %s |\n", r->op->doc ? r->op->doc : "");
     }
     fclose(f);

@@ -5,7 +5,7 @@
  * the derivative cheap: relu, gelu and silu need x; sigmoid and tanh are expressed through
  * their output y, which the forward pass has already computed.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,20 +16,6 @@
 #define GELU_C 0.044715                      // the cubic term of the tanh approximation
 
 static int is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
-
-static inline double load_f(const gdp_tensor *t, int64_t i)
-{
-    if (t->dtype == GDP_F32) return ((const float *)t->data)[i];
-    if (t->dtype == GDP_F64) return ((const double *)t->data)[i];
-    return gd_ref_load(t, i);
-}
-
-static inline void store_f(const gdp_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == GDP_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == GDP_F64) ((double *)t->data)[i] = v;
-    else gd_ref_store(t, i, v);
-}
 
 /* ---- the functions ---------------------------------------------------------------------- */
 
@@ -81,37 +67,45 @@ static double tanh_dy(double y, int approx) { return 1.0 - y * y; }        // in
 
 typedef double (*act_fn)(double x, int approx);
 
-/* y = f(x) */
+/* y = f(x); x may be strided */
 static gdp_status forward_ref(const gdp_node *n, gdp_err *err, act_fn f)
 {
     const gdp_tensor *x = n->in[0], *y = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(y);
     if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
-    if (y->dtype == GDP_F32) { // the training path of models run through the reference
+    if (y->dtype == GDP_F32 && gdp_is_contiguous(x)) { // the training path of models run through the reference
         const float *px = x->data;
         float *py = y->data;
         for (int64_t i = 0; i < count; i++) py[i] = (float)f(px[i], approx);
-    } else {
-        for (int64_t i = 0; i < count; i++) store_f(y, i, f(load_f(x, i), approx));
+        return GDP_OK;
     }
+    rw_walk it;
+    rw_begin(&it, y->ndim, y->shape);
+    rw_add(&it, x);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) rw_st(y, i, f(rw_ld(x, it.off[0]), approx));
     return GDP_OK;
 }
 
-/* dx = dy * f'(v), v being x or y as the op defines; dy and v have one shape. */
+/* dx = dy * f'(v), v being x or y as the op defines; dy and v have one shape and may be
+ * strided. */
 static gdp_status backward_ref(const gdp_node *n, gdp_err *err, act_fn fd)
 {
     const gdp_tensor *dy = n->in[0], *v = n->in[1], *dx = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(dx);
     if (!is_float(dx->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)dx->dtype);
-    if (dx->dtype == GDP_F32) {
+    if (dx->dtype == GDP_F32 && gdp_is_contiguous(dy) && gdp_is_contiguous(v)) {
         const float *pdy = dy->data, *pv = v->data;
         float *pdx = dx->data;
         for (int64_t i = 0; i < count; i++) pdx[i] = (float)(pdy[i] * fd(pv[i], approx));
-    } else {
-        for (int64_t i = 0; i < count; i++) store_f(dx, i, load_f(dy, i) * fd(load_f(v, i), approx));
+        return GDP_OK;
     }
+    rw_walk it;
+    rw_begin(&it, dx->ndim, dx->shape);
+    rw_add(&it, dy);
+    rw_add(&it, v);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) rw_st(dx, i, rw_ld(dy, it.off[0]) * fd(rw_ld(v, it.off[1]), approx));
     return GDP_OK;
 }
 
@@ -220,10 +214,10 @@ static const char *const sigmoid_grad_cases[] = {"f[3,4] p[3,4]", "n[2,3,5] f[2,
 
 #define ACT_DEF(op, attrs_, cases_, doc_)                                                                  \
     {.name = #op, .min_in = 1, .max_in = 1, .n_out = 1, .attrs = attrs_, .dtypes = GD_FLOATS, .infer = infer_act, \
-     .grad = grad_##op, .ref = ref_##op, .cases = cases_, .tol = TOL, .doc = doc_}
+     .grad = grad_##op, .ref = ref_##op, .cases = cases_, .tol = TOL, .ref_strided = 1, .doc = doc_}
 #define ACT_GRAD_DEF(op, attrs_, cases_, doc_)                                                               \
     {.name = #op "_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = attrs_, .dtypes = GD_FLOATS,          \
-     .infer = infer_act_grad, .ref = ref_##op##_grad, .cases = cases_, .tol = TOL, .doc = doc_}
+     .infer = infer_act_grad, .ref = ref_##op##_grad, .cases = cases_, .tol = TOL, .ref_strided = 1, .doc = doc_}
 
 GD_FAMILY(activation)
 {

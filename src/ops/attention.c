@@ -7,48 +7,24 @@
  * attributes: a decoder moves them on every step without recompiling.
  *
  * Small language models train through these reference kernels in CI, so attention works
- * on double copies of its operands with contiguous inner loops over the head dim; still
- * naive (one query row at a time, no tiling, no threads).
+ * on double copies of its operands (gathered from any strides into the node's workspace)
+ * with contiguous inner loops over the head dim; still naive (one query row at a time, no
+ * tiling, no threads).
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int is_float_dtype(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
-static inline double load(const gdp_tensor *t, int64_t i)
+/* Carves n doubles off the front of *ws (the node's workspace, sized by the op's
+ * ref_workspace from the same counts). */
+static double *take(char **ws, int64_t n)
 {
-    if (t->dtype == GDP_F32) return ((const float *)t->data)[i];
-    if (t->dtype == GDP_F64) return ((const double *)t->data)[i];
-    return gd_ref_load(t, i);
-}
-
-static inline void store(const gdp_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == GDP_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == GDP_F64) ((double *)t->data)[i] = v;
-    else gd_ref_store(t, i, v);
-}
-
-/* The tensor as doubles: f64 data is used in place, anything else is converted into a
- * buffer the caller frees (*owned). NULL when out of memory. */
-static const double *as_f64(const gdp_tensor *t, double **owned)
-{
-    *owned = NULL;
-    if (t->dtype == GDP_F64) return t->data;
-    int64_t n = gdp_numel(t);
-    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
-    if (d == NULL) return NULL;
-    if (t->dtype == GDP_F32) {
-        const float *f = t->data;
-        for (int64_t i = 0; i < n; i++) d[i] = f[i];
-    } else {
-        for (int64_t i = 0; i < n; i++) d[i] = gd_ref_load(t, i);
-    }
-    *owned = d;
-    return d;
+    double *p = (double *)*ws;
+    *ws += rw_doubles(n);
+    return p;
 }
 
 /* Fails c unless input k is an integer scalar (a position or a length). */
@@ -95,9 +71,9 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
     int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
     int64_t pos_offset = node->n_in > 1 ? scalar_at(node, 1) : 0;
     double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
-
-    double *cs = malloc((size_t)(half > 0 ? 2 * half : 1) * sizeof *cs); // cos, sin per pair
-    if (cs == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld angles", (long long)half);
+    double *cs = rw_workspace(node, rw_doubles(2 * half), err); // cos, sin per pair
+    if (cs == NULL) return GDP_ERR_INVALID;
+    const int64_t sb = x->stride[0], st = x->stride[1], sh = x->stride[2], sd = x->stride[3];
     for (int64_t t = 0; t < T; t++) {
         double pos = (double)(t + pos_offset);
         for (int64_t i = 0; i < half; i++) {
@@ -107,19 +83,20 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
         }
         for (int64_t b = 0; b < B; b++)
             for (int64_t h = 0; h < H; h++) {
-                int64_t base = ((b * T + t) * H + h) * D; // x[b, t, h, :]
+                int64_t out = ((b * T + t) * H + h) * D, in = b * sb + t * st + h * sh; // [b, t, h, :]
                 for (int64_t i = 0; i < half; i++) {
-                    int64_t i0 = interleaved ? base + 2 * i : base + i;
-                    int64_t i1 = interleaved ? i0 + 1 : i0 + half;
-                    double x0 = load(x, i0), x1 = load(x, i1), c = cs[2 * i], s = cs[2 * i + 1];
-                    store(y, i0, x0 * c - x1 * s);
-                    store(y, i1, x0 * s + x1 * c);
+                    int64_t j0 = interleaved ? 2 * i : i, j1 = interleaved ? j0 + 1 : j0 + half;
+                    double x0 = rw_ld(x, in + j0 * sd), x1 = rw_ld(x, in + j1 * sd), c = cs[2 * i], s = cs[2 * i + 1];
+                    rw_st(y, out + j0, x0 * c - x1 * s);
+                    rw_st(y, out + j1, x0 * s + x1 * c);
                 }
             }
     }
-    free(cs);
     return GDP_OK;
 }
+
+/* Scratch: the cosine and sine of each pair's angle at one step. */
+static size_t ws_rope(const gdp_node *node) { return rw_doubles(node->in[0]->shape[3]); }
 
 static gd_status rope_grad(gd_grad_ctx *c)
 {
@@ -241,6 +218,14 @@ static int64_t attn_probs(const attn_dims *a, int64_t t, const double *qt, const
     return n;
 }
 
+/* Scratch of attention: q, k, v as contiguous doubles, a row of probabilities, an
+ * output row. */
+static size_t ws_attention(const gdp_node *node)
+{
+    const gdp_tensor *q = node->in[0], *k = node->in[1];
+    return rw_doubles(gdp_numel(q)) + 2 * rw_doubles(gdp_numel(k)) + rw_doubles(k->shape[2]) + rw_doubles(q->shape[3]);
+}
+
 /* out[b, h, t] = sum_s softmax_s(scale q[b, h, t] . k[b, h/G, s]) v[b, h/G, s], G = H/Hkv. */
 static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
@@ -248,16 +233,15 @@ static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gd
     attn_dims a;
     if (attn_dims_of(node, node->in[0], node->in[1], 3, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     int64_t group = a.H / a.Hkv;
-    double *own[3];
-    const double *Q = as_f64(node->in[0], &own[0]); // (B, H, T, D)
-    const double *K = as_f64(node->in[1], &own[1]); // (B, Hkv, S, D)
-    const double *V = as_f64(node->in[2], &own[2]); // (B, Hkv, S, D)
-    double *p = malloc((size_t)(a.S + a.D + 1) * sizeof *p), *o = p + a.S;
-    gdp_status st = GDP_OK;
-    if (Q == NULL || K == NULL || V == NULL || p == NULL) {
-        st = gdp_fail(err, GDP_ERR_NOMEM, "no memory for double copies of q, k, v");
-        goto done;
-    }
+    char *ws = rw_workspace(node, ws_attention(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *Q = take(&ws, gdp_numel(node->in[0])); // (B, H, T, D)
+    double *K = take(&ws, gdp_numel(node->in[1])); // (B, Hkv, S, D)
+    double *V = take(&ws, gdp_numel(node->in[2])); // (B, Hkv, S, D)
+    double *p = take(&ws, a.S), *o = take(&ws, a.D);
+    rw_gather(node->in[0], Q);
+    rw_gather(node->in[1], K);
+    rw_gather(node->in[2], V);
     for (int64_t b = 0; b < a.B; b++)
         for (int64_t h = 0; h < a.H; h++) {
             const double *kh = K + (b * a.Hkv + h / group) * a.S * a.D; // (S, D)
@@ -268,13 +252,10 @@ static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gd
                 for (int64_t d = 0; d < a.D; d++) o[d] = 0;
                 for (int64_t s = 0; s < n; s++)
                     for (int64_t d = 0; d < a.D; d++) o[d] += p[s] * vh[s * a.D + d];
-                for (int64_t d = 0; d < a.D; d++) store(y, row + d, o[d]);
+                for (int64_t d = 0; d < a.D; d++) rw_st(y, row + d, o[d]);
             }
         }
-done:
-    for (int i = 0; i < 3; i++) free(own[i]);
-    free(p);
-    return st;
+    return GDP_OK;
 }
 
 static gd_status attention_grad(gd_grad_ctx *c)
@@ -339,24 +320,32 @@ static int attention_grad_infer(gd_infer *c)
  *     dk[s]  += scale dS[t,s] q[t]
  * The softmax is recomputed from q and k. dk and dv sum over the query heads of a group
  * and over t in one fixed order (b, h, t ascending): deterministic. */
+/* Scratch of attention_grad: dy, q, k, v as contiguous doubles, the dk and dv sums, and
+ * rows of probabilities, their gradients and dq. */
+static size_t ws_attention_grad(const gdp_node *node)
+{
+    const gdp_tensor *q = node->in[1], *k = node->in[2];
+    return 2 * rw_doubles(gdp_numel(q)) + 4 * rw_doubles(gdp_numel(k)) + 2 * rw_doubles(k->shape[2]) +
+           rw_doubles(q->shape[3]);
+}
+
 static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *dq = node->out[0], *dk = node->out[1], *dv = node->out[2];
     attn_dims a;
     if (attn_dims_of(node, node->in[1], node->in[2], 4, &a, err) != GDP_OK) return GDP_ERR_INVALID;
-    int64_t group = a.H / a.Hkv, nkv = a.B * a.Hkv * a.S * a.D;
-    double *own[4];
-    const double *dY = as_f64(node->in[0], &own[0]); // (B, H, T, D)
-    const double *Q = as_f64(node->in[1], &own[1]);  // (B, H, T, D)
-    const double *K = as_f64(node->in[2], &own[2]);  // (B, Hkv, S, D)
-    const double *V = as_f64(node->in[3], &own[3]);  // (B, Hkv, S, D)
-    double *dK = calloc((size_t)(2 * nkv + 1), sizeof *dK), *dV = dK + nkv;
-    double *p = malloc((size_t)(2 * a.S + a.D + 1) * sizeof *p), *dp = p + a.S, *g = dp + a.S;
-    gdp_status st = GDP_OK;
-    if (dY == NULL || Q == NULL || K == NULL || V == NULL || dK == NULL || p == NULL) {
-        st = gdp_fail(err, GDP_ERR_NOMEM, "no memory for double copies of dy, q, k, v");
-        goto done;
-    }
+    int64_t group = a.H / a.Hkv, nq = gdp_numel(node->in[1]), nkv = gdp_numel(node->in[2]);
+    char *ws = rw_workspace(node, ws_attention_grad(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *dY = take(&ws, nq), *Q = take(&ws, nq);           // (B, H, T, D)
+    double *K = take(&ws, nkv), *V = take(&ws, nkv);          // (B, Hkv, S, D)
+    double *dK = take(&ws, nkv), *dV = take(&ws, nkv);        // (B, Hkv, S, D)
+    double *p = take(&ws, a.S), *dp = take(&ws, a.S), *g = take(&ws, a.D);
+    rw_gather(node->in[0], dY);
+    rw_gather(node->in[1], Q);
+    rw_gather(node->in[2], K);
+    rw_gather(node->in[3], V);
+    for (int64_t i = 0; i < nkv; i++) dK[i] = dV[i] = 0.0;
     for (int64_t b = 0; b < a.B; b++)
         for (int64_t h = 0; h < a.H; h++) {
             int64_t kv = (b * a.Hkv + h / group) * a.S * a.D;
@@ -382,18 +371,14 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
                         dvh[s * a.D + d] += p[s] * dyt[d];
                     }
                 }
-                for (int64_t d = 0; d < a.D; d++) store(dq, row + d, g[d]);
+                for (int64_t d = 0; d < a.D; d++) rw_st(dq, row + d, g[d]);
             }
         }
     for (int64_t i = 0; i < nkv; i++) {
-        store(dk, i, dK[i]);
-        store(dv, i, dV[i]);
+        rw_st(dk, i, dK[i]);
+        rw_st(dv, i, dV[i]);
     }
-done:
-    for (int i = 0; i < 4; i++) free(own[i]);
-    free(dK);
-    free(p);
-    return st;
+    return GDP_OK;
 }
 
 static const char *const attention_grad_cases[] = {
@@ -427,20 +412,27 @@ static int cache_write_infer(gd_infer *c)
 }
 
 /* Rows [pos, pos + T) of the time axis of every (..., :, :) slice of the cache take x's.
- * The output is the cache itself (in place). */
+ * The output is the cache itself (in place, so whole and contiguous); x may be strided. */
 static gdp_status cache_write_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *x = node->in[1], *y = node->out[0];
     int nd = y->ndim;
-    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1], pos = scalar_at(node, 2);
+    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], pos = scalar_at(node, 2);
     if (pos < 0 || pos + T > S)
         return gdp_fail(err, GDP_ERR_INVALID, "pos = %lld: steps [%lld, %lld) do not fit the cache's %lld",
                         (long long)pos, (long long)pos, (long long)(pos + T), (long long)S);
-    int64_t outer = gdp_numel(x) / (T * D > 0 ? T * D : 1);
-    size_t es = gdp_dtype_size(y->dtype), row = (size_t)(T * D) * es;
+    size_t es = gdp_dtype_size(y->dtype);
     if (y->data != node->in[0]->data) memcpy(y->data, node->in[0]->data, (size_t)gdp_numel(y) * es);
-    for (int64_t o = 0; o < outer && row > 0; o++)
-        memcpy((char *)y->data + ((size_t)(o * S + pos) * (size_t)D) * es, (const char *)x->data + (size_t)o * row, row);
+    // every element of x, in row-major order, to the cache element (..., pos + t, d)
+    int64_t ys[GDP_MAX_DIMS];
+    rw_contig_strides(nd, y->shape, ys);
+    rw_walk w;
+    rw_begin(&w, nd, x->shape);
+    rw_add(&w, x);
+    rw_add_strides(&w, ys);
+    int64_t n = gdp_numel(x), base = pos * ys[nd - 2];
+    for (int64_t i = 0; i < n; i++, rw_next(&w))
+        memcpy((char *)y->data + (size_t)(base + w.off[1]) * es, (const char *)x->data + (size_t)w.off[0] * es, es);
     return GDP_OK;
 }
 
@@ -465,7 +457,7 @@ GD_FAMILY(attention)
         .name = "rope", .min_in = 1, .max_in = 2, .n_out = 1,
         .attrs = "theta:float interleaved:int inverse:int",
         .dtypes = GD_FLOATS, .infer = rope_infer, .grad = rope_grad, .ref = rope_ref,
-        .cases = rope_cases, .inplace = {-1, -1, -1, -1},
+        .cases = rope_cases, .inplace = {-1, -1, -1, -1}, .ref_workspace = ws_rope, .ref_strided = 1,
         // a backend computing the angle (t + pos) * freq in f32 is off by ~1e-7 of it
         .tol = 1e-8,
         .doc = "rotary position embedding of x (B, T, H, D) [, pos]: pairs (2i, 2i+1) or (i, i + D/2) rotated "
@@ -474,6 +466,7 @@ GD_FAMILY(attention)
         .name = "attention", .min_in = 3, .max_in = 4, .n_out = 1, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_infer, .grad = attention_grad, .ref = attention_ref,
         .cases = attention_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_attention, .ref_strided = 1,
         .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0 "
                "[, kv_len]: keys past kv_len (default S) are ignored; causal: query t sees keys "
                "s <= t + kv_len - T; scale <= 0: 1/sqrt(D)"});
@@ -481,12 +474,13 @@ GD_FAMILY(attention)
         .name = "attention_grad", .min_in = 4, .max_in = 5, .n_out = 3, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_grad_infer, .grad = NULL, .ref = attention_grad_ref,
         .cases = attention_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_attention_grad, .ref_strided = 1,
         .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
     gd_register_op(r, &(gd_op_def){
         .name = "cache_write", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = cache_write_infer, .grad = NULL, .ref = cache_write_ref,
         .ref_dtypes = (1u << GDP_DTYPE_COUNT) - 1u, .cases = cache_write_cases, .inplace = {0, -1, -1, -1},
-        .updates = 1, .tol = 0,
+        .updates = 1, .tol = 0, .ref_strided = 1,
         .doc = "cache (..., S, D) with steps [pos, pos + T) of its time axis (-2) replaced by x (..., T, D), in "
                "place; pos an integer scalar"});
 }

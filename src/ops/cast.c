@@ -10,7 +10,7 @@
  *  - anything -> bool is x != 0 (NaN is true); bool -> number is 0 or 1.
  * The kernel handles f16 and bf16 itself, so it sees every dtype's raw bits.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <stdint.h>
 
@@ -89,14 +89,19 @@ static gdp_status ref_cast(void *be, const gdp_node *n, void *stream, gdp_err *e
     int64_t count = gdp_numel(y);
     if (gdp_dtype_size(x->dtype) == 0 || gdp_dtype_size(y->dtype) == 0)
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cast: dtype %d -> %d is not supported", (int)x->dtype, (int)y->dtype);
-    if (x->dtype == GDP_F32 && y->dtype == GDP_BF16) { // the mixed-precision path, kept tight
+    if (x->dtype == GDP_F32 && y->dtype == GDP_BF16 && gdp_is_contiguous(x)) { // the mixed-precision path, kept tight
         const float *px = x->data;
         uint16_t *py = y->data;
         for (int64_t i = 0; i < count; i++) py[i] = gdp_f32_to_bf16(px[i]);
-    } else if (is_float(x->dtype)) {
-        for (int64_t i = 0; i < count; i++) store_from_float(y, i, load_float(x, i));
+        return GDP_OK;
+    }
+    rw_walk w; // x in row-major order, whatever its strides
+    rw_begin(&w, x->ndim, x->shape);
+    rw_add(&w, x);
+    if (is_float(x->dtype)) {
+        for (int64_t i = 0; i < count; i++, rw_next(&w)) store_from_float(y, i, load_float(x, w.off[0]));
     } else {
-        for (int64_t i = 0; i < count; i++) store_from_int(y, i, load_int(x, i));
+        for (int64_t i = 0; i < count; i++, rw_next(&w)) store_from_int(y, i, load_int(x, w.off[0]));
     }
     return GDP_OK;
 }
@@ -158,7 +163,7 @@ GD_FAMILY(cast)
     static const gd_op_def def = {
         .name = "cast", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "dtype:int", .dtypes = GD_FLOATS, .any_out_dtype = 1,
         .infer = infer_cast, .grad = grad_cast, .ref = ref_cast, .ref_dtypes = ALL_DTYPES, .cases = cast_cases,
-        .tol = 0,
+        .tol = 0, .ref_strided = 1,
         .doc = "to another dtype: floats round to nearest even, float->int truncates and saturates, int->int wraps, "
                "->bool is x != 0",
     };

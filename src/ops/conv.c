@@ -11,12 +11,12 @@
  * The reference works one sample and one group at a time through im2col: the patch each
  * output position sees becomes a column of col (Cg kh kw, Ho Wo), so the convolution is
  * the GEMM w_g (Cog, Cg kh kw) @ col, its input gradient is w_g^T @ dy scattered back by
- * col2im, and its weight gradient is dy @ col^T. Everything is computed in double.
+ * col2im, and its weight gradient is dy @ col^T. Everything is computed in double, on
+ * copies gathered from the operands' strides into the node's workspace.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 typedef struct conv_geom {
     int64_t N, C, H, W;        // input
@@ -144,16 +144,8 @@ static int conv2d_grad_weight_infer(gd_infer *c)
 
 /* ---- reference kernels -------------------------------------------------------------------- */
 
-static void load(const gdp_tensor *t, int64_t off, int64_t n, double *dst)
-{
-    if (t->dtype == GDP_F32) {
-        const float *p = (const float *)t->data + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = p[i];
-    } else {
-        const double *p = (const double *)t->data + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = p[i];
-    }
-}
+/* Sample n of a 4-D operand (x or dy, any strides) into dst as contiguous doubles. */
+static void load_sample(const gdp_tensor *t, int64_t n, double *dst) { rw_gather_from(t, 1, n * t->stride[0], dst); }
 
 static void store(const gdp_tensor *t, int64_t off, int64_t n, const double *src)
 {
@@ -161,8 +153,7 @@ static void store(const gdp_tensor *t, int64_t off, int64_t n, const double *src
         float *p = (float *)t->data + off;
         for (int64_t i = 0; i < n; i++) p[i] = (float)src[i];
     } else {
-        double *p = (double *)t->data + off;
-        for (int64_t i = 0; i < n; i++) p[i] = src[i];
+        for (int64_t i = 0; i < n; i++) rw_st(t, off + i, src[i]);
     }
 }
 
@@ -211,26 +202,79 @@ static void col2im(const conv_geom *g, const double *dcol, double *dx)
             }
 }
 
-/* Scratch buffers of a kernel, freed together. */
+/* Scratch of a kernel: up to five double buffers laid out one after the other in the
+ * node's workspace, their sizes (in doubles) given by scratch_sizes. */
 typedef struct scratch {
     double *p[5];
 } scratch;
 
-static void scratch_free(scratch *s)
+enum { CONV_FWD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT };
+
+static int scratch_sizes(int kind, const conv_geom *g, int64_t *sizes)
 {
-    for (int i = 0; i < 5; i++) free(s->p[i]);
+    int64_t P = g->Ho * g->Wo, K = g->Cg * g->kh * g->kw, X = g->C * g->H * g->W;
+    switch (kind) {
+    case CONV_FWD: // x sample, w, col, one output row, bias
+        sizes[0] = X, sizes[1] = g->Co * K, sizes[2] = K * P, sizes[3] = P, sizes[4] = g->Co;
+        return 5;
+    case CONV_GRAD_INPUT: // dy sample, w, dcol, dx sample
+        sizes[0] = g->Co * P, sizes[1] = g->Co * K, sizes[2] = K * P, sizes[3] = X;
+        return 4;
+    default: // dy sample, x sample, col, col^T, dw
+        sizes[0] = g->Co * P, sizes[1] = X, sizes[2] = K * P, sizes[3] = P * K, sizes[4] = g->Co * K;
+        return 5;
+    }
 }
 
-static int scratch_alloc(scratch *s, const int64_t *sizes, int n)
+static size_t scratch_bytes(int kind, const conv_geom *g)
 {
-    int ok = 1;
+    int64_t sizes[5];
+    size_t total = 0;
+    for (int i = 0, n = scratch_sizes(kind, g, sizes); i < n; i++) total += rw_doubles(sizes[i]);
+    return total;
+}
+
+/* The buffers in node->workspace; 0 with a message in err when it is short. */
+static int scratch_get(const gdp_node *node, int kind, const conv_geom *g, scratch *s, gdp_err *err)
+{
+    int64_t sizes[5];
+    int n = scratch_sizes(kind, g, sizes);
+    char *ws = rw_workspace(node, scratch_bytes(kind, g), err);
+    if (ws == NULL) return 0;
     for (int i = 0; i < 5; i++) s->p[i] = NULL;
     for (int i = 0; i < n; i++) {
-        s->p[i] = malloc(sizeof(double) * (size_t)(sizes[i] > 0 ? sizes[i] : 1));
-        ok = ok && s->p[i] != NULL;
+        s->p[i] = (double *)ws;
+        ws += rw_doubles(sizes[i]);
     }
-    if (!ok) scratch_free(s);
-    return ok;
+    return 1;
+}
+
+/* The geometry of a node of each kind: x's shape is in[0] (conv2d), out[0]
+ * (conv2d_grad_input) or in[1] (conv2d_grad_weight); w's is in[1] or out[0]. */
+static conv_geom node_geom(const gdp_node *node, int kind)
+{
+    conv_geom g = {0};
+    conv_attrs(&node->attrs, &g);
+    const gdp_tensor *x = kind == CONV_FWD ? node->in[0] : kind == CONV_GRAD_INPUT ? node->out[0] : node->in[1];
+    const gdp_tensor *w = kind == CONV_GRAD_WEIGHT ? node->out[0] : node->in[1];
+    conv_dims(&g, x->shape, w->shape);
+    return g;
+}
+
+static size_t ws_conv2d(const gdp_node *node)
+{
+    conv_geom g = node_geom(node, CONV_FWD);
+    return scratch_bytes(CONV_FWD, &g);
+}
+static size_t ws_conv2d_grad_input(const gdp_node *node)
+{
+    conv_geom g = node_geom(node, CONV_GRAD_INPUT);
+    return scratch_bytes(CONV_GRAD_INPUT, &g);
+}
+static size_t ws_conv2d_grad_weight(const gdp_node *node)
+{
+    conv_geom g = node_geom(node, CONV_GRAD_WEIGHT);
+    return scratch_bytes(CONV_GRAD_WEIGHT, &g);
 }
 
 static int ref_dtype_ok(const gdp_tensor *t) { return t->dtype == GDP_F32 || t->dtype == GDP_F64; }
@@ -243,21 +287,17 @@ static gdp_status conv2d_ref(void *backend, const gdp_node *node, void *stream, 
     const gdp_tensor *x = node->in[0], *w = node->in[1], *b = node->n_in > 2 ? node->in[2] : NULL;
     const gdp_tensor *y = node->out[0];
     if (!ref_dtype_ok(x)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d: reference takes f32/f64");
-    conv_geom g = {0};
-    conv_attrs(&node->attrs, &g);
-    conv_dims(&g, x->shape, w->shape);
+    conv_geom g = node_geom(node, CONV_FWD);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
-    if (!scratch_alloc(&s, (int64_t[]){g.C * g.H * g.W, g.Co * K, K * P, P, g.Co}, 5))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d: out of memory for im2col [%lld, %lld]", (long long)K,
-                        (long long)P);
+    if (!scratch_get(node, CONV_FWD, &g, &s, err)) return GDP_ERR_INVALID;
     double *xd = s.p[0], *wd = s.p[1], *col = s.p[2], *acc = s.p[3], *bias = s.p[4];
-    load(w, 0, g.Co * K, wd);
-    if (b != NULL) load(b, 0, g.Co, bias);
+    rw_gather(w, wd);
+    if (b != NULL) rw_gather(b, bias);
     else
         for (int64_t o = 0; o < g.Co; o++) bias[o] = 0;
     for (int64_t n = 0; n < g.N; n++) {
-        load(x, n * g.C * g.H * g.W, g.C * g.H * g.W, xd);
+        load_sample(x, n, xd);
         for (int64_t gr = 0; gr < g.groups; gr++) {
             im2col(&g, xd + gr * g.Cg * g.H * g.W, col);
             for (int64_t oo = 0; oo < Cog; oo++) {
@@ -273,7 +313,6 @@ static gdp_status conv2d_ref(void *backend, const gdp_node *node, void *stream, 
             }
         }
     }
-    scratch_free(&s);
     return GDP_OK;
 }
 
@@ -284,18 +323,14 @@ static gdp_status conv2d_grad_input_ref(void *backend, const gdp_node *node, voi
     (void)stream;
     const gdp_tensor *dy = node->in[0], *w = node->in[1], *dx = node->out[0];
     if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_input: reference takes f32/f64");
-    conv_geom g = {0};
-    conv_attrs(&node->attrs, &g);
-    conv_dims(&g, dx->shape, w->shape);
+    conv_geom g = node_geom(node, CONV_GRAD_INPUT);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
-    if (!scratch_alloc(&s, (int64_t[]){g.Co * P, g.Co * K, K * P, g.C * g.H * g.W}, 4))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d_grad_input: out of memory for col [%lld, %lld]", (long long)K,
-                        (long long)P);
+    if (!scratch_get(node, CONV_GRAD_INPUT, &g, &s, err)) return GDP_ERR_INVALID;
     double *dyd = s.p[0], *wd = s.p[1], *dcol = s.p[2], *dxd = s.p[3];
-    load(w, 0, g.Co * K, wd);
+    rw_gather(w, wd);
     for (int64_t n = 0; n < g.N; n++) {
-        load(dy, n * g.Co * P, g.Co * P, dyd);
+        load_sample(dy, n, dyd);
         for (int64_t i = 0; i < g.C * g.H * g.W; i++) dxd[i] = 0;
         for (int64_t gr = 0; gr < g.groups; gr++) {
             // dcol (K, P) = w_g^T (K, Cog) @ dy_g (Cog, P), row by row
@@ -313,7 +348,6 @@ static gdp_status conv2d_grad_input_ref(void *backend, const gdp_node *node, voi
         }
         store(dx, n * g.C * g.H * g.W, g.C * g.H * g.W, dxd);
     }
-    scratch_free(&s);
     return GDP_OK;
 }
 
@@ -326,19 +360,15 @@ static gdp_status conv2d_grad_weight_ref(void *backend, const gdp_node *node, vo
     (void)stream;
     const gdp_tensor *dy = node->in[0], *x = node->in[1], *dw = node->out[0];
     if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_weight: reference takes f32/f64");
-    conv_geom g = {0};
-    conv_attrs(&node->attrs, &g);
-    conv_dims(&g, x->shape, dw->shape);
+    conv_geom g = node_geom(node, CONV_GRAD_WEIGHT);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
-    if (!scratch_alloc(&s, (int64_t[]){g.Co * P, g.C * g.H * g.W, K * P, P * K, g.Co * K}, 5))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d_grad_weight: out of memory for col [%lld, %lld]", (long long)K,
-                        (long long)P);
+    if (!scratch_get(node, CONV_GRAD_WEIGHT, &g, &s, err)) return GDP_ERR_INVALID;
     double *dyd = s.p[0], *xd = s.p[1], *col = s.p[2], *colt = s.p[3], *dwd = s.p[4];
     for (int64_t i = 0; i < g.Co * K; i++) dwd[i] = 0;
     for (int64_t n = 0; n < g.N; n++) {
-        load(dy, n * g.Co * P, g.Co * P, dyd);
-        load(x, n * g.C * g.H * g.W, g.C * g.H * g.W, xd);
+        load_sample(dy, n, dyd);
+        load_sample(x, n, xd);
         for (int64_t gr = 0; gr < g.groups; gr++) {
             im2col(&g, xd + gr * g.Cg * g.H * g.W, col);
             for (int64_t k = 0; k < K; k++)
@@ -355,7 +385,6 @@ static gdp_status conv2d_grad_weight_ref(void *backend, const gdp_node *node, vo
         }
     }
     store(dw, 0, g.Co * K, dwd);
-    scratch_free(&s);
     return GDP_OK;
 }
 
@@ -448,6 +477,7 @@ GD_FAMILY(conv)
         .infer = conv2d_infer, .grad = conv2d_grad, .ref = conv2d_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_conv2d, .ref_strided = 1,
         .doc = "x (N, C, H, W) * w (Co, C/groups, kh, kw) [+ b (Co)], zero padding; defaults stride 1 padding 0 "
                "dilation 1 groups 1",
     };
@@ -458,6 +488,7 @@ GD_FAMILY(conv)
         .infer = conv2d_grad_input_infer, .grad = NULL, .ref = conv2d_grad_input_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_grad_input_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_conv2d_grad_input, .ref_strided = 1,
         .doc = "(dy, w) -> dx of conv2d, dx's shape from input_shape [N, C, H, W]",
     };
     static const gd_op_def grad_weight = {
@@ -467,6 +498,7 @@ GD_FAMILY(conv)
         .infer = conv2d_grad_weight_infer, .grad = NULL, .ref = conv2d_grad_weight_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_grad_weight_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_conv2d_grad_weight, .ref_strided = 1,
         .doc = "(dy, x) -> dw of conv2d, dw's shape from weight_shape [Co, C/groups, kh, kw]",
     };
     gd_register_op(r, &conv2d);

@@ -352,28 +352,28 @@ GD_FAMILY(creation)
     gd_registry_hooks(r)->initializer = initializer;
     gd_register_op(r, &(gd_op_def){
         .name = "fill", .min_in = 0, .max_in = 0, .n_out = 1, .attrs = "shape:ints dtype:int value:float",
-        .dtypes = 0, .infer = fill_infer, .ref = fill_ref, .cases = fill_cases, .inplace = NO_INPLACE,
+        .dtypes = 0, .infer = fill_infer, .ref = fill_ref, .cases = fill_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 0, .doc = "a tensor of `shape` and `dtype` with every element `value` (integers truncate)"});
     gd_register_op(r, &(gd_op_def){
         .name = "arange", .min_in = 0, .max_in = 0, .n_out = 1, .attrs = "n:int dtype:int start:float step:float",
-        .dtypes = 0, .infer = arange_infer, .ref = arange_ref, .cases = arange_cases, .inplace = NO_INPLACE,
+        .dtypes = 0, .infer = arange_infer, .ref = arange_ref, .cases = arange_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 1e-12, .doc = "(n): start + i*step computed in double, rounded once to dtype"});
     gd_register_op(r, &(gd_op_def){
         .name = "rand_uniform", .min_in = 0, .max_in = 0, .n_out = 1,
         .attrs = "shape:ints dtype:int lo:float hi:float seed:int offset:int", .dtypes = 0,
-        .infer = rand_uniform_infer, .ref = rand_uniform_ref, .cases = rand_uniform_cases, .inplace = NO_INPLACE,
+        .infer = rand_uniform_infer, .ref = rand_uniform_ref, .cases = rand_uniform_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 1e-12, .doc = "uniform in [lo, hi): element i is lo + (hi-lo)*u01(philox(i, offset, seed)[0]) in f32"});
     gd_register_op(r, &(gd_op_def){
         .name = "rand_normal", .min_in = 0, .max_in = 0, .n_out = 1,
         .attrs = "shape:ints dtype:int mean:float std:float seed:int offset:int", .dtypes = 0,
-        .infer = rand_normal_infer, .ref = rand_normal_ref, .cases = rand_normal_cases, .inplace = NO_INPLACE,
+        .infer = rand_normal_infer, .ref = rand_normal_ref, .cases = rand_normal_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 1e-10, .doc = "normal(mean, std): Box-Muller (cos branch) in f32 from philox(i, offset, seed)[0..1]"});
     gd_register_op(r, &(gd_op_def){
         .name = "init_kaiming", .min_in = 0, .max_in = 0, .n_out = 1, .attrs = "shape:ints dtype:int seed:int offset:int",
-        .dtypes = 0, .infer = init_infer, .ref = init_kaiming_ref, .cases = init_cases, .inplace = NO_INPLACE,
+        .dtypes = 0, .infer = init_infer, .ref = init_kaiming_ref, .cases = init_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 1e-10, .doc = "rand_normal with mean 0, std sqrt(2/fan_in); fan_in = shape[1]*prod(shape[2:])"});
     gd_register_op(r, &(gd_op_def){
         .name = "init_xavier", .min_in = 0, .max_in = 0, .n_out = 1, .attrs = "shape:ints dtype:int seed:int offset:int",
-        .dtypes = 0, .infer = init_infer, .ref = init_xavier_ref, .cases = init_cases, .inplace = NO_INPLACE,
+        .dtypes = 0, .infer = init_infer, .ref = init_xavier_ref, .cases = init_cases, .inplace = NO_INPLACE, .ref_strided = 1,
         .tol = 1e-12, .doc = "rand_uniform on [-b, b), b = sqrt(6/(fan_in+fan_out))"});
 }

@@ -9,7 +9,7 @@
  * `step` is an optional i64 (or i32) scalar the training loop advances so that every step
  * draws a fresh mask; without it the step is 0.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <stdint.h>
 
@@ -53,10 +53,13 @@ static gdp_status dropout_ref(void *backend, const gdp_node *node, void *stream,
     uint64_t step = step_value(node);
     float scale = 1.0f / (1.0f - p); // inf when p = 1, but then nothing is kept
     int64_t n = gdp_numel(x);
-    for (int64_t i = 0; i < n; i++) {
+    rw_walk w; // element i of x in row-major order, whatever its strides
+    rw_begin(&w, x->ndim, x->shape);
+    rw_add(&w, x);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
         float u = gdp_u01(gdp_philox4x32((uint64_t)i, step, seed).v[0]);
         // a product of two floats is exact in double: rounding it once matches a float backend
-        gd_ref_store(y, i, u < p ? 0.0 : gd_ref_load(x, i) * (double)scale);
+        rw_st(y, i, u < p ? 0.0 : rw_ld(x, w.off[0]) * (double)scale);
     }
     return GDP_OK;
 }
@@ -95,6 +98,6 @@ GD_FAMILY(dropout)
     gd_register_op(r, &(gd_op_def){
         .name = "dropout", .min_in = 1, .max_in = 2, .n_out = 1, .attrs = "p:float seed:int", .dtypes = GD_FLOATS,
         .infer = dropout_infer, .grad = dropout_grad, .ref = dropout_ref, .cases = dropout_cases,
-        .inplace = {-1, -1, -1, -1}, .tol = 1e-12,
+        .inplace = {-1, -1, -1, -1}, .tol = 1e-12, .ref_strided = 1,
         .doc = "(x, [step i64]): drops x[i] when u01(philox(i, step, seed)[0]) < p, scales the rest by 1/(1-p)"});
 }

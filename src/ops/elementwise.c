@@ -6,9 +6,10 @@
  * exactly what f32 arithmetic gives for + - * / sqrt (double has more than twice the
  * precision), so a backend computing in f32 matches the oracle bit for bit on those.
  * Integer tensors (i32, i64) go through int64 arithmetic instead: doubles would lose the
- * low bits of large i64 values. Overflow wraps, as in NumPy and PyTorch.
+ * low bits of large i64 values. Overflow wraps, as in NumPy and PyTorch. Inputs may be any
+ * view: every kernel walks the output in order with each input's own strides alongside.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
 #include <string.h>
@@ -18,23 +19,9 @@
 static int is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 static int is_int(int32_t dt) { return dt == GDP_I32 || dt == GDP_I64; }
 
-static inline double load_f(const gdp_tensor *t, int64_t i)
+static inline int64_t load_i(const gdp_tensor *t, int64_t off)
 {
-    if (t->dtype == GDP_F32) return ((const float *)t->data)[i];
-    if (t->dtype == GDP_F64) return ((const double *)t->data)[i];
-    return gd_ref_load(t, i);
-}
-
-static inline void store_f(const gdp_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == GDP_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == GDP_F64) ((double *)t->data)[i] = v;
-    else gd_ref_store(t, i, v);
-}
-
-static inline int64_t load_i(const gdp_tensor *t, int64_t i)
-{
-    return t->dtype == GDP_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
+    return t->dtype == GDP_I64 ? ((const int64_t *)t->data)[off] : ((const int32_t *)t->data)[off];
 }
 
 /* Wraps to the width of the dtype (two's complement, as gcc and clang define it). */
@@ -44,43 +31,13 @@ static inline void store_i(const gdp_tensor *t, int64_t i, uint64_t v)
     else ((int32_t *)t->data)[i] = (int32_t)(uint32_t)v;
 }
 
-/* ---- broadcasting --------------------------------------------------------------------- */
-
-/* Walks the output of a broadcast op in row-major order while keeping, for each input,
- * the offset of the element that lands there: inputs are aligned to the right and get
- * stride 0 along the axes they are broadcast over. */
-typedef struct bc_iter {
-    int ndim, n;
-    int64_t shape[GDP_MAX_DIMS];
-    int64_t idx[GDP_MAX_DIMS];
-    int64_t stride[3][GDP_MAX_DIMS];
-    int64_t off[3];
-} bc_iter;
-
-static void bc_init(bc_iter *it, const gdp_tensor *out, int n, const gdp_tensor *const *in)
+/* The walk of an elementwise op: the output (contiguous, element i at offset i) in
+ * row-major order, each input carried along with its own strides, aligned to the right
+ * and broadcast along dims of size 1 (rw_add). */
+static void ew_walk(rw_walk *w, const gdp_tensor *y, int n, const gdp_tensor *const *in)
 {
-    memset(it, 0, sizeof *it);
-    it->ndim = out->ndim;
-    it->n = n;
-    for (int d = 0; d < out->ndim; d++) it->shape[d] = out->shape[d];
-    for (int k = 0; k < n; k++) {
-        int64_t s = 1;
-        for (int d = out->ndim - 1, e = in[k]->ndim - 1; d >= 0; d--, e--) {
-            int64_t dim = e >= 0 ? in[k]->shape[e] : 1;
-            it->stride[k][d] = dim == 1 ? 0 : s;
-            s *= dim;
-        }
-    }
-}
-
-static inline void bc_next(bc_iter *it)
-{
-    for (int d = it->ndim - 1; d >= 0; d--) {
-        for (int k = 0; k < it->n; k++) it->off[k] += it->stride[k][d];
-        if (++it->idx[d] < it->shape[d]) return;
-        for (int k = 0; k < it->n; k++) it->off[k] -= it->stride[k][d] * it->shape[d];
-        it->idx[d] = 0;
-    }
+    rw_begin(w, y->ndim, y->shape);
+    for (int k = 0; k < n; k++) rw_add(w, in[k]);
 }
 
 /* ---- kernels: binary --------------------------------------------------------------------- */
@@ -91,19 +48,18 @@ typedef uint64_t (*bin_ifn)(int64_t a, int64_t b);
 static gdp_status binary_ref(const gdp_node *n, gdp_err *err, bin_fn f, bin_ifn fi)
 {
     const gdp_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
-    const gdp_tensor *ins[2] = {a, b};
     int64_t count = gdp_numel(y);
-    bc_iter it;
-    bc_init(&it, y, 2, ins);
+    rw_walk it;
+    ew_walk(&it, y, 2, n->in);
     if (y->dtype == GDP_F32) { // the training path of models run through the reference
         const float *pa = a->data, *pb = b->data;
         float *py = y->data;
-        for (int64_t i = 0; i < count; i++, bc_next(&it)) py[i] = (float)f(pa[it.off[0]], pb[it.off[1]]);
+        for (int64_t i = 0; i < count; i++, rw_next(&it)) py[i] = (float)f(pa[it.off[0]], pb[it.off[1]]);
     } else if (is_float(y->dtype)) {
-        for (int64_t i = 0; i < count; i++, bc_next(&it))
-            store_f(y, i, f(load_f(a, it.off[0]), load_f(b, it.off[1])));
+        for (int64_t i = 0; i < count; i++, rw_next(&it))
+            rw_st(y, i, f(rw_ld(a, it.off[0]), rw_ld(b, it.off[1])));
     } else if (fi != NULL && is_int(y->dtype)) {
-        for (int64_t i = 0; i < count; i++, bc_next(&it)) store_i(y, i, fi(load_i(a, it.off[0]), load_i(b, it.off[1])));
+        for (int64_t i = 0; i < count; i++, rw_next(&it)) store_i(y, i, fi(load_i(a, it.off[0]), load_i(b, it.off[1])));
     } else {
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
     }
@@ -143,16 +99,15 @@ BINARY_REF(maximum, f_max, i_max)
 /* where(cond, a, b): a selection, so it copies bytes and is exact for every dtype. */
 static gdp_status ref_where(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    const gdp_tensor *cond = n->in[0], *a = n->in[1], *b = n->in[2], *y = n->out[0];
+    const gdp_tensor *y = n->out[0];
     size_t es = gdp_dtype_size(y->dtype);
-    const uint8_t *pc = cond->data;
-    const char *pa = a->data, *pb = b->data;
+    const uint8_t *pc = n->in[0]->data;
+    const char *pa = n->in[1]->data, *pb = n->in[2]->data;
     char *py = y->data;
     int64_t count = gdp_numel(y);
-    const gdp_tensor *ins[3] = {cond, a, b};
-    bc_iter it;
-    bc_init(&it, y, 3, ins);
-    for (int64_t i = 0; i < count; i++, bc_next(&it)) {
+    rw_walk it;
+    ew_walk(&it, y, 3, n->in);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) {
         const char *src = pc[it.off[0]] ? pa + (size_t)it.off[1] * es : pb + (size_t)it.off[2] * es;
         memcpy(py + (size_t)i * es, src, es);
     }
@@ -165,15 +120,14 @@ static gdp_status minmax_grad_ref(const gdp_node *n, gdp_err *err, int (*pick_a)
 {
     const gdp_tensor *dy = n->in[0], *a = n->in[1], *b = n->in[2];
     const gdp_tensor *da = n->out[0], *db = n->out[1];
-    int64_t count = gdp_numel(dy);
-    const gdp_tensor *ins[3] = {dy, a, b};
-    bc_iter it;
-    bc_init(&it, dy, 3, ins);
-    for (int64_t i = 0; i < count; i++, bc_next(&it)) {
-        double g = load_f(dy, i);
-        int to_a = pick_a(load_f(a, it.off[1]), load_f(b, it.off[2]));
-        store_f(da, i, to_a ? g : 0.0);
-        store_f(db, i, to_a ? 0.0 : g);
+    int64_t count = gdp_numel(da);
+    rw_walk it;
+    ew_walk(&it, da, 3, n->in);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) {
+        double g = rw_ld(dy, it.off[0]);
+        int to_a = pick_a(rw_ld(a, it.off[1]), rw_ld(b, it.off[2]));
+        rw_st(da, i, to_a ? g : 0.0);
+        rw_st(db, i, to_a ? 0.0 : g);
     }
     return GDP_OK;
 }
@@ -196,14 +150,16 @@ static gdp_status unary_ref(const gdp_node *n, gdp_err *err, un_fn f, un_ifn fi,
 {
     const gdp_tensor *x = n->in[0], *y = n->out[0];
     int64_t count = gdp_numel(y);
-    if (y->dtype == GDP_F32) {
+    rw_walk it;
+    ew_walk(&it, y, 1, n->in);
+    if (y->dtype == GDP_F32 && gdp_is_contiguous(x)) {
         const float *px = x->data;
         float *py = y->data;
         for (int64_t i = 0; i < count; i++) py[i] = (float)f(px[i], k);
     } else if (is_float(y->dtype)) {
-        for (int64_t i = 0; i < count; i++) store_f(y, i, f(load_f(x, i), k));
+        for (int64_t i = 0; i < count; i++, rw_next(&it)) rw_st(y, i, f(rw_ld(x, it.off[0]), k));
     } else if (fi != NULL && is_int(y->dtype)) {
-        for (int64_t i = 0; i < count; i++) store_i(y, i, fi(load_i(x, i)));
+        for (int64_t i = 0; i < count; i++, rw_next(&it)) store_i(y, i, fi(load_i(x, it.off[0])));
     } else {
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
     }
@@ -261,9 +217,11 @@ static gdp_status ref_abs_grad(void *be, const gdp_node *n, void *stream, gdp_er
 {
     const gdp_tensor *dy = n->in[0], *x = n->in[1], *dx = n->out[0];
     int64_t count = gdp_numel(dx);
-    for (int64_t i = 0; i < count; i++) {
-        double v = load_f(x, i), g = load_f(dy, i);
-        store_f(dx, i, v > 0 ? g : v < 0 ? -g : 0.0);
+    rw_walk it;
+    ew_walk(&it, dx, 2, n->in);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) {
+        double v = rw_ld(x, it.off[1]), g = rw_ld(dy, it.off[0]);
+        rw_st(dx, i, v > 0 ? g : v < 0 ? -g : 0.0);
     }
     return GDP_OK;
 }
@@ -274,9 +232,11 @@ static gdp_status ref_clamp_grad(void *be, const gdp_node *n, void *stream, gdp_
     const gdp_tensor *dy = n->in[0], *x = n->in[1], *dx = n->out[0];
     double lo = gdp_attr_float(&n->attrs, "lo", -INFINITY), hi = gdp_attr_float(&n->attrs, "hi", INFINITY);
     int64_t count = gdp_numel(dx);
-    for (int64_t i = 0; i < count; i++) {
-        double v = load_f(x, i);
-        store_f(dx, i, v >= lo && v <= hi ? load_f(dy, i) : 0.0);
+    rw_walk it;
+    ew_walk(&it, dx, 2, n->in);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) {
+        double v = rw_ld(x, it.off[1]);
+        rw_st(dx, i, v >= lo && v <= hi ? rw_ld(dy, it.off[0]) : 0.0);
     }
     return GDP_OK;
 }
@@ -595,53 +555,53 @@ GD_FAMILY(elementwise)
 {
     static const gd_op_def defs[] = {
         {.name = "add", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_arith,
-         .grad = grad_add, .ref = ref_add, .cases = add_cases, .tol = TOL, .doc = "a + b, broadcasting"},
+         .grad = grad_add, .ref = ref_add, .cases = add_cases, .tol = TOL, .ref_strided = 1, .doc = "a + b, broadcasting"},
         {.name = "sub", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_arith,
-         .grad = grad_sub, .ref = ref_sub, .cases = sub_cases, .tol = TOL, .doc = "a - b, broadcasting"},
+         .grad = grad_sub, .ref = ref_sub, .cases = sub_cases, .tol = TOL, .ref_strided = 1, .doc = "a - b, broadcasting"},
         {.name = "mul", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_arith,
-         .grad = grad_mul, .ref = ref_mul, .cases = mul_cases, .tol = TOL, .doc = "a * b, broadcasting"},
+         .grad = grad_mul, .ref = ref_mul, .cases = mul_cases, .tol = TOL, .ref_strided = 1, .doc = "a * b, broadcasting"},
         {.name = "div", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_div,
-         .grad = grad_div, .ref = ref_div, .cases = div_cases, .tol = TOL, .doc = "a / b, broadcasting (floats only)"},
+         .grad = grad_div, .ref = ref_div, .cases = div_cases, .tol = TOL, .ref_strided = 1, .doc = "a / b, broadcasting (floats only)"},
         {.name = "minimum", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_arith,
-         .grad = grad_minimum, .ref = ref_minimum, .cases = minmax_cases, .tol = TOL,
+         .grad = grad_minimum, .ref = ref_minimum, .cases = minmax_cases, .tol = TOL, .ref_strided = 1,
          .doc = "elementwise min, broadcasting; NaN propagates; the gradient goes to a on ties"},
         {.name = "maximum", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_arith,
-         .grad = grad_maximum, .ref = ref_maximum, .cases = minmax_cases, .tol = TOL,
+         .grad = grad_maximum, .ref = ref_maximum, .cases = minmax_cases, .tol = TOL, .ref_strided = 1,
          .doc = "elementwise max, broadcasting; NaN propagates; the gradient goes to a on ties"},
         {.name = "minimum_grad", .min_in = 3, .max_in = 3, .n_out = 2, .dtypes = GD_FLOATS,
-         .infer = infer_minmax_grad, .ref = ref_minimum_grad, .cases = minmax_grad_cases, .tol = 0,
+         .infer = infer_minmax_grad, .ref = ref_minimum_grad, .cases = minmax_grad_cases, .tol = 0, .ref_strided = 1,
          .doc = "(dy, a, b) -> (da, db) of minimum, before undoing the broadcast"},
         {.name = "maximum_grad", .min_in = 3, .max_in = 3, .n_out = 2, .dtypes = GD_FLOATS,
-         .infer = infer_minmax_grad, .ref = ref_maximum_grad, .cases = minmax_grad_cases, .tol = 0,
+         .infer = infer_minmax_grad, .ref = ref_maximum_grad, .cases = minmax_grad_cases, .tol = 0, .ref_strided = 1,
          .doc = "(dy, a, b) -> (da, db) of maximum, before undoing the broadcast"},
         {.name = "where", .min_in = 3, .max_in = 3, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_where,
-         .grad = grad_where, .ref = ref_where, .ref_dtypes = GD_M(GDP_DTYPE_COUNT) - 1u, .cases = where_cases, .tol = 0,
+         .grad = grad_where, .ref = ref_where, .ref_dtypes = GD_M(GDP_DTYPE_COUNT) - 1u, .cases = where_cases, .tol = 0, .ref_strided = 1,
          .doc = "cond ? a : b elementwise, cond bool, all three broadcasting"},
         {.name = "neg", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary_int,
-         .grad = grad_neg, .ref = ref_neg, .cases = unary_int_cases, .tol = 0, .doc = "-x"},
+         .grad = grad_neg, .ref = ref_neg, .cases = unary_int_cases, .tol = 0, .ref_strided = 1, .doc = "-x"},
         {.name = "abs", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary_int,
-         .grad = grad_abs, .ref = ref_abs, .cases = unary_int_cases, .tol = 0, .doc = "|x|"},
+         .grad = grad_abs, .ref = ref_abs, .cases = unary_int_cases, .tol = 0, .ref_strided = 1, .doc = "|x|"},
         {.name = "abs_grad", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_dy_x,
-         .ref = ref_abs_grad, .cases = dy_x_cases, .tol = 0, .doc = "(dy, x) -> dy * sign(x), sign(0) = 0"},
+         .ref = ref_abs_grad, .cases = dy_x_cases, .tol = 0, .ref_strided = 1, .doc = "(dy, x) -> dy * sign(x), sign(0) = 0"},
         {.name = "exp", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary,
-         .grad = grad_exp, .ref = ref_exp, .cases = unary_cases, .tol = TOL, .doc = "e^x"},
+         .grad = grad_exp, .ref = ref_exp, .cases = unary_cases, .tol = TOL, .ref_strided = 1, .doc = "e^x"},
         {.name = "log", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary,
-         .grad = grad_log, .ref = ref_log, .cases = positive_cases, .tol = TOL, .doc = "natural logarithm"},
+         .grad = grad_log, .ref = ref_log, .cases = positive_cases, .tol = TOL, .ref_strided = 1, .doc = "natural logarithm"},
         {.name = "sqrt", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary,
-         .grad = grad_sqrt, .ref = ref_sqrt, .cases = positive_cases, .tol = TOL, .doc = "square root"},
+         .grad = grad_sqrt, .ref = ref_sqrt, .cases = positive_cases, .tol = TOL, .ref_strided = 1, .doc = "square root"},
         {.name = "rsqrt", .min_in = 1, .max_in = 1, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_unary,
-         .grad = grad_rsqrt, .ref = ref_rsqrt, .cases = positive_cases, .tol = TOL, .doc = "1 / sqrt(x)"},
+         .grad = grad_rsqrt, .ref = ref_rsqrt, .cases = positive_cases, .tol = TOL, .ref_strided = 1, .doc = "1 / sqrt(x)"},
         {.name = "pow", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "p:float", .dtypes = GD_FLOATS,
-         .infer = infer_unary, .grad = grad_pow, .ref = ref_pow, .cases = pow_cases, .tol = TOL,
+         .infer = infer_unary, .grad = grad_pow, .ref = ref_pow, .cases = pow_cases, .tol = TOL, .ref_strided = 1,
          .doc = "x^p for a scalar p (NaN for x < 0 and non-integer p)"},
         {.name = "clamp", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "lo:float hi:float", .dtypes = GD_FLOATS,
-         .infer = infer_unary, .grad = grad_clamp, .ref = ref_clamp, .cases = clamp_cases, .tol = 0,
+         .infer = infer_unary, .grad = grad_clamp, .ref = ref_clamp, .cases = clamp_cases, .tol = 0, .ref_strided = 1,
          .doc = "min(max(x, lo), hi); gradient 1 for lo <= x <= hi, else 0"},
         {.name = "clamp_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "lo:float hi:float",
-         .dtypes = GD_FLOATS, .infer = infer_dy_x, .ref = ref_clamp_grad, .cases = clamp_grad_cases, .tol = 0,
+         .dtypes = GD_FLOATS, .infer = infer_dy_x, .ref = ref_clamp_grad, .cases = clamp_grad_cases, .tol = 0, .ref_strided = 1,
          .doc = "(dy, x) -> dy where lo <= x <= hi, else 0"},
         {.name = "scale", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "s:float bias:float", .dtypes = GD_FLOATS,
-         .infer = infer_unary, .grad = grad_scale, .ref = ref_scale, .cases = scale_cases, .tol = TOL,
+         .infer = infer_unary, .grad = grad_scale, .ref = ref_scale, .cases = scale_cases, .tol = TOL, .ref_strided = 1,
          .doc = "x * s + bias for scalars s and bias"},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) gd_register_op(r, &defs[i]);

@@ -5,57 +5,24 @@
  * they accumulate in double, visiting positions in order, so repeated ids sum the same way
  * every run.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define ANY_DTYPE ((1u << GDP_DTYPE_COUNT) - 1u)
 
-static int64_t prod(const int64_t *d, int from, int to)
-{
-    int64_t n = 1;
-    for (int i = from; i < to; i++) n *= d[i];
-    return n;
-}
-
 static int is_index_dtype(int32_t dt) { return dt == GDP_I32 || dt == GDP_I64; }
 static int is_float_dtype(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
-static int64_t load_index(const gdp_tensor *t, int64_t i)
+/* Message for an index outside [0, n): its position in the index tensor, its value, and
+ * what it should have been. Negative values are not counted from the end: they are bad
+ * data like any other. */
+static gdp_status bad_index(gdp_err *err, const char *name, const gdp_tensor *t, int64_t i, int64_t v,
+                            const char *range)
 {
-    return t->dtype == GDP_I32 ? (int64_t)((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
-}
-
-/* Reference kernels see f32 and f64 (the core converts f16/bf16); those two are inlined
- * because embeddings sit on the training path of models run through the reference. */
-static inline double load(const gdp_tensor *t, int64_t i)
-{
-    if (t->dtype == GDP_F32) return ((const float *)t->data)[i];
-    if (t->dtype == GDP_F64) return ((const double *)t->data)[i];
-    return gd_ref_load(t, i);
-}
-
-static inline void store(const gdp_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == GDP_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == GDP_F64) ((double *)t->data)[i] = v;
-    else gd_ref_store(t, i, v);
-}
-
-/* "ids[1, 2]" for the element at flat position i, for messages. */
-static const char *position_str(const char *name, const gdp_tensor *t, int64_t i, char *buf, size_t cap)
-{
-    int64_t idx[GDP_MAX_DIMS];
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        idx[d] = t->shape[d] > 0 ? i % t->shape[d] : 0;
-        i = t->shape[d] > 0 ? i / t->shape[d] : 0;
-    }
-    size_t n = (size_t)snprintf(buf, cap, "%s[", name);
-    for (int d = 0; d < t->ndim && n < cap; d++)
-        n += (size_t)snprintf(buf + n, cap - n, d ? ", %lld" : "%lld", (long long)idx[d]);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-    return buf;
+    char pos[200];
+    return gdp_fail(err, GDP_ERR_INVALID, "%s = %lld is out of range for %s%s", rw_position(name, t, i, pos, sizeof pos),
+                    (long long)v, range, v < 0 ? " (indices do not count from the end)" : "");
 }
 
 static int fail_index_dtype(gd_infer *c, const char *name, const gd_shape *s)
@@ -92,20 +59,43 @@ static int embedding_infer(gd_infer *c)
     return 0;
 }
 
+/* Checks every id of ids (any strides) lies in [0, V). */
+static gdp_status check_ids(const gdp_tensor *ids, int64_t V, const char *range, gdp_err *err)
+{
+    rw_walk w;
+    rw_begin(&w, ids->ndim, ids->shape);
+    rw_add(&w, ids);
+    int64_t n = gdp_numel(ids);
+    for (int64_t p = 0; p < n; p++, rw_next(&w)) {
+        int64_t id = rw_ld_index(ids, w.off[0]);
+        if (id < 0 || id >= V) return bad_index(err, "ids", ids, p, id, range);
+    }
+    return GDP_OK;
+}
+
 static gdp_status embedding_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
+    // table (V, D), ids (...) -> y (..., D): whole elements moved, exact for every dtype
     const gdp_tensor *table = node->in[0], *ids = node->in[1], *y = node->out[0];
-    int64_t V = table->shape[0];
-    size_t row = (size_t)table->shape[1] * gdp_dtype_size(table->dtype);
+    int64_t V = table->shape[0], D = table->shape[1];
+    char range[96];
+    snprintf(range, sizeof range, "a table of %lld rows", (long long)V);
+    gdp_status st = check_ids(ids, V, range, err);
+    if (st != GDP_OK) return st;
+    size_t es = gdp_dtype_size(table->dtype);
+    const int64_t sr = table->stride[0], sc = table->stride[1];
+    rw_walk w;
+    rw_begin(&w, ids->ndim, ids->shape);
+    rw_add(&w, ids);
     int64_t n = gdp_numel(ids);
-    for (int64_t p = 0; p < n; p++) {
-        int64_t id = load_index(ids, p);
-        if (id < 0 || id >= V) {
-            char pos[200];
-            return gdp_fail(err, GDP_ERR_INVALID, "%s = %lld is out of range for a table of %lld rows",
-                            position_str("ids", ids, p, pos, sizeof pos), (long long)id, (long long)V);
+    for (int64_t p = 0; p < n; p++, rw_next(&w)) {
+        const char *src = (const char *)table->data + (size_t)(rw_ld_index(ids, w.off[0]) * sr) * es;
+        char *dst = (char *)y->data + (size_t)(p * D) * es;
+        if (sc == 1) {
+            if (D > 0) memcpy(dst, src, (size_t)D * es);
+        } else {
+            for (int64_t d = 0; d < D; d++) rw_copy_elem(dst + (size_t)d * es, src + (size_t)(d * sc) * es, es);
         }
-        if (row > 0) memcpy((char *)y->data + (size_t)p * row, (const char *)table->data + (size_t)id * row, row);
     }
     return GDP_OK;
 }
@@ -148,25 +138,31 @@ static int embedding_grad_infer(gd_infer *c)
     return 0;
 }
 
+/* Scratch of the scatter-adds: the whole gradient as doubles. */
+static size_t ws_scatter(const gdp_node *node) { return rw_doubles(gdp_numel(node->out[0])); }
+
 static gdp_status embedding_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
+    // dy (ids.shape, D), ids -> dtable (V, D): rows of dy added at their ids, in order
     const gdp_tensor *dy = node->in[0], *ids = node->in[1], *dt = node->out[0];
     int64_t V = dt->shape[0], D = dt->shape[1], n = gdp_numel(ids);
-    double *acc = calloc((size_t)(V * D > 0 ? V * D : 1), sizeof *acc);
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for a (%lld, %lld) accumulator",
-                                     (long long)V, (long long)D);
-    for (int64_t p = 0; p < n; p++) {
-        int64_t id = load_index(ids, p);
-        if (id < 0 || id >= V) {
-            char pos[200];
-            free(acc);
-            return gdp_fail(err, GDP_ERR_INVALID, "%s = %lld is out of range for a table of %lld rows",
-                            position_str("ids", ids, p, pos, sizeof pos), (long long)id, (long long)V);
-        }
-        for (int64_t d = 0; d < D; d++) acc[id * D + d] += load(dy, p * D + d);
+    char range[96];
+    snprintf(range, sizeof range, "a table of %lld rows", (long long)V);
+    gdp_status st = check_ids(ids, V, range, err);
+    if (st != GDP_OK) return st;
+    double *acc = rw_workspace(node, ws_scatter(node), err);
+    if (acc == NULL) return GDP_ERR_INVALID;
+    for (int64_t i = 0; i < V * D; i++) acc[i] = 0.0;
+    const int64_t sd = dy->stride[dy->ndim - 1];
+    rw_walk w; // ids (slot 0) and the rows of dy (slot 1, its leading dims)
+    rw_begin(&w, ids->ndim, ids->shape);
+    rw_add(&w, ids);
+    rw_add_strides(&w, dy->stride);
+    for (int64_t p = 0; p < n; p++, rw_next(&w)) {
+        double *dst = acc + rw_ld_index(ids, w.off[0]) * D;
+        for (int64_t d = 0; d < D; d++) dst[d] += rw_ld(dy, w.off[1] + d * sd);
     }
-    for (int64_t i = 0; i < V * D; i++) store(dt, i, acc[i]);
-    free(acc);
+    for (int64_t i = 0; i < V * D; i++) rw_st(dt, i, acc[i]);
     return GDP_OK;
 }
 
@@ -202,25 +198,37 @@ static int index_select_infer(gd_infer *c)
     return selected_shape(c, &c->in[0], &c->in[1], &axis, &c->out[0]);
 }
 
-/* Copies or adds the block after the axis for each (outer, j): x[o, idx[j], :] <-> y[o, j, :]. */
+/* Checks every entry of the 1-D idx lies in [0, n) (axis `axis` of size n). */
+static gdp_status check_idx(const gdp_tensor *idx, int axis, int64_t n, gdp_err *err)
+{
+    char range[96];
+    snprintf(range, sizeof range, "axis %d of size %lld", axis, (long long)n);
+    for (int64_t j = 0; j < idx->shape[0]; j++) {
+        int64_t id = rw_ld_index(idx, j * idx->stride[0]);
+        if (id < 0 || id >= n) return bad_index(err, "idx", idx, j, id, range);
+    }
+    return GDP_OK;
+}
+
+/* y[..., j, ...] = x[..., idx[j], ...] along the axis: for every index of the other dims
+ * (a walk over y's shape with the axis as 1, carrying x and y), the m picked elements. */
 static gdp_status index_select_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *idx = node->in[1], *y = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += x->ndim;
-    int64_t outer = prod(x->shape, 0, axis), n = x->shape[axis], m = idx->shape[0];
-    size_t block = (size_t)prod(x->shape, axis + 1, x->ndim) * gdp_dtype_size(x->dtype);
-    for (int64_t j = 0; j < m; j++) {
-        int64_t id = load_index(idx, j);
-        if (id < 0 || id >= n)
-            return gdp_fail(err, GDP_ERR_INVALID, "idx[%lld] = %lld is out of range for axis %d of size %lld",
-                            (long long)j, (long long)id, axis, (long long)n);
-    }
-    if (block == 0) return GDP_OK;
-    for (int64_t o = 0; o < outer; o++)
+    int64_t m = idx->shape[0];
+    gdp_status st = check_idx(idx, axis, x->shape[axis], err);
+    if (st != GDP_OK) return st;
+    size_t es = gdp_dtype_size(x->dtype);
+    const gdp_tensor *t[2] = {x, y};
+    rw_walk w;
+    int64_t rows = rw_rows(&w, y, axis, 2, t);
+    const int64_t sx = x->stride[axis], sy = y->stride[axis], si = idx->stride[0];
+    for (int64_t r = 0; r < rows; r++, rw_next(&w))
         for (int64_t j = 0; j < m; j++)
-            memcpy((char *)y->data + (size_t)(o * m + j) * block,
-                   (const char *)x->data + (size_t)(o * n + load_index(idx, j)) * block, block);
+            rw_copy_elem((char *)y->data + (size_t)(w.off[1] + j * sy) * es,
+                      (const char *)x->data + (size_t)(w.off[0] + rw_ld_index(idx, j * si) * sx) * es, es);
     return GDP_OK;
 }
 
@@ -272,30 +280,26 @@ static int index_select_grad_infer(gd_infer *c)
     return 0;
 }
 
+/* dx = zeros of input_shape with dy[..., j, ...] added at [..., idx[j], ...]; for a fixed
+ * element of dx, the additions come in order of j, every run. */
 static gdp_status index_select_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *dy = node->in[0], *idx = node->in[1], *dx = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += dx->ndim;
-    int64_t outer = prod(dx->shape, 0, axis), n = dx->shape[axis], m = idx->shape[0];
-    int64_t inner = prod(dx->shape, axis + 1, dx->ndim), total = gdp_numel(dx);
-    for (int64_t j = 0; j < m; j++) {
-        int64_t id = load_index(idx, j);
-        if (id < 0 || id >= n)
-            return gdp_fail(err, GDP_ERR_INVALID,
-                            "idx[%lld] = %lld is out of range for axis %d of size %lld",
-                            (long long)j, (long long)id, axis, (long long)n);
-    }
-    double *acc = calloc((size_t)(total > 0 ? total : 1), sizeof *acc);
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld elements", (long long)total);
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < m; j++) {
-            double *dst = acc + (o * n + load_index(idx, j)) * inner;
-            int64_t src = (o * m + j) * inner;
-            for (int64_t i = 0; i < inner; i++) dst[i] += load(dy, src + i);
-        }
-    for (int64_t i = 0; i < total; i++) store(dx, i, acc[i]);
-    free(acc);
+    int64_t m = idx->shape[0], total = gdp_numel(dx);
+    gdp_status st = check_idx(idx, axis, dx->shape[axis], err);
+    if (st != GDP_OK) return st;
+    double *acc = rw_workspace(node, ws_scatter(node), err);
+    if (acc == NULL) return GDP_ERR_INVALID;
+    for (int64_t i = 0; i < total; i++) acc[i] = 0.0;
+    const gdp_tensor *t[2] = {dy, dx}; // dx's strides are row-major: offsets into acc
+    rw_walk w;
+    int64_t rows = rw_rows(&w, dy, axis, 2, t);
+    const int64_t sdy = dy->stride[axis], sdx = dx->stride[axis], si = idx->stride[0];
+    for (int64_t r = 0; r < rows; r++, rw_next(&w))
+        for (int64_t j = 0; j < m; j++) acc[w.off[1] + rw_ld_index(idx, j * si) * sdx] += rw_ld(dy, w.off[0] + j * sdy);
+    for (int64_t i = 0; i < total; i++) rw_st(dx, i, acc[i]);
     return GDP_OK;
 }
 
@@ -313,21 +317,28 @@ GD_FAMILY(index)
     gd_register_op(r, &(gd_op_def){
         .name = "embedding", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = embedding_infer, .grad = embedding_grad, .ref = embedding_ref,
-        .ref_dtypes = ANY_DTYPE, .cases = embedding_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "rows of table (V, D) picked by integer ids (any shape): ids.shape + (D)"});
+        .ref_dtypes = ANY_DTYPE, .cases = embedding_cases, .inplace = {-1, -1, -1, -1}, .tol = 0, .ref_strided = 1,
+        .doc = "rows of table (V, D) picked by integer ids (any shape): ids.shape + (D); an id outside [0, V), "
+               "negative ones included, is bad data (GD_ERR_INVALID)"});
     gd_register_op(r, &(gd_op_def){
         .name = "embedding_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "num_embeddings:int",
         .dtypes = GD_FLOATS, .infer = embedding_grad_infer, .grad = NULL, .ref = embedding_grad_ref,
         .cases = embedding_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10,
-        .doc = "backward of embedding: rows of dy added into a (num_embeddings, D) table at ids"});
+        .ref_workspace = ws_scatter, .ref_strided = 1,
+        .doc = "backward of embedding: rows of dy added into a (num_embeddings, D) table at ids; bad ids as "
+               "embedding"});
     gd_register_op(r, &(gd_op_def){
         .name = "index_select", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axis:int",
         .dtypes = GD_FLOATS, .infer = index_select_infer, .grad = index_select_grad, .ref = index_select_ref,
         .ref_dtypes = ANY_DTYPE, .cases = index_select_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .doc = "entries of x along axis picked by a 1-D i32/i64 idx"});
+        .ref_strided = 1,
+        .doc = "entries of x along axis picked by a 1-D i32/i64 idx; an index outside [0, size of the axis), "
+               "negative ones included, is bad data (GD_ERR_INVALID)"});
     gd_register_op(r, &(gd_op_def){
         .name = "index_select_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axis:int input_shape:ints",
         .dtypes = GD_FLOATS, .infer = index_select_grad_infer, .grad = NULL, .ref = index_select_grad_ref,
         .cases = index_select_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10,
-        .doc = "backward of index_select: dy added into zeros of input_shape at idx along axis"});
+        .ref_workspace = ws_scatter, .ref_strided = 1,
+        .doc = "backward of index_select: dy added into zeros of input_shape at idx along axis; bad indices as "
+               "index_select"});
 }

@@ -5,26 +5,18 @@
  * reshape, permute and slice are views: the planner aliases their outputs (their view
  * rules below) and runs no kernel; their reference kernels stay as the sweep's oracle of
  * what the view must read. copy is the op the planner inserts to make a strided value
- * contiguous, so its reference reads any strides.
+ * contiguous. Every reference kernel here reads inputs of any strides.
  *
  * Every kernel here copies whole elements, so it works for every dtype as it stands
  * (f16/bf16 included, no conversion through f32) and the sweep compares it bit for bit.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Layout kernels handle every dtype themselves: they only move elements. */
 #define ANY_DTYPE ((1u << GDP_DTYPE_COUNT) - 1u)
-
-static int64_t prod(const int64_t *d, int from, int to)
-{
-    int64_t n = 1;
-    for (int i = from; i < to; i++) n *= d[i];
-    return n;
-}
 
 /* A list of ints (an attribute) as "[a, b, c]" for messages. */
 static const char *ints_str(const int64_t *v, int n, char *buf, size_t cap)
@@ -110,18 +102,12 @@ static gdp_status copy_ref(void *be, const gdp_node *node, void *stream, gdp_err
         if (n > 0) memcpy(node->out[0]->data, x->data, (size_t)n * es);
         return GDP_OK;
     }
-    int64_t idx[GDP_MAX_DIMS] = {0}, src = 0;
     char *out = node->out[0]->data;
     const char *in = x->data;
-    for (int64_t o = 0; o < n; o++) {
-        memcpy(out + (size_t)o * es, in + (size_t)src * es, es);
-        for (int d = x->ndim - 1; d >= 0; d--) {
-            src += x->stride[d];
-            if (++idx[d] < x->shape[d]) break;
-            src -= x->stride[d] * x->shape[d];
-            idx[d] = 0;
-        }
-    }
+    rw_walk w;
+    rw_begin(&w, x->ndim, x->shape);
+    rw_add(&w, x);
+    for (int64_t o = 0; o < n; o++, rw_next(&w)) rw_copy_elem(out + (size_t)o * es, in + (size_t)w.off[0] * es, es);
     return GDP_OK;
 }
 
@@ -233,41 +219,23 @@ static int permute_infer(gd_infer *c)
     return 0;
 }
 
-static inline void copy_elem(char *dst, const char *src, size_t es)
-{
-    switch (es) {
-    case 1: *dst = *src; break;
-    case 2: memcpy(dst, src, 2); break;
-    case 4: memcpy(dst, src, 4); break;
-    case 8: memcpy(dst, src, 8); break;
-    default: memcpy(dst, src, es);
-    }
-}
-
-/* Walks the output in row-major order; `src` follows along through the input strides of
- * the permuted axes, like an odometer. */
+/* Walks the output in row-major order; the input follows along through its own strides
+ * taken in the permuted order, like an odometer. */
 static gdp_status permute_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *y = node->out[0];
     int nd = x->ndim;
-    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS], pst[GDP_MAX_DIMS], idx[GDP_MAX_DIMS] = {0};
+    int64_t perm[GDP_MAX_DIMS], pst[GDP_MAX_DIMS];
     gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
-    gd_strides(nd, x->shape, xst);
-    for (int i = 0; i < nd; i++) pst[i] = xst[perm[i] < 0 ? perm[i] + nd : perm[i]];
-
+    for (int i = 0; i < nd; i++) pst[i] = x->stride[perm[i] < 0 ? perm[i] + nd : perm[i]];
     size_t es = gdp_dtype_size(x->dtype);
     const char *in = x->data;
     char *out = y->data;
-    int64_t n = gdp_numel(y), src = 0;
-    for (int64_t o = 0; o < n; o++) {
-        copy_elem(out + o * es, in + src * es, es);
-        for (int d = nd - 1; d >= 0; d--) {
-            src += pst[d];
-            if (++idx[d] < y->shape[d]) break;
-            src -= pst[d] * y->shape[d];
-            idx[d] = 0;
-        }
-    }
+    rw_walk w;
+    rw_begin(&w, nd, y->shape);
+    rw_add_strides(&w, pst);
+    int64_t n = gdp_numel(y);
+    for (int64_t o = 0; o < n; o++, rw_next(&w)) rw_copy_elem(out + o * es, in + w.off[0] * es, es);
     return GDP_OK;
 }
 
@@ -371,22 +339,27 @@ static int concat_infer(gd_infer *c)
     return 0;
 }
 
-/* For each index of the dims before `axis`, the inputs' blocks follow one another. */
+/* Each input's elements to their place in the output: input k's element (..., i, ...)
+ * goes to (..., off_k + i, ...) along the axis, walked through the input's own strides. */
 static gdp_status concat_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *y = node->out[0];
     int axis = (int)gdp_attr_int(&node->attrs, "axis", 0);
     if (axis < 0) axis += y->ndim;
     size_t es = gdp_dtype_size(y->dtype);
-    int64_t outer = prod(y->shape, 0, axis), inner = prod(y->shape, axis + 1, y->ndim);
-    char *dst = y->data;
-    for (int64_t o = 0; o < outer; o++) {
-        for (int k = 0; k < node->n_in; k++) {
-            size_t chunk = (size_t)(node->in[k]->shape[axis] * inner) * es;
-            if (chunk == 0) continue;
-            memcpy(dst, (const char *)node->in[k]->data + (size_t)o * chunk, chunk);
-            dst += chunk;
-        }
+    int64_t ys[GDP_MAX_DIMS], off = 0;
+    rw_contig_strides(y->ndim, y->shape, ys);
+    for (int k = 0; k < node->n_in; k++) {
+        const gdp_tensor *x = node->in[k];
+        int64_t n = gdp_numel(x);
+        rw_walk w;
+        rw_begin(&w, x->ndim, x->shape);
+        rw_add(&w, x);
+        rw_add_strides(&w, ys);
+        char *dst = (char *)y->data + (size_t)(off * ys[axis]) * es;
+        for (int64_t i = 0; i < n; i++, rw_next(&w))
+            rw_copy_elem(dst + (size_t)w.off[1] * es, (const char *)x->data + (size_t)w.off[0] * es, es);
+        off += x->shape[axis];
     }
     return GDP_OK;
 }
@@ -442,21 +415,22 @@ static int slice_infer(gd_infer *c)
     return 0;
 }
 
-/* Moves rows between a tensor with `n` entries along the axis and one with `len` of them,
- * starting at `first`; the dims before the axis are walked, the ones after move as a block.
- * to_big = 0 gathers (slice), 1 scatters into a zeroed tensor (slice_grad). */
+/* Moves elements between a tensor with `n` entries along the axis (big) and one with `len`
+ * of them (small), starting at `first`: to_big = 0 gathers (slice; big is the input, of
+ * any strides), 1 scatters into big (slice_grad; small is the input, of any strides, and
+ * big the zeroed output). Walks small's shape, carrying both tensors' strides. */
 static void slice_copy(const gdp_tensor *big, const gdp_tensor *small, int axis, int64_t first, int to_big)
 {
     size_t es = gdp_dtype_size(big->dtype);
-    int64_t outer = prod(big->shape, 0, axis), inner = prod(big->shape, axis + 1, big->ndim);
-    int64_t n = big->shape[axis], len = small->shape[axis];
-    size_t row = (size_t)(len * inner) * es;
-    if (row == 0) return;
-    for (int64_t o = 0; o < outer; o++) {
-        char *b = (char *)big->data + (size_t)((o * n + first) * inner) * es;
-        char *s = (char *)small->data + (size_t)o * row;
-        if (to_big) memcpy(b, s, row);
-        else memcpy(s, b, row);
+    int64_t n = gdp_numel(small);
+    rw_walk w;
+    rw_begin(&w, small->ndim, small->shape);
+    rw_add_strides(&w, big->stride);
+    rw_add_strides(&w, small->stride);
+    char *b = (char *)big->data + (size_t)(first * big->stride[axis]) * es, *s = small->data;
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        if (to_big) rw_copy_elem(b + (size_t)w.off[0] * es, s + (size_t)w.off[1] * es, es);
+        else rw_copy_elem(s + (size_t)w.off[1] * es, b + (size_t)w.off[0] * es, es);
     }
 }
 
@@ -642,7 +616,7 @@ GD_FAMILY(layout)
         .name = "permute", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "perm:ints",
         .dtypes = GD_FLOATS, .infer = permute_infer, .grad = permute_grad, .ref = permute_ref,
         .ref_dtypes = ANY_DTYPE, .cases = permute_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .view = permute_view,
+        .view = permute_view, .ref_strided = 1,
         .doc = "x with its dims reordered: out dim i is x dim perm[i]; a view"});
     gd_register_op(r, &(gd_op_def){
         .name = "copy", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "",
@@ -652,18 +626,18 @@ GD_FAMILY(layout)
     gd_register_op(r, &(gd_op_def){
         .name = "concat", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "axis:int",
         .dtypes = GD_FLOATS, .infer = concat_infer, .grad = concat_grad, .ref = concat_ref,
-        .ref_dtypes = ANY_DTYPE, .cases = concat_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .ref_dtypes = ANY_DTYPE, .cases = concat_cases, .inplace = {-1, -1, -1, -1}, .tol = 0, .ref_strided = 1,
         .doc = "inputs joined along axis; the other dims must match"});
     gd_register_op(r, &(gd_op_def){
         .name = "slice", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int start:int end:int",
         .dtypes = GD_FLOATS, .infer = slice_infer, .grad = slice_grad, .ref = slice_ref,
         .ref_dtypes = ANY_DTYPE, .cases = slice_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
-        .view = slice_view,
+        .view = slice_view, .ref_strided = 1,
         .doc = "x[start:end] along axis; negative bounds count from the end, clamped like Python; a view"});
     gd_register_op(r, &(gd_op_def){
         .name = "slice_grad", .min_in = 1, .max_in = 1, .n_out = 1,
         .attrs = "axis:int start:int end:int input_shape:ints",
         .dtypes = GD_FLOATS, .infer = slice_grad_infer, .grad = NULL, .ref = slice_grad_ref,
-        .ref_dtypes = ANY_DTYPE, .cases = slice_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .ref_dtypes = ANY_DTYPE, .cases = slice_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 0, .ref_strided = 1,
         .doc = "backward of slice: dy placed at [start:end] along axis of zeros of input_shape"});
 }

@@ -2,40 +2,35 @@
  * fused, the op a backend's graph pass produces).
  *
  * The reference kernels also train small models in CI, so they are naive but not slow:
- * each operand matrix is packed once into a double buffer (which also undoes any
- * transpose), then the product runs in i-k-j order into a double accumulator row, so the
- * inner loop streams through contiguous memory and vectorizes.
+ * each operand matrix is packed once into a double buffer in the node's workspace (which
+ * also undoes any transpose, and reads any strides), then the product runs in i-k-j order
+ * into a double accumulator row, so the inner loop streams through contiguous memory and
+ * vectorizes. The product is accumulated in double and rounded once to the output's dtype,
+ * which may be wider than the operands' (out_dtype: bf16 or f16 into f32).
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
 static int is_f32_or_f64(int32_t dt) { return dt == GDP_F32 || dt == GDP_F64; }
 
-/* dst (R, C) = the matrix stored at t->data + off, which is (R, C) row-major, or (C, R)
- * when trans (then dst is its transpose). */
-static void pack(const gdp_tensor *t, int64_t off, int trans, int64_t R, int64_t C, double *dst)
+/* dst (R, C) = the matrix of t at element offset `off` whose rows are `sr` apart and whose
+ * columns are `sc` apart — or, when trans, the transpose of the (C, R) matrix stored so.
+ * Any strides: an operand may be a transposed, sliced or broadcast view. */
+static void pack(const gdp_tensor *t, int64_t off, int64_t sr, int64_t sc, int trans, int64_t R, int64_t C, double *dst)
 {
-    if (t->dtype == GDP_F32) {
-        const float *p = (const float *)t->data + off;
-        if (!trans) {
-            for (int64_t i = 0; i < R * C; i++) dst[i] = p[i];
-        } else {
-            for (int64_t j = 0; j < C; j++)
-                for (int64_t i = 0; i < R; i++) dst[i * C + j] = p[j * R + i];
+    if (!trans && sc == 1 && t->dtype == GDP_F32) { // rows of contiguous floats: the usual case
+        for (int64_t i = 0; i < R; i++) {
+            const float *p = (const float *)t->data + off + i * sr;
+            for (int64_t j = 0; j < C; j++) dst[i * C + j] = p[j];
         }
-    } else {
-        const double *p = (const double *)t->data + off;
-        if (!trans) {
-            for (int64_t i = 0; i < R * C; i++) dst[i] = p[i];
-        } else {
-            for (int64_t j = 0; j < C; j++)
-                for (int64_t i = 0; i < R; i++) dst[i * C + j] = p[j * R + i];
-        }
+        return;
     }
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++)
+            dst[i * C + j] = rw_ld(t, off + (trans ? j * sr + i * sc : i * sr + j * sc));
 }
 
 static void store_row(const gdp_tensor *t, int64_t off, int64_t n, const double *src)
@@ -44,8 +39,7 @@ static void store_row(const gdp_tensor *t, int64_t off, int64_t n, const double 
         float *p = (float *)t->data + off;
         for (int64_t j = 0; j < n; j++) p[j] = (float)src[j];
     } else {
-        double *p = (double *)t->data + off;
-        for (int64_t j = 0; j < n; j++) p[j] = src[j];
+        for (int64_t j = 0; j < n; j++) rw_st(t, off + j, src[j]);
     }
 }
 
@@ -92,6 +86,9 @@ static int matmul_infer(gd_infer *c)
         return gd_infer_fail(c, "transpose_a=%lld and transpose_b=%lld must each be 0 or 1", (long long)ta,
                              (long long)tb);
     if (a->dtype != b->dtype) return gd_infer_fail(c, "a %s and b %s differ in dtype", sa, sb);
+    int64_t out_dt = gdp_attr_int(c->attrs, "out_dtype", a->dtype);
+    if (out_dt < 0 || out_dt >= GDP_DTYPE_COUNT || !gdp_is_float((int32_t)out_dt))
+        return gd_infer_fail(c, "out_dtype %lld is not a float dtype (a %s, b %s)", (long long)out_dt, sa, sb);
     if (a->ndim < 2 || b->ndim < 2)
         return gd_infer_fail(c, "a %s and b %s must both have at least 2 dims", sa, sb);
     int na = a->ndim, nb = b->ndim;
@@ -105,7 +102,7 @@ static int matmul_infer(gd_infer *c)
     // batch dims: NumPy broadcast of a[:-2] and b[:-2], right-aligned
     int nbat = (na > nb ? na : nb) - 2;
     gd_shape *o = &c->out[0];
-    o->dtype = a->dtype;
+    o->dtype = (int32_t)out_dt;
     o->ndim = nbat + 2;
     for (int i = 0; i < nbat; i++) {
         int ia = i - (nbat - (na - 2)), ib = i - (nbat - (nb - 2));
@@ -122,64 +119,73 @@ static int matmul_infer(gd_infer *c)
 
 /* Offset (in elements) of the matrix of operand t that output batch `bi` reads, where the
  * output has batch dims out_shape[0..nbat) and t's batch dims are right-aligned to them
- * (size-1 dims broadcast). */
+ * (size-1 dims broadcast); through t's strides. */
 static int64_t batch_offset(const gdp_tensor *t, const int64_t *out_shape, int nbat, int64_t bi)
 {
     int tb = t->ndim - 2;
-    int64_t off = 0, stride = t->shape[t->ndim - 2] * t->shape[t->ndim - 1];
+    int64_t off = 0;
     for (int d = nbat - 1; d >= 0; d--) {
         int64_t coord = bi % out_shape[d];
         bi /= out_shape[d];
         int td = d - (nbat - tb);
-        if (td < 0) continue;
-        if (t->shape[td] != 1) off += coord * stride;
-        stride *= t->shape[td];
+        if (td >= 0 && t->shape[td] != 1) off += coord * t->stride[td];
     }
     return off;
 }
 
-// C (..., M, N) = op(A) (..., M, K) @ op(B) (..., K, N)
+typedef struct mm_dims {
+    int ta, tb, nbat;
+    int64_t M, N, K, batches;
+} mm_dims;
+
+static mm_dims mm_dims_of(const gdp_node *node)
+{
+    const gdp_tensor *a = node->in[0], *c = node->out[0];
+    mm_dims d = {.ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0,
+                 .tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0, .nbat = c->ndim - 2, .batches = 1};
+    d.M = c->shape[d.nbat];
+    d.N = c->shape[d.nbat + 1];
+    d.K = d.ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    for (int i = 0; i < d.nbat; i++) d.batches *= c->shape[i];
+    return d;
+}
+
+/* Scratch: op(A) and op(B) of one batch packed as doubles, and one output row. */
+static size_t ws_matmul(const gdp_node *node)
+{
+    mm_dims d = mm_dims_of(node);
+    return rw_doubles(d.M * d.K) + rw_doubles(d.K * d.N) + rw_doubles(d.N);
+}
+
+// C (..., M, N) = op(A) (..., M, K) @ op(B) (..., K, N), accumulated in double and
+// rounded once to C's dtype (f32 for the mixed bf16/f16 -> f32 forms)
 static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     (void)backend;
     (void)stream;
     const gdp_tensor *a = node->in[0], *b = node->in[1], *c = node->out[0];
     if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "matmul: reference takes f32/f64");
-    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0;
-    int tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
-    int nbat = c->ndim - 2;
-    int64_t M = c->shape[nbat], N = c->shape[nbat + 1];
-    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-    int64_t batches = 1;
-    for (int d = 0; d < nbat; d++) batches *= c->shape[d];
-
-    double *pa = malloc(sizeof(double) * (size_t)(M * K > 0 ? M * K : 1));
-    double *pb = malloc(sizeof(double) * (size_t)(K * N > 0 ? K * N : 1));
-    double *acc = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
-    if (pa == NULL || pb == NULL || acc == NULL) {
-        free(pa);
-        free(pb);
-        free(acc);
-        return gdp_fail(err, GDP_ERR_NOMEM, "matmul: out of memory for %lldx%lldx%lld", (long long)M,
-                        (long long)K, (long long)N);
-    }
+    mm_dims d = mm_dims_of(node);
+    char *ws = rw_workspace(node, ws_matmul(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *pa = (double *)ws, *pb = (double *)(ws + rw_doubles(d.M * d.K));
+    double *acc = (double *)(ws + rw_doubles(d.M * d.K) + rw_doubles(d.K * d.N));
+    const int64_t ar = a->stride[a->ndim - 2], ac = a->stride[a->ndim - 1];
+    const int64_t br = b->stride[b->ndim - 2], bc = b->stride[b->ndim - 1];
     // a 2-D operand shared by every batch is packed once
     int64_t last_a = -1, last_b = -1;
-    for (int64_t bi = 0; bi < batches; bi++) {
-        int64_t oa = batch_offset(a, c->shape, nbat, bi), ob = batch_offset(b, c->shape, nbat, bi);
-        if (oa != last_a) pack(a, oa, ta, M, K, pa);
-        if (ob != last_b) pack(b, ob, tb, K, N, pb);
+    for (int64_t bi = 0; bi < d.batches; bi++) {
+        int64_t oa = batch_offset(a, c->shape, d.nbat, bi), ob = batch_offset(b, c->shape, d.nbat, bi);
+        if (oa != last_a) pack(a, oa, ar, ac, d.ta, d.M, d.K, pa);
+        if (ob != last_b) pack(b, ob, br, bc, d.tb, d.K, d.N, pb);
         last_a = oa;
         last_b = ob;
-        for (int64_t i = 0; i < M; i++) {
-            for (int64_t j = 0; j < N; j++) acc[j] = 0;
-            gemm_row(K, N, pa + i * K, pb, acc);
-            store_row(c, (bi * M + i) * N, N, acc);
+        for (int64_t i = 0; i < d.M; i++) {
+            for (int64_t j = 0; j < d.N; j++) acc[j] = 0;
+            gemm_row(d.K, d.N, pa + i * d.K, pb, acc);
+            store_row(c, (bi * d.M + i) * d.N, d.N, acc);
         }
     }
-    free(pa);
-    free(pb);
-    free(acc);
     return GDP_OK;
 }
 
@@ -189,6 +195,9 @@ static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, 
 static gd_status matmul_grad(gd_grad_ctx *c)
 {
     gd_tensor *a = c->in[0], *b = c->in[1], *dc = c->dout[0];
+    // a product written in a wider dtype (out_dtype) hands its gradient back in the operands'
+    if (dc != NULL && gd_tensor_dtype(dc) != gd_tensor_dtype(a)) dc = gd_cast(dc, gd_tensor_dtype(a));
+    if (dc == NULL) return GD_ERR_SHAPE;
     int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0;
     int tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
     gd_tensor *da, *db;
@@ -232,6 +241,27 @@ gd_tensor *gd_matmul(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_
     return gd_op2(a, b, "matmul", 2, at);
 }
 
+gd_tensor *gd_matmul_as(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b, gd_dtype out)
+{
+    gd_attr at[3] = {gd_attr_i("transpose_a", transpose_a != 0), gd_attr_i("transpose_b", transpose_b != 0),
+                     gd_attr_i("out_dtype", (int64_t)out)};
+    return gd_op2(a, b, "matmul", 3, at);
+}
+
+/* bf16 and f16 operands into an f32 product: plain, transposed, batched, broadcast */
+static const char *const matmul_mixed[] = {"bf16,bf16->f32", "f16,f16->f32", NULL};
+static const char *const matmul_mixed_cases[] = {
+    "bf16[3,4] bf16[4,5] | out_dtype=f32",
+    "bf16[17,33] bf16[33,9] | out_dtype=f32",
+    "bf16[4,3] bf16[5,4] | transpose_a=1 transpose_b=1 out_dtype=f32",
+    "bf16[2,3,4] bf16[4,5] | out_dtype=f32",
+    "f16[3,4] f16[4,5] | out_dtype=f32",
+    "f16[17,33] f16[33,9] | out_dtype=f32",
+    "f16[3,4] f16[5,4] | transpose_b=1 out_dtype=f32",
+    "f16[2,1,3,4] f16[5,4,6] | out_dtype=f32",
+    NULL,
+};
+
 /* ---- linear and linear_act ------------------------------------------------------------- */
 
 /* x (..., in), W (out, in) — or (in, out) with weight_in_out=1, the layout of the b of a
@@ -265,6 +295,13 @@ static int linear_infer(gd_infer *c)
     return 0;
 }
 
+/* Scratch of linear: W^T (in, out), the bias, one row of x, one output row. */
+static size_t ws_linear(const gdp_node *node)
+{
+    int64_t in = node->in[0]->shape[node->in[0]->ndim - 1], out = node->out[0]->shape[node->out[0]->ndim - 1];
+    return rw_doubles(in * out) + rw_doubles(out) + rw_doubles(in) + rw_doubles(out);
+}
+
 // y (R, out) = act(x (R, in) @ W^T + b); serves linear (no act attr) and linear_act
 static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
@@ -276,36 +313,28 @@ static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, 
     int act = (int)gdp_attr_int(&node->attrs, "act", 0);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
-    int64_t R = in > 0 ? gdp_numel(x) / in : gdp_numel(y) / (out > 0 ? out : 1);
-
-    double *wt = malloc(sizeof(double) * (size_t)(in * out > 0 ? in * out : 1)); // (in, out)
-    double *bias = malloc(sizeof(double) * (size_t)(out > 0 ? out : 1));
-    double *xr = malloc(sizeof(double) * (size_t)(in > 0 ? in : 1));
-    double *acc = malloc(sizeof(double) * (size_t)(out > 0 ? out : 1));
-    if (wt == NULL || bias == NULL || xr == NULL || acc == NULL) {
-        free(wt);
-        free(bias);
-        free(xr);
-        free(acc);
-        return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for W [%lld, %lld]", node->op, (long long)out,
-                        (long long)in);
-    }
-    pack(w, 0, !wio, in, out, wt);
-    if (b != NULL) pack(b, 0, 0, 1, out, bias);
+    char *ws = rw_workspace(node, ws_linear(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *wt = (double *)ws;                                   // (in, out)
+    double *bias = (double *)(ws + rw_doubles(in * out));
+    double *xr = (double *)(ws + rw_doubles(in * out) + rw_doubles(out));
+    double *acc = (double *)(ws + rw_doubles(in * out) + rw_doubles(out) + rw_doubles(in));
+    pack(w, 0, w->stride[0], w->stride[1], !wio, in, out, wt);
+    if (b != NULL) pack(b, 0, 0, b->stride[0], 0, 1, out, bias);
     else
         for (int64_t j = 0; j < out; j++) bias[j] = 0;
-    for (int64_t r = 0; r < R; r++) {
-        pack(x, r * in, 0, 1, in, xr);
+    // the rows of x along its last axis, whatever its strides
+    rw_walk rows;
+    int64_t R = rw_rows(&rows, x, x->ndim - 1, 1, &x);
+    const int64_t xc = x->stride[x->ndim - 1];
+    for (int64_t r = 0; r < R; r++, rw_next(&rows)) {
+        pack(x, rows.off[0], 0, xc, 0, 1, in, xr);
         for (int64_t j = 0; j < out; j++) acc[j] = bias[j];
         gemm_row(in, out, xr, wt, acc);
         if (act != ACT_NONE)
             for (int64_t j = 0; j < out; j++) acc[j] = act_apply(act, acc[j]);
         store_row(y, r * out, out, acc);
     }
-    free(wt);
-    free(bias);
-    free(xr);
-    free(acc);
     return GDP_OK;
 }
 
@@ -400,13 +429,15 @@ GD_FAMILY(matmul)
 {
     static const gd_op_def matmul = {
         .name = "matmul", .min_in = 2, .max_in = 2, .n_out = 1,
-        .attrs = "transpose_a:int transpose_b:int",
+        .attrs = "transpose_a:int transpose_b:int out_dtype:int",
         .dtypes = GD_FLOATS,
         .infer = matmul_infer, .grad = matmul_grad, .ref = matmul_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = matmul_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .mixed = matmul_mixed, .mixed_cases = matmul_mixed_cases, .ref_workspace = ws_matmul, .ref_strided = 1,
         .doc = "a (..., M, K) @ b (..., K, N) after optional swaps of each operand's last two dims; "
-               "batch dims broadcast",
+               "batch dims broadcast; accumulated in double, rounded once to out_dtype (default the operands'; "
+               "bf16/f16 -> f32 are the mixed forms)",
     };
     static const gd_op_def linear = {
         .name = "linear", .min_in = 2, .max_in = 3, .n_out = 1,
@@ -415,6 +446,7 @@ GD_FAMILY(matmul)
         .infer = linear_infer, .grad = linear_grad, .ref = linear_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = linear_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_linear, .ref_strided = 1,
         .doc = "x (..., in) W (out, in) [b (out)] -> x W^T + b (..., out)",
     };
     static const gd_op_def linear_act = {
@@ -424,6 +456,7 @@ GD_FAMILY(matmul)
         .infer = linear_infer, .grad = linear_act_grad, .ref = linear_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = linear_act_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_linear, .ref_strided = 1,
         .doc = "act(x W^T + b), act 0 none 1 relu 2 gelu-tanh 3 gelu 4 silu; weight_in_out=1: W is (in, out) "
                "(fused by graph passes)",
     };

@@ -5,11 +5,13 @@
  * mean and reciprocal standard deviation from x rather than keeping them from the forward
  * pass: two extra passes over a row are cheaper than a saved tensor the memory plan must
  * keep alive from forward to backward, and they keep the op's signature one tensor in.
+ * A row is wherever x's strides put it (x may be a view); the backward ops' per-feature
+ * sums live in the node's workspace.
  */
 #include "reduce.h"
+#include "refwalk.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 /* x (..., C) with optional per-feature tensors in[first..n_in) of shape (C) and x's dtype;
  * names[k] names in[k] in messages. */
@@ -45,35 +47,56 @@ static int check_dy(gd_infer *c)
     return 0;
 }
 
-static void rows_of(const gdp_tensor *x, int64_t *rows, int64_t *C)
+/* A row of C elements: x[base + k * step]. */
+typedef struct row {
+    int64_t base, step;
+} row;
+
+static inline double at(const gdp_tensor *t, row r, int64_t k) { return rw_ld(t, r.base + k * r.step); }
+
+/* The rows along the last axis of x and of the node's other row-shaped tensors t[1..n)
+ * (t[0] is x): a walk carrying each; returns the row count, C in *C. */
+static int64_t rows_of(rw_walk *w, int n, const gdp_tensor *const *t, int64_t *C)
 {
+    const gdp_tensor *x = t[0];
     *C = x->shape[x->ndim - 1];
-    *rows = *C > 0 ? gdp_numel(x) / *C : 0;
+    return rw_rows(w, x, x->ndim - 1, n, t);
 }
 
-/* The mean and 1/sqrt(var + eps) of row r (biased variance, two passes). */
-static void row_stats(const gdp_tensor *x, int64_t r, int64_t C, double eps, double *mean, double *rstd)
+static row row_at(const rw_walk *w, int k, const gdp_tensor *t)
+{
+    return (row){w->off[k], t->stride[t->ndim - 1]};
+}
+
+/* The mean and 1/sqrt(var + eps) of a row (biased variance, two passes). */
+static void row_stats(const gdp_tensor *x, row r, int64_t C, double eps, double *mean, double *rstd)
 {
     double s = 0.0, ss = 0.0;
-    for (int64_t k = 0; k < C; k++) s += rd_load(x, r * C + k);
+    for (int64_t k = 0; k < C; k++) s += at(x, r, k);
     const double m = s / (double)C;
     for (int64_t k = 0; k < C; k++) {
-        double d = rd_load(x, r * C + k) - m;
+        double d = at(x, r, k) - m;
         ss += d * d;
     }
     *mean = m;
     *rstd = 1.0 / sqrt(ss / (double)C + eps);
 }
 
-/* 1/sqrt(mean(x^2) + eps) of row r. */
-static double row_rms_inv(const gdp_tensor *x, int64_t r, int64_t C, double eps)
+/* 1/sqrt(mean(x^2) + eps) of a row. */
+static double row_rms_inv(const gdp_tensor *x, row r, int64_t C, double eps)
 {
     double ss = 0.0;
     for (int64_t k = 0; k < C; k++) {
-        double v = rd_load(x, r * C + k);
+        double v = at(x, r, k);
         ss += v * v;
     }
     return 1.0 / sqrt(ss / (double)C + eps);
+}
+
+/* A per-feature vector (weight, bias), 1-D and possibly strided; NULL reads as `none`. */
+static inline double feat(const gdp_tensor *t, int64_t k, double none)
+{
+    return t != NULL ? rw_ld(t, k * t->stride[0]) : none;
 }
 
 /* ---- layer_norm ------------------------------------------------------------------------ */
@@ -95,16 +118,18 @@ static gdp_status ref_layer_norm(void *be, const gdp_node *node, void *stream, g
     const gdp_tensor *x = node->in[0], *y = node->out[0];
     const gdp_tensor *w = node->n_in > 1 ? node->in[1] : NULL, *b = node->n_in > 2 ? node->in[2] : NULL;
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
-    int64_t rows, C;
-    rows_of(x, &rows, &C);
-    for (int64_t r = 0; r < rows; r++) {
+    const gdp_tensor *t[2] = {x, y};
+    rw_walk wk;
+    int64_t C, rows = rows_of(&wk, 2, t, &C);
+    for (int64_t r = 0; r < rows; r++, rw_next(&wk)) {
+        row rx = row_at(&wk, 0, x), ry = row_at(&wk, 1, y);
         double mean, rstd;
-        row_stats(x, r, C, eps, &mean, &rstd);
+        row_stats(x, rx, C, eps, &mean, &rstd);
         for (int64_t k = 0; k < C; k++) {
-            double v = (rd_load(x, r * C + k) - mean) * rstd;
-            if (w != NULL) v *= rd_load(w, k);
-            if (b != NULL) v += rd_load(b, k);
-            rd_store(y, r * C + k, v);
+            double v = (at(x, rx, k) - mean) * rstd;
+            if (w != NULL) v *= feat(w, k, 1.0);
+            if (b != NULL) v += feat(b, k, 0.0);
+            rw_st(y, ry.base + k * ry.step, v);
         }
     }
     return GDP_OK;
@@ -133,18 +158,21 @@ static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stre
     const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
     const gdp_tensor *dx = node->out[0], *dw = node->out[1], *db = node->out[2];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
-    int64_t rows, C;
-    rows_of(x, &rows, &C);
-    double *acc = calloc((size_t)(2 * C + 1), sizeof *acc); // dweight (C), dbias (C)
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "layer_norm_grad: no memory for %lld sums", (long long)C);
-    double *acc_w = acc, *acc_b = acc + C;
-    for (int64_t r = 0; r < rows; r++) {
+    const gdp_tensor *t[3] = {x, dy, dx};
+    rw_walk wk;
+    int64_t C, rows = rows_of(&wk, 3, t, &C);
+    double *acc_w = rw_workspace(node, 2 * rw_doubles(C), err); // dweight (C), dbias (C)
+    if (acc_w == NULL) return GDP_ERR_INVALID;
+    double *acc_b = acc_w + (C > 0 ? C : 1);
+    for (int64_t k = 0; k < C; k++) acc_w[k] = acc_b[k] = 0.0;
+    for (int64_t r = 0; r < rows; r++, rw_next(&wk)) {
+        row rx = row_at(&wk, 0, x), rdy = row_at(&wk, 1, dy), rdx = row_at(&wk, 2, dx);
         double mean, rstd;
-        row_stats(x, r, C, eps, &mean, &rstd);
+        row_stats(x, rx, C, eps, &mean, &rstd);
         double sum_g = 0.0, sum_gx = 0.0;
         for (int64_t k = 0; k < C; k++) {
-            const double d = rd_load(dy, r * C + k), xhat = (rd_load(x, r * C + k) - mean) * rstd;
-            const double g = w != NULL ? d * rd_load(w, k) : d;
+            const double d = at(dy, rdy, k), xhat = (at(x, rx, k) - mean) * rstd;
+            const double g = d * feat(w, k, 1.0);
             sum_g += g;
             sum_gx += g * xhat;
             acc_w[k] += d * xhat;
@@ -152,18 +180,21 @@ static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stre
         }
         const double mean_g = sum_g / (double)C, mean_gx = sum_gx / (double)C;
         for (int64_t k = 0; k < C; k++) {
-            const double d = rd_load(dy, r * C + k), xhat = (rd_load(x, r * C + k) - mean) * rstd;
-            const double g = w != NULL ? d * rd_load(w, k) : d;
-            rd_store(dx, r * C + k, rstd * (g - mean_g - xhat * mean_gx));
+            const double d = at(dy, rdy, k), xhat = (at(x, rx, k) - mean) * rstd;
+            const double g = d * feat(w, k, 1.0);
+            rw_st(dx, rdx.base + k * rdx.step, rstd * (g - mean_g - xhat * mean_gx));
         }
     }
     for (int64_t k = 0; k < C; k++) {
-        rd_store(dw, k, acc_w[k]);
-        rd_store(db, k, acc_b[k]);
+        rw_st(dw, k, acc_w[k]);
+        rw_st(db, k, acc_b[k]);
     }
-    free(acc);
     return GDP_OK;
 }
+
+/* Scratch of the backward ops: the per-feature sums (C each). */
+static size_t ws_layer_norm_grad(const gdp_node *node) { return 2 * rw_doubles(node->in[1]->shape[node->in[1]->ndim - 1]); }
+static size_t ws_rms_norm_grad(const gdp_node *node) { return rw_doubles(node->in[1]->shape[node->in[1]->ndim - 1]); }
 
 static gd_status grad_layer_norm(gd_grad_ctx *c)
 {
@@ -193,13 +224,15 @@ static gdp_status ref_rms_norm(void *be, const gdp_node *node, void *stream, gdp
     // x (rows, C), weight (C) -> y (rows, C) = x / sqrt(mean(x^2) + eps) * weight
     const gdp_tensor *x = node->in[0], *y = node->out[0], *w = node->n_in > 1 ? node->in[1] : NULL;
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
-    int64_t rows, C;
-    rows_of(x, &rows, &C);
-    for (int64_t r = 0; r < rows; r++) {
-        const double inv = row_rms_inv(x, r, C, eps);
+    const gdp_tensor *t[2] = {x, y};
+    rw_walk wk;
+    int64_t C, rows = rows_of(&wk, 2, t, &C);
+    for (int64_t r = 0; r < rows; r++, rw_next(&wk)) {
+        row rx = row_at(&wk, 0, x), ry = row_at(&wk, 1, y);
+        const double inv = row_rms_inv(x, rx, C, eps);
         for (int64_t k = 0; k < C; k++) {
-            double v = rd_load(x, r * C + k) * inv;
-            rd_store(y, r * C + k, w != NULL ? v * rd_load(w, k) : v);
+            double v = at(x, rx, k) * inv;
+            rw_st(y, ry.base + k * ry.step, w != NULL ? v * feat(w, k, 1.0) : v);
         }
     }
     return GDP_OK;
@@ -226,28 +259,30 @@ static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream
     const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
     const gdp_tensor *dx = node->out[0], *dw = node->out[1];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
-    int64_t rows, C;
-    rows_of(x, &rows, &C);
-    double *acc_w = calloc((size_t)(C + 1), sizeof *acc_w);
-    if (acc_w == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rms_norm_grad: no memory for %lld sums", (long long)C);
-    for (int64_t r = 0; r < rows; r++) {
-        const double inv = row_rms_inv(x, r, C, eps);
+    const gdp_tensor *t[3] = {x, dy, dx};
+    rw_walk wk;
+    int64_t C, rows = rows_of(&wk, 3, t, &C);
+    double *acc_w = rw_workspace(node, rw_doubles(C), err);
+    if (acc_w == NULL) return GDP_ERR_INVALID;
+    for (int64_t k = 0; k < C; k++) acc_w[k] = 0.0;
+    for (int64_t r = 0; r < rows; r++, rw_next(&wk)) {
+        row rx = row_at(&wk, 0, x), rdy = row_at(&wk, 1, dy), rdx = row_at(&wk, 2, dx);
+        const double inv = row_rms_inv(x, rx, C, eps);
         double sum_gx = 0.0;
         for (int64_t k = 0; k < C; k++) {
-            const double d = rd_load(dy, r * C + k), v = rd_load(x, r * C + k);
-            const double g = w != NULL ? d * rd_load(w, k) : d;
+            const double d = at(dy, rdy, k), v = at(x, rx, k);
+            const double g = d * feat(w, k, 1.0);
             sum_gx += g * v;
             acc_w[k] += d * v * inv;
         }
         const double c3 = inv * inv * inv * sum_gx / (double)C;
         for (int64_t k = 0; k < C; k++) {
-            const double d = rd_load(dy, r * C + k), v = rd_load(x, r * C + k);
-            const double g = w != NULL ? d * rd_load(w, k) : d;
-            rd_store(dx, r * C + k, inv * g - c3 * v);
+            const double d = at(dy, rdy, k), v = at(x, rx, k);
+            const double g = d * feat(w, k, 1.0);
+            rw_st(dx, rdx.base + k * rdx.step, inv * g - c3 * v);
         }
     }
-    for (int64_t k = 0; k < C; k++) rd_store(dw, k, acc_w[k]);
-    free(acc_w);
+    for (int64_t k = 0; k < C; k++) rw_st(dw, k, acc_w[k]);
     return GDP_OK;
 }
 
@@ -331,21 +366,21 @@ GD_FAMILY(norm)
     gd_register_op(r, &(gd_op_def){
         .name = "layer_norm", .min_in = 1, .max_in = 3, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_layer_norm, .grad = grad_layer_norm, .ref = ref_layer_norm, .cases = layer_norm_cases,
-        .tol = 1e-8,
+        .ref_strided = 1, .tol = 1e-8,
         .doc = "layer_norm(x, [weight], [bias]) over the last axis, eps (default 1e-5)"});
     gd_register_op(r, &(gd_op_def){
         .name = "layer_norm_grad", .min_in = 2, .max_in = 3, .n_out = 3, .attrs = "eps:float",
         .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad, .ref = ref_layer_norm_grad,
-        .cases = layer_norm_grad_cases, .tol = 1e-8,
+        .cases = layer_norm_grad_cases, .ref_workspace = ws_layer_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .doc = "layer_norm_grad(dy, x, [weight]) -> dx, dweight, dbias"});
     gd_register_op(r, &(gd_op_def){
         .name = "rms_norm", .min_in = 1, .max_in = 2, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_rms_norm, .grad = grad_rms_norm, .ref = ref_rms_norm, .cases = rms_norm_cases,
-        .tol = 1e-8,
+        .ref_strided = 1, .tol = 1e-8,
         .doc = "rms_norm(x, [weight]): x / sqrt(mean(x^2) + eps) * weight over the last axis, eps (default 1e-6)"});
     gd_register_op(r, &(gd_op_def){
         .name = "rms_norm_grad", .min_in = 2, .max_in = 3, .n_out = 2, .attrs = "eps:float",
         .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad, .ref = ref_rms_norm_grad,
-        .cases = rms_norm_grad_cases, .tol = 1e-8,
+        .cases = rms_norm_grad_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
 }

@@ -3,26 +3,37 @@
  *
  * An update's outputs alias its inputs (`.inplace`): p' is written over p, the moments over
  * the moments. The reference kernels read element i of every input before writing element
- * i of any output, so they are correct whether or not the host aliases the buffers (the
- * sweep gives fresh ones). Learning rate and step count are f32 scalar tensors, not
- * attributes, so a schedule changes them between runs without recompiling.
+ * i of any output, so they are correct whether or not the host aliases the buffers. The
+ * inputs updated in place are whole, contiguous buffers (the planner sees to it); the
+ * others (the gradient) may be any view. Learning rate and step count are f32 scalar
+ * tensors, not attributes, so a schedule changes them between runs without recompiling.
+ *
+ * Mixed precision: adamw_update takes an optional seventh input, a bf16 or f16 copy of p,
+ * and writes p' rounded to it (round to nearest even) as a fourth output, in place. That
+ * is how a bf16 model trains with f32 master weights: the copy is the parameter autodiff
+ * differentiates (so g may be bf16 too), the f32 p is an optimizer state.
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Fails c unless input k has the shape and dtype of input 0. */
-static int same_as_first(gd_infer *c, int k, const char *name_k, const char *name_0)
+/* Fails c unless input k has the shape of input 0, and its dtype too unless any_float
+ * (then any float dtype). */
+static int shaped_as_first(gd_infer *c, int k, const char *name_k, const char *name_0, int any_float)
 {
     const gd_shape *a = &c->in[0], *b = &c->in[k];
-    int same = a->dtype == b->dtype && a->ndim == b->ndim;
+    int same = (any_float ? gdp_is_float(b->dtype) : a->dtype == b->dtype) && a->ndim == b->ndim;
     for (int d = 0; same && d < a->ndim; d++) same = a->dim[d] == b->dim[d];
     if (same) return 0;
     char sa[96], sb[96];
-    return gd_infer_fail(c, "%s %s%s does not match %s %s%s", name_k, gd_dtype_name((gd_dtype)b->dtype),
-                         gd_shape_str(b, sb, sizeof sb), name_0, gd_dtype_name((gd_dtype)a->dtype),
-                         gd_shape_str(a, sa, sizeof sa));
+    return gd_infer_fail(c, "%s %s does not match %s %s%s", name_k, gd_shape_str(b, sb, sizeof sb), name_0,
+                         gd_shape_str(a, sa, sizeof sa), any_float ? " (any float dtype)" : "");
+}
+
+static int same_as_first(gd_infer *c, int k, const char *name_k, const char *name_0)
+{
+    return shaped_as_first(c, k, name_k, name_0, 0);
 }
 
 /* Fails c unless input k is an f32 tensor of one element. */
@@ -64,6 +75,15 @@ static int sgd_infer(gd_infer *c)
     return 0;
 }
 
+/* The walk of an update: every element of p (slot 0) with, alongside, the offset of the
+ * same element of each other tensor of p's shape (slots 1..n), whatever its strides. */
+static int64_t update_walk(rw_walk *w, int n, const gdp_tensor *const *t)
+{
+    rw_begin(w, t[0]->ndim, t[0]->shape);
+    for (int k = 0; k < n; k++) rw_add(w, t[k]);
+    return gdp_numel(t[0]);
+}
+
 /* PyTorch SGD: g += wd*p; buf = m*buf + g; update = nesterov ? g + m*buf : buf; p -= lr*update.
  * buf starts at zero, so the first step sets buf = g, as PyTorch does. */
 static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
@@ -72,25 +92,35 @@ static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp
     double lr = gd_ref_load(node->in[3], 0);
     double m = gdp_attr_float(&node->attrs, "momentum", 0.0), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
     int nesterov = gdp_attr_int(&node->attrs, "nesterov", 0) != 0;
-    int64_t n = gdp_numel(P);
-    for (int64_t i = 0; i < n; i++) {
-        double p = gd_ref_load(P, i), g = gd_ref_load(G, i), buf = gd_ref_load(B, i);
+    const gdp_tensor *t[5] = {P, G, B, node->out[0], node->out[1]};
+    rw_walk w;
+    int64_t n = update_walk(&w, 3, t); // the outputs are contiguous: element i is at i
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        double p = rw_ld(P, w.off[0]), g = rw_ld(G, w.off[1]), buf = rw_ld(B, w.off[2]);
         g += wd * p;
         buf = m * buf + g;
         double update = nesterov ? g + m * buf : buf;
-        gd_ref_store(node->out[0], i, p - lr * update);
-        gd_ref_store(node->out[1], i, buf);
+        rw_st(node->out[0], i, p - lr * update);
+        rw_st(node->out[1], i, buf);
     }
     return GDP_OK;
 }
 
-/* ---- adamw_update(p, g, m, v, step, lr) -> (p', m', v') ------------------------------- */
+/* ---- adamw_update(p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']) ----------- */
 
 static int adamw_infer(gd_infer *c)
 {
-    if (float_param(c) || same_as_first(c, 1, "g", "p") || same_as_first(c, 2, "m", "p") ||
+    if (float_param(c) || shaped_as_first(c, 1, "g", "p", 1) || same_as_first(c, 2, "m", "p") ||
         same_as_first(c, 3, "v", "p") || f32_scalar(c, 4, "step") || f32_scalar(c, 5, "lr"))
         return -1;
+    if (c->n_in > 6) {
+        if (shaped_as_first(c, 6, "copy", "p", 1)) return -1;
+        if (!gdp_is_half(c->in[6].dtype)) {
+            char b[96];
+            return gd_infer_fail(c, "copy %s must be bf16 or f16 (the low-precision copy of p)",
+                                 gd_shape_str(&c->in[6], b, sizeof b));
+        }
+    }
     double b1 = gdp_attr_float(c->attrs, "beta1", 0.9), b2 = gdp_attr_float(c->attrs, "beta2", 0.999);
     double eps = gdp_attr_float(c->attrs, "eps", 1e-8), wd = gdp_attr_float(c->attrs, "weight_decay", 0.0);
     if (!(b1 >= 0 && b1 < 1)) return gd_infer_fail(c, "beta1 = %g is not in [0, 1)", b1);
@@ -101,29 +131,43 @@ static int adamw_infer(gd_infer *c)
     c->out[1] = c->in[2];
     c->out[2] = c->in[3];
     c->n_out = 3;
+    if (c->n_in > 6) {
+        c->out[3] = c->in[6];
+        c->n_out = 4;
+    }
     return 0;
 }
 
 /* PyTorch AdamW with t = step (1-based, already incremented):
  *   p -= lr*wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
- *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+ * computed in double, each state rounded once to its dtype; the copy is p' as stored (f32)
+ * rounded to nearest even to the copy's dtype. The kernel handles f16/bf16 operands
+ * itself (ref_dtypes), so that the copy is rounded from p' exactly once. */
 static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *P = node->in[0], *G = node->in[1], *M = node->in[2], *V = node->in[3];
+    const gdp_tensor *copy = node->n_out > 3 ? node->out[3] : NULL;
     double t = gd_ref_load(node->in[4], 0), lr = gd_ref_load(node->in[5], 0);
     double b1 = gdp_attr_float(&node->attrs, "beta1", 0.9), b2 = gdp_attr_float(&node->attrs, "beta2", 0.999);
     double eps = gdp_attr_float(&node->attrs, "eps", 1e-8), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    int64_t n = gdp_numel(P);
-    for (int64_t i = 0; i < n; i++) {
-        double p = gd_ref_load(P, i), g = gd_ref_load(G, i), m = gd_ref_load(M, i), v = gd_ref_load(V, i);
+    const gdp_tensor *in[4] = {P, G, M, V};
+    rw_walk w;
+    int64_t n = update_walk(&w, 4, in);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        double p = rw_ld(P, w.off[0]), g = rw_ld(G, w.off[1]), m = rw_ld(M, w.off[2]), v = rw_ld(V, w.off[3]);
         p -= lr * wd * p;
         m = b1 * m + (1.0 - b1) * g;
         v = b2 * v + (1.0 - b2) * g * g;
         p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
-        gd_ref_store(node->out[0], i, p);
-        gd_ref_store(node->out[1], i, m);
-        gd_ref_store(node->out[2], i, v);
+        rw_st(node->out[0], i, p);
+        rw_st(node->out[1], i, m);
+        rw_st(node->out[2], i, v);
+        if (copy != NULL) {
+            float stored = (float)rw_ld(node->out[0], i); // p' as its state holds it
+            ((uint16_t *)copy->data)[i] = copy->dtype == GDP_BF16 ? gdp_f32_to_bf16(stored) : gdp_f32_to_f16(stored);
+        }
     }
     return GDP_OK;
 }
@@ -140,9 +184,19 @@ static int assign_infer(gd_infer *c)
 
 static gdp_status assign_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // a byte copy: exact for every dtype, and memmove because out may be src itself
-    size_t bytes = (size_t)gdp_numel(node->in[1]) * gdp_dtype_size(node->in[1]->dtype);
-    if (bytes > 0) memmove(node->out[0]->data, node->in[1]->data, bytes);
+    // a copy of elements: exact for every dtype; memmove because out may be src itself
+    const gdp_tensor *src = node->in[1];
+    size_t es = gdp_dtype_size(src->dtype);
+    int64_t n = gdp_numel(src);
+    if (gdp_is_contiguous(src)) {
+        if (n > 0) memmove(node->out[0]->data, src->data, (size_t)n * es);
+        return GDP_OK;
+    }
+    rw_walk w; // a strided src is a view of another buffer than dst's: no overlap
+    rw_begin(&w, src->ndim, src->shape);
+    rw_add(&w, src);
+    for (int64_t i = 0; i < n; i++, rw_next(&w))
+        memcpy((char *)node->out[0]->data + (size_t)i * es, (const char *)src->data + (size_t)w.off[0] * es, es);
     return GDP_OK;
 }
 
@@ -187,6 +241,22 @@ static const char *const adamw_cases[] = {
     "f[17] f[17] f[17] p[17] p[] p[] | beta1=0.8 beta2=0.99 eps=1e-6 weight_decay=0.0",
     NULL};
 
+/* f32 master weights with a bf16 or f16 copy, the gradient of the copy's dtype or f32 */
+static const char *const adamw_mixed[] = {
+    "f32,bf16,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
+    "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
+    "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16",
+    "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16",
+    NULL};
+static const char *const adamw_mixed_cases[] = {
+    "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[4,8] | beta1=0.9 beta2=0.999 eps=1e-8 "
+    "weight_decay=0.01",
+    "f32[17] f32[17] f32[17] f32[17]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[17] | beta1=0.8 beta2=0.99 eps=1e-6",
+    "f32[4,8] f16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[4,8] | beta1=0.9 beta2=0.999 eps=1e-8 "
+    "weight_decay=0.01",
+    "f32[3,5] f32[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[3,5] | weight_decay=0.1",
+    NULL};
+
 static const char *const assign_cases[] = {
     "f[3,4] f[3,4]",
     "f[] f[]",
@@ -205,18 +275,22 @@ GD_FAMILY(optim)
     gd_register_op(r, &(gd_op_def){
         .name = "sgd_update", .min_in = 4, .max_in = 4, .n_out = 2, .attrs = "momentum:float weight_decay:float nesterov:int",
         .dtypes = GD_M(GDP_F32), .infer = sgd_infer, .ref = sgd_ref, .cases = sgd_cases, .inplace = {0, 2, -1, -1}, .updates = 1,
-        .tol = 1e-10, .doc = "(p, g, buf, lr) -> (p', buf') in place: PyTorch SGD with momentum, weight decay, nesterov"});
+        .tol = 1e-10, .ref_strided = 1, .doc = "(p, g, buf, lr) -> (p', buf') in place: PyTorch SGD with momentum, weight decay, nesterov"});
     gd_register_op(r, &(gd_op_def){
-        .name = "adamw_update", .min_in = 6, .max_in = 6, .n_out = 3,
+        .name = "adamw_update", .min_in = 6, .max_in = 7, .n_out = 4,
         .attrs = "beta1:float beta2:float eps:float weight_decay:float", .dtypes = GD_M(GDP_F32), .infer = adamw_infer,
-        .ref = adamw_ref, .cases = adamw_cases, .inplace = {0, 2, 3, -1}, .updates = 1, .tol = 1e-10,
-        .doc = "(p, g, m, v, step, lr) -> (p', m', v') in place: PyTorch AdamW, step 1-based"});
+        .ref = adamw_ref, .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64) | GD_M(GDP_F16) | GD_M(GDP_BF16),
+        .cases = adamw_cases, .mixed = adamw_mixed, .mixed_cases = adamw_mixed_cases, .inplace = {0, 2, 3, 6},
+        .updates = 1, .tol = 1e-10, .ref_strided = 1,
+        .doc = "(p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']) in place: PyTorch AdamW, step 1-based; "
+               "copy (bf16/f16, optional) receives p' rounded to nearest even (f32 master weights)"});
     gd_register_op(r, &(gd_op_def){
         .name = "assign", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS, .infer = assign_infer,
         .ref = assign_ref, .ref_dtypes = 0x1ffu, .cases = assign_cases, .inplace = {0, -1, -1, -1}, .updates = 1, .tol = 0,
+        .ref_strided = 1,
         .doc = "(dst, src) -> dst' in place: copies src into dst (same shape and dtype)"});
     gd_register_op(r, &(gd_op_def){
         .name = "clip_coef", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "max_norm:float", .dtypes = GD_FLOATS,
         .infer = clip_coef_infer, .ref = clip_coef_ref, .cases = clip_coef_cases, .inplace = {-1, -1, -1, -1},
-        .tol = 1e-10, .doc = "(norm) -> min(1, max_norm / (norm + 1e-6)), a scalar"});
+        .tol = 1e-10, .ref_strided = 1, .doc = "(norm) -> min(1, max_norm / (norm + 1e-6)), a scalar"});
 }

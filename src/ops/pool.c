@@ -10,11 +10,10 @@
  * kernel/2, so that every window holds at least one real element).
  *   Ho = (H + 2 padding - kernel) / stride + 1      (floor)
  */
-#include "opdef.h"
+#include "refwalk.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 typedef struct pool_geom {
     int64_t N, C, H, W;
@@ -105,10 +104,27 @@ static int avg_pool2d_grad_infer(gd_infer *c)
 
 /* ---- reference kernels ---------------------------------------------------------------------- */
 
-/* Index (within the plane starting at `base`) of the first maximum of window (oh, ow),
+/* Plane pl = (n, c) of a 4-D operand: its offset, and the strides of its rows and columns,
+ * so that (h, w) lies at base + h * sh + w * sw whatever the operand's layout. */
+typedef struct plane {
+    int64_t base, sh, sw;
+} plane;
+
+static plane plane_of(const gdp_tensor *t, int64_t pl)
+{
+    int64_t n = pl / t->shape[1], c = pl % t->shape[1];
+    return (plane){n * t->stride[0] + c * t->stride[1], t->stride[2], t->stride[3]};
+}
+
+static inline double plane_ld(const gdp_tensor *t, plane p, int64_t h, int64_t w)
+{
+    return rw_ld(t, p.base + h * p.sh + w * p.sw);
+}
+
+/* Index (ih * W + iw, within x's plane p) of the first maximum of window (oh, ow),
  * scanning rows then columns; a NaN wins so that it propagates. Padding never wins:
  * pool_check guarantees a real element in every window. */
-static int64_t window_argmax(const gdp_tensor *x, int64_t base, const pool_geom *g, int64_t oh, int64_t ow)
+static int64_t window_argmax(const gdp_tensor *x, plane p, const pool_geom *g, int64_t oh, int64_t ow)
 {
     int64_t best_i = -1;
     double best = 0;
@@ -118,7 +134,7 @@ static int64_t window_argmax(const gdp_tensor *x, int64_t base, const pool_geom 
         for (int64_t j = 0; j < g->k; j++) {
             int64_t iw = ow * g->s - g->p + j;
             if (iw < 0 || iw >= g->W) continue;
-            double v = gd_ref_load(x, base + ih * g->W + iw);
+            double v = plane_ld(x, p, ih, iw);
             if (best_i < 0 || v > best || (isnan(v) && !isnan(best))) {
                 best = v;
                 best_i = ih * g->W + iw;
@@ -139,14 +155,21 @@ static gdp_status max_pool2d_ref(void *backend, const gdp_node *node, void *stre
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
-        int64_t base = pl * g.H * g.W;
+        plane p = plane_of(x, pl);
         for (int64_t oh = 0; oh < g.Ho; oh++)
             for (int64_t ow = 0; ow < g.Wo; ow++) {
-                int64_t i = window_argmax(x, base, &g, oh, ow);
-                gd_ref_store(y, (pl * g.Ho + oh) * g.Wo + ow, gd_ref_load(x, base + i));
+                int64_t i = window_argmax(x, p, &g, oh, ow);
+                rw_st(y, (pl * g.Ho + oh) * g.Wo + ow, plane_ld(x, p, i / g.W, i % g.W));
             }
     }
     return GDP_OK;
+}
+
+/* Scratch of the backward ops: one plane of dx (H W doubles). */
+static size_t ws_pool_grad(const gdp_node *node)
+{
+    const gdp_tensor *dx = node->out[0];
+    return rw_doubles(dx->shape[2] * dx->shape[3]);
 }
 
 // dx (N, C, H, W): each dy (N, C, Ho, Wo) added at its window's first max
@@ -158,17 +181,16 @@ static gdp_status max_pool2d_grad_ref(void *backend, const gdp_node *node, void 
     pool_geom g = {0};
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
-    double *plane = malloc(sizeof(double) * (size_t)(g.H * g.W));
-    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "max_pool2d_grad: out of memory");
+    double *acc = rw_workspace(node, ws_pool_grad(node), err);
+    if (acc == NULL) return GDP_ERR_INVALID;
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
-        int64_t base = pl * g.H * g.W;
-        for (int64_t i = 0; i < g.H * g.W; i++) plane[i] = 0;
+        plane px = plane_of(x, pl), pd = plane_of(dy, pl);
+        for (int64_t i = 0; i < g.H * g.W; i++) acc[i] = 0;
         for (int64_t oh = 0; oh < g.Ho; oh++)
             for (int64_t ow = 0; ow < g.Wo; ow++)
-                plane[window_argmax(x, base, &g, oh, ow)] += gd_ref_load(dy, (pl * g.Ho + oh) * g.Wo + ow);
-        for (int64_t i = 0; i < g.H * g.W; i++) gd_ref_store(dx, base + i, plane[i]);
+                acc[window_argmax(x, px, &g, oh, ow)] += plane_ld(dy, pd, oh, ow);
+        for (int64_t i = 0; i < g.H * g.W; i++) rw_st(dx, pl * g.H * g.W + i, acc[i]);
     }
-    free(plane);
     return GDP_OK;
 }
 
@@ -184,7 +206,7 @@ static gdp_status avg_pool2d_ref(void *backend, const gdp_node *node, void *stre
     pool_dims(&g, x->shape);
     double area = (double)(g.k * g.k);
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
-        int64_t base = pl * g.H * g.W;
+        plane p = plane_of(x, pl);
         for (int64_t oh = 0; oh < g.Ho; oh++)
             for (int64_t ow = 0; ow < g.Wo; ow++) {
                 double sum = 0;
@@ -193,10 +215,10 @@ static gdp_status avg_pool2d_ref(void *backend, const gdp_node *node, void *stre
                     if (ih < 0 || ih >= g.H) continue;
                     for (int64_t j = 0; j < g.k; j++) {
                         int64_t iw = ow * g.s - g.p + j;
-                        if (iw >= 0 && iw < g.W) sum += gd_ref_load(x, base + ih * g.W + iw);
+                        if (iw >= 0 && iw < g.W) sum += plane_ld(x, p, ih, iw);
                     }
                 }
-                gd_ref_store(y, (pl * g.Ho + oh) * g.Wo + ow, sum / area);
+                rw_st(y, (pl * g.Ho + oh) * g.Wo + ow, sum / area);
             }
     }
     return GDP_OK;
@@ -212,25 +234,25 @@ static gdp_status avg_pool2d_grad_ref(void *backend, const gdp_node *node, void 
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, dx->shape);
     double area = (double)(g.k * g.k);
-    double *plane = malloc(sizeof(double) * (size_t)(g.H * g.W));
-    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "avg_pool2d_grad: out of memory");
+    double *acc = rw_workspace(node, ws_pool_grad(node), err);
+    if (acc == NULL) return GDP_ERR_INVALID;
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
-        for (int64_t i = 0; i < g.H * g.W; i++) plane[i] = 0;
+        plane pd = plane_of(dy, pl);
+        for (int64_t i = 0; i < g.H * g.W; i++) acc[i] = 0;
         for (int64_t oh = 0; oh < g.Ho; oh++)
             for (int64_t ow = 0; ow < g.Wo; ow++) {
-                double d = gd_ref_load(dy, (pl * g.Ho + oh) * g.Wo + ow) / area;
+                double d = plane_ld(dy, pd, oh, ow) / area;
                 for (int64_t i = 0; i < g.k; i++) {
                     int64_t ih = oh * g.s - g.p + i;
                     if (ih < 0 || ih >= g.H) continue;
                     for (int64_t j = 0; j < g.k; j++) {
                         int64_t iw = ow * g.s - g.p + j;
-                        if (iw >= 0 && iw < g.W) plane[ih * g.W + iw] += d;
+                        if (iw >= 0 && iw < g.W) acc[ih * g.W + iw] += d;
                     }
                 }
             }
-        for (int64_t i = 0; i < g.H * g.W; i++) gd_ref_store(dx, pl * g.H * g.W + i, plane[i]);
+        for (int64_t i = 0; i < g.H * g.W; i++) rw_st(dx, pl * g.H * g.W + i, acc[i]);
     }
-    free(plane);
     return GDP_OK;
 }
 
@@ -320,7 +342,7 @@ GD_FAMILY(pool)
         .attrs = "kernel:int stride:int padding:int",
         .dtypes = GD_FLOATS,
         .infer = pool_infer, .grad = max_pool2d_backward, .ref = max_pool2d_ref,
-        .cases = pool_cases, .inplace = {-1, -1, -1, -1}, .tol = 0,
+        .cases = pool_cases, .inplace = {-1, -1, -1, -1}, .tol = 0, .ref_strided = 1,
         .doc = "max over kernel x kernel windows of x (N, C, H, W); stride 0 = kernel; padding -inf, <= kernel/2",
     };
     static const gd_op_def max_pool2d_grad = {
@@ -329,6 +351,7 @@ GD_FAMILY(pool)
         .dtypes = GD_FLOATS,
         .infer = max_pool2d_grad_infer, .grad = NULL, .ref = max_pool2d_grad_ref,
         .cases = max_pool2d_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10,
+        .ref_workspace = ws_pool_grad, .ref_strided = 1,
         .doc = "(dy, x) -> dx of max_pool2d: dy routed to the first max of each window, summed over overlaps",
     };
     static const gd_op_def avg_pool2d = {
@@ -336,7 +359,7 @@ GD_FAMILY(pool)
         .attrs = "kernel:int stride:int padding:int",
         .dtypes = GD_FLOATS,
         .infer = pool_infer, .grad = avg_pool2d_backward, .ref = avg_pool2d_ref,
-        .cases = pool_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10,
+        .cases = pool_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10, .ref_strided = 1,
         .doc = "mean over kernel x kernel windows of x (N, C, H, W); zero padding counted in the divisor",
     };
     static const gd_op_def avg_pool2d_grad = {
@@ -345,6 +368,7 @@ GD_FAMILY(pool)
         .dtypes = GD_FLOATS,
         .infer = avg_pool2d_grad_infer, .grad = NULL, .ref = avg_pool2d_grad_ref,
         .cases = avg_pool2d_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-10,
+        .ref_workspace = ws_pool_grad, .ref_strided = 1,
         .doc = "(dy) -> dx of avg_pool2d, dx's shape from input_shape [N, C, H, W]",
     };
     gd_register_op(r, &max_pool2d);

@@ -2,12 +2,16 @@
  * that takes a reduction's gradient back to the input's shape; global_norm, the one
  * number gradient clipping needs.
  *
- * Every reduction here is the same walk: visit x in row-major order and keep, alongside,
- * the offset of the output element the visited one folds into. Reduced axes step that
- * offset by 0. Expand is the same walk read the other way round (the output is the big
- * tensor, the input the one with stride 0 along broadcast axes).
+ * Every reduction here is the same walk: visit x in row-major order (through its own
+ * strides) and keep, alongside, the offset of the output element the visited one folds
+ * into. Reduced axes step that offset by 0. Expand is the same walk read the other way
+ * round (the output is the big tensor, the input the one with stride 0 along broadcast
+ * axes). Sums live in the node's workspace; sum and mean may write a wider dtype than x's
+ * (attribute dtype: bf16 or f16 into f32).
  */
+#include "alloc.h"
 #include "reduce.h"
+#include "refwalk.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,47 +58,29 @@ static int axes_parse(const gdp_attrs *attrs, const gd_shape *x, int *red, char 
 
 /* ---- the walk ------------------------------------------------------------------------ */
 
-typedef struct walk {
-    int ndim;
-    int64_t shape[GDP_MAX_DIMS]; /* of the tensor visited in row-major order */
-    int64_t step[GDP_MAX_DIMS];  /* offset step in the other tensor per step along each axis */
-    int64_t n;                   /* elements visited */
-} walk;
-
-/* Advances idx to the next element in row-major order and *o along with it. */
-static inline void walk_next(const walk *w, int64_t *idx, int64_t *o)
-{
-    for (int d = w->ndim - 1; d >= 0; d--) {
-        *o += w->step[d];
-        if (++idx[d] < w->shape[d]) return;
-        *o -= w->step[d] * w->shape[d];
-        idx[d] = 0;
-    }
-}
-
-/* The walk of a reduction of x: step[] is the output's stride along kept axes, 0 along
- * reduced ones. Also gives the output's element count and how many elements fold into
- * each. */
-static int reduce_walk(walk *w, const gdp_tensor *x, const gdp_attrs *attrs, int64_t *n_out, int64_t *n_red,
+/* The walk of a reduction: x's elements in row-major order, carrying x's offset (slot 0,
+ * through its own strides) and the offset of the output element it folds into (slot 1:
+ * the output's strides along kept axes, 0 along reduced ones). Also gives the output's
+ * element count and how many elements fold into each. */
+static int reduce_walk(rw_walk *w, const gdp_tensor *x, const gdp_attrs *attrs, int64_t *n_out, int64_t *n_red,
                        char *msg, size_t cap)
 {
     gd_shape xs = shape_of(x);
     int red[GDP_MAX_DIMS];
     if (axes_parse(attrs, &xs, red, msg, cap) != 0) return -1;
-    int64_t s = 1, r = 1;
-    w->ndim = x->ndim;
-    w->n = 1;
+    int64_t step[GDP_MAX_DIMS], s = 1, r = 1;
     for (int d = x->ndim - 1; d >= 0; d--) {
-        w->shape[d] = x->shape[d];
-        w->n *= x->shape[d];
         if (red[d]) {
-            w->step[d] = 0;
+            step[d] = 0;
             r *= x->shape[d];
         } else {
-            w->step[d] = s;
+            step[d] = s;
             s *= x->shape[d];
         }
     }
+    rw_begin(w, x->ndim, x->shape);
+    rw_add(w, x);
+    rw_add_strides(w, step);
     *n_out = s;
     *n_red = r;
     return 0;
@@ -123,10 +109,18 @@ static int reduced_shape(const gdp_attrs *attrs, const gd_shape *x, int is_max, 
     return 0;
 }
 
+/* sum and mean: the attribute dtype, when given, is the output's (a float dtype); the
+ * forms that differ from the input's are the op's declared mixed forms. */
 static int infer_reduce(gd_infer *c)
 {
     char msg[300];
     if (reduced_shape(c->attrs, &c->in[0], 0, &c->out[0], msg, sizeof msg) != 0) return gd_infer_fail(c, "%s", msg);
+    if (gdp_attr_find(c->attrs, "dtype") != NULL) {
+        int64_t dt = gdp_attr_int(c->attrs, "dtype", -1);
+        if (dt < 0 || dt >= GDP_DTYPE_COUNT || !gdp_is_float((int32_t)dt))
+            return gd_infer_fail(c, "dtype %lld is not a float dtype", (long long)dt);
+        c->out[0].dtype = (int32_t)dt;
+    }
     return 0;
 }
 
@@ -138,24 +132,24 @@ static int infer_mean(gd_infer *c)
 
 static gdp_status sum_or_mean(const gdp_node *node, gdp_err *err, int mean)
 {
-    // x (...) -> y (x's shape without the reduced axes, or with them as 1)
+    // x (...) -> y (x's shape without the reduced axes, or with them as 1), in y's dtype
     const gdp_tensor *x = node->in[0], *y = node->out[0];
-    walk w;
+    rw_walk w;
     int64_t n_out, n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, &n_out, &n_red, msg, sizeof msg) != 0)
         return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
-    double *acc = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *acc);
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld sums", node->op, (long long)n_out);
-    int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
-    for (int64_t i = 0; i < w.n; i++) {
-        acc[o] += rd_load(x, i);
-        walk_next(&w, idx, &o);
-    }
-    for (o = 0; o < n_out; o++) rd_store(y, o, mean ? acc[o] / (double)n_red : acc[o]);
-    free(acc);
+    double *acc = rw_workspace(node, rw_doubles(n_out), err);
+    if (acc == NULL) return GDP_ERR_INVALID;
+    for (int64_t o = 0; o < n_out; o++) acc[o] = 0.0;
+    int64_t n = gdp_numel(x);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) acc[w.off[1]] += rw_ld(x, w.off[0]);
+    for (int64_t o = 0; o < n_out; o++) rw_st(y, o, mean ? acc[o] / (double)n_red : acc[o]);
     return GDP_OK;
 }
+
+/* Scratch: one double per output element. */
+static size_t ws_sum(const gdp_node *node) { return rw_doubles(gdp_numel(node->out[0])); }
 
 static gdp_status ref_sum(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
@@ -171,6 +165,7 @@ static gdp_status ref_mean(void *be, const gdp_node *node, void *stream, gdp_err
  * over x's shape. *n_red: how many elements of x each element of dy stands for. */
 static gd_tensor *expand_back(gd_grad_ctx *c, gd_tensor *dy, int64_t *n_red)
 {
+    if (dy == NULL) return NULL;
     gd_shape xs = gd_tensor_shape(c->in[0]);
     int red[GDP_MAX_DIMS];
     char msg[300];
@@ -197,11 +192,19 @@ static gd_status built(const gd_tensor *t)
     return t != NULL ? GD_OK : GD_ERR_INVALID;
 }
 
+/* The gradient in the input's dtype: a sum or mean made in a wider dtype (attribute
+ * dtype) hands its gradient back rounded to the input's. */
+static gd_tensor *in_dtype(gd_grad_ctx *c, gd_tensor *dy)
+{
+    gd_dtype want = gd_tensor_dtype(c->in[0]);
+    return dy != NULL && gd_tensor_dtype(dy) != want ? gd_cast(dy, want) : dy;
+}
+
 static gd_status grad_sum(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
     int64_t n_red;
-    c->din[0] = expand_back(c, c->dout[0], &n_red);
+    c->din[0] = expand_back(c, in_dtype(c, c->dout[0]), &n_red);
     return built(c->din[0]);
 }
 
@@ -209,7 +212,7 @@ static gd_status grad_mean(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
     int64_t n_red;
-    gd_tensor *dx = expand_back(c, c->dout[0], &n_red);
+    gd_tensor *dx = expand_back(c, in_dtype(c, c->dout[0]), &n_red);
     c->din[0] = n_red > 1 ? gd_scale(dx, 1.0 / (double)n_red, 0.0) : dx;
     return built(c->din[0]);
 }
@@ -223,48 +226,52 @@ static int infer_max(gd_infer *c)
     return 0;
 }
 
-/* For each output element, the flat index into x of its first maximal element (NaN counts
- * as larger than anything, so that it propagates). */
-static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64_t **pos_out, int64_t *n_out,
-                                gdp_err *err)
+/* For each output element, the row-major index into x of its first maximal element and
+ * that element (NaN counts as larger than anything, so that it propagates), in the
+ * kernel's workspace: pos (n_out int64), then best (n_out doubles). */
+static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64_t **pos_out, double **best_out,
+                                int64_t *n_out, gdp_err *err)
 {
-    walk w;
+    rw_walk w;
     int64_t n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, n_out, &n_red, msg, sizeof msg) != 0)
         return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
-    size_t n = (size_t)(*n_out > 0 ? *n_out : 1);
-    int64_t *pos = malloc(n * sizeof *pos);
-    double *best = malloc(n * sizeof *best);
-    if (pos == NULL || best == NULL) {
-        free(pos);
-        free(best);
-        return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld maxima", node->op, (long long)*n_out);
-    }
+    char *ws = rw_workspace(node, 2 * rw_doubles(*n_out), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    int64_t *pos = (int64_t *)ws;
+    double *best = (double *)(ws + rw_doubles(*n_out));
     for (int64_t o = 0; o < *n_out; o++) pos[o] = -1;
-    int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
-    for (int64_t i = 0; i < w.n; i++) {
-        double v = rd_load(x, i);
+    int64_t n = gdp_numel(x);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        int64_t o = w.off[1];
+        double v = rw_ld(x, w.off[0]);
         if (pos[o] < 0 || v > best[o] || (isnan(v) && !isnan(best[o]))) {
             best[o] = v;
             pos[o] = i;
         }
-        walk_next(&w, idx, &o);
     }
-    free(best);
     *pos_out = pos;
+    *best_out = best;
     return GDP_OK;
+}
+
+/* Scratch of max and max_grad: a position and a value per output element (of max; of dy
+ * for max_grad, which has the same count). */
+static size_t ws_max(const gdp_node *node)
+{
+    return 2 * rw_doubles(node->n_in > 1 ? gdp_numel(node->in[0]) : gdp_numel(node->out[0]));
 }
 
 static gdp_status ref_max(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     // x (...) -> y (reduced)
-    const gdp_tensor *x = node->in[0], *y = node->out[0];
+    const gdp_tensor *y = node->out[0];
     int64_t *pos, n_out;
-    gdp_status s = max_positions(node, x, &pos, &n_out, err);
+    double *best;
+    gdp_status s = max_positions(node, node->in[0], &pos, &best, &n_out, err);
     if (s != GDP_OK) return s;
-    for (int64_t o = 0; o < n_out; o++) rd_store(y, o, rd_load(x, pos[o]));
-    free(pos);
+    for (int64_t o = 0; o < n_out; o++) rw_st(y, o, best[o]);
     return GDP_OK;
 }
 
@@ -287,12 +294,15 @@ static gdp_status ref_max_grad(void *be, const gdp_node *node, void *stream, gdp
     // dy (reduced), x (...) -> dx (like x): dy lands on each slice's first maximal element
     const gdp_tensor *dy = node->in[0], *x = node->in[1], *dx = node->out[0];
     int64_t *pos, n_out;
-    gdp_status s = max_positions(node, x, &pos, &n_out, err);
+    double *best;
+    gdp_status s = max_positions(node, x, &pos, &best, &n_out, err);
     if (s != GDP_OK) return s;
     int64_t n = gdp_numel(x);
-    for (int64_t i = 0; i < n; i++) rd_store(dx, i, 0.0);
-    for (int64_t o = 0; o < n_out; o++) rd_store(dx, pos[o], rd_load(dy, o));
-    free(pos);
+    for (int64_t i = 0; i < n; i++) rw_st(dx, i, 0.0);
+    rw_walk w; // dy in row-major order, whatever its strides
+    rw_begin(&w, dy->ndim, dy->shape);
+    rw_add(&w, dy);
+    for (int64_t o = 0; o < n_out; o++, rw_next(&w)) rw_st(dx, pos[o], rw_ld(dy, w.off[0]));
     return GDP_OK;
 }
 
@@ -329,31 +339,33 @@ static int infer_argmax(gd_infer *c)
 
 static gdp_status ref_argmax(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // x (outer, n, inner) -> y (outer, inner) i64, the first index of the maximum
+    // x (..., n, ...) -> y (x's shape without the axis) i64, the first index of the maximum
     const gdp_tensor *x = node->in[0], *y = node->out[0];
     int64_t axis = gdp_attr_int(&node->attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim || y->dtype != GDP_I64)
         return gdp_fail(err, GDP_ERR_INVALID, "argmax: axis %lld of a %d-D x, output dtype %d",
                         (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)x->ndim, (int)y->dtype);
-    int64_t outer = 1, inner = 1, n = x->shape[axis];
-    for (int d = 0; d < axis; d++) outer *= x->shape[d];
-    for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->shape[d];
-    int64_t *out = y->data;
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t j = 0; j < inner; j++) {
-            const int64_t base = o * n * inner + j;
-            int64_t best_k = 0;
-            double best = rd_load(x, base);
-            for (int64_t k = 1; k < n; k++) {
-                double v = rd_load(x, base + k * inner);
-                if (v > best || (isnan(v) && !isnan(best))) {
-                    best = v;
-                    best_k = k;
-                }
+    const int64_t n = x->shape[axis], step = x->stride[axis];
+    // one row per index of the other dims, in the output's row-major order
+    int64_t rows_shape[GDP_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) rows_shape[d] = d == axis ? 1 : x->shape[d];
+    rw_walk w;
+    rw_begin(&w, x->ndim, rows_shape);
+    rw_add_strides(&w, x->stride);
+    int64_t *out = y->data, rows = gdp_numel(y);
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
+        const int64_t base = w.off[0];
+        int64_t best_k = 0;
+        double best = rw_ld(x, base);
+        for (int64_t k = 1; k < n; k++) {
+            double v = rw_ld(x, base + k * step);
+            if (v > best || (isnan(v) && !isnan(best))) {
+                best = v;
+                best_k = k;
             }
-            out[o * inner + j] = best_k;
         }
+        out[r] = best_k;
     }
     return GDP_OK;
 }
@@ -386,32 +398,18 @@ static int infer_expand(gd_infer *c)
 
 static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a plain copy of bytes
+    // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a copy of elements
     const gdp_tensor *x = node->in[0], *y = node->out[0];
     if (x->ndim > y->ndim || x->dtype != y->dtype)
         return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
-    walk w;
-    w.ndim = y->ndim;
-    w.n = 1;
-    const int off = y->ndim - x->ndim;
-    int64_t xstride = 1;
-    for (int d = y->ndim - 1; d >= 0; d--) {
-        w.shape[d] = y->shape[d];
-        w.n *= y->shape[d];
-        w.step[d] = 0;
-        if (d >= off) {
-            if (x->shape[d - off] != 1) w.step[d] = xstride;
-            xstride *= x->shape[d - off];
-        }
-    }
+    rw_walk w;
+    rw_begin(&w, y->ndim, y->shape);
+    rw_add(&w, x);
     const size_t es = gdp_dtype_size(y->dtype);
     const char *src = x->data;
     char *dst = y->data;
-    int64_t idx[GDP_MAX_DIMS] = {0}, i = 0;
-    for (int64_t o = 0; o < w.n; o++) {
-        memcpy(dst + (size_t)o * es, src + (size_t)i * es, es);
-        walk_next(&w, idx, &i);
-    }
+    int64_t n = gdp_numel(y);
+    for (int64_t o = 0; o < n; o++, rw_next(&w)) memcpy(dst + (size_t)o * es, src + (size_t)w.off[0] * es, es);
     return GDP_OK;
 }
 
@@ -456,17 +454,20 @@ static int infer_global_norm(gd_infer *c)
 
 static gdp_status ref_global_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // xs[0..n) (any shapes) -> y () = sqrt(sum of squares)
+    // xs[0..n) (any shapes and strides) -> y () = sqrt(sum of squares)
     double ss = 0.0;
     for (int k = 0; k < node->n_in; k++) {
         const gdp_tensor *x = node->in[k];
         int64_t n = gdp_numel(x);
-        for (int64_t i = 0; i < n; i++) {
-            double v = rd_load(x, i);
+        rw_walk w;
+        rw_begin(&w, x->ndim, x->shape);
+        rw_add(&w, x);
+        for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+            double v = rw_ld(x, w.off[0]);
             ss += v * v;
         }
     }
-    rd_store(node->out[0], 0, sqrt(ss));
+    rw_st(node->out[0], 0, sqrt(ss));
     return GDP_OK;
 }
 
@@ -484,32 +485,44 @@ static gd_status grad_global_norm(gd_grad_ctx *c)
 
 /* ---- builders ---------------------------------------------------------------------------- */
 
-static gd_tensor *reduce_build(gd_tensor *x, const char *op, int n_axes, const int64_t *axes, int keepdims)
+/* out < 0: the output keeps x's dtype (no dtype attribute). */
+static gd_tensor *reduce_build(gd_tensor *x, const char *op, int n_axes, const int64_t *axes, int keepdims, int out)
 {
     if (x == NULL) return NULL;
     if (n_axes < 0 || n_axes > GD_MAX_DIMS || (n_axes > 0 && axes == NULL))
         return gd_fail_null(gd_tensor_graph(x), GD_ERR_INVALID, "%s: %d axes%s; 0 to %d expected", op, n_axes,
                             n_axes > 0 && axes == NULL ? " but no array" : "", GD_MAX_DIMS);
-    gd_attr a[2];
+    gd_attr a[3];
     int n = 0;
     if (n_axes > 0) a[n++] = gd_attr_is("axes", n_axes, axes);
     a[n++] = gd_attr_i("keepdims", keepdims != 0);
+    if (out >= 0) a[n++] = gd_attr_i("dtype", out);
     return gd_op1(x, op, n, a);
 }
 
 gd_tensor *gd_sum(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
 {
-    return reduce_build(x, "sum", n_axes, axes, keepdims);
+    return reduce_build(x, "sum", n_axes, axes, keepdims, -1);
 }
 
 gd_tensor *gd_mean(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
 {
-    return reduce_build(x, "mean", n_axes, axes, keepdims);
+    return reduce_build(x, "mean", n_axes, axes, keepdims, -1);
+}
+
+gd_tensor *gd_sum_as(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims, gd_dtype out)
+{
+    return reduce_build(x, "sum", n_axes, axes, keepdims, (int)out);
+}
+
+gd_tensor *gd_mean_as(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims, gd_dtype out)
+{
+    return reduce_build(x, "mean", n_axes, axes, keepdims, (int)out);
 }
 
 gd_tensor *gd_max(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims)
 {
-    return reduce_build(x, "max", n_axes, axes, keepdims);
+    return reduce_build(x, "max", n_axes, axes, keepdims, -1);
 }
 
 gd_tensor *gd_argmax(gd_tensor *x, int64_t axis, int keepdims)
@@ -538,7 +551,7 @@ gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
         if (xs[k] == NULL) return NULL;
     if (n <= GDP_MAX_INPUTS) return gd_op(g, "global_norm", n, xs, 0, NULL);
     int n_parts = (n + GDP_MAX_INPUTS - 1) / GDP_MAX_INPUTS;
-    gd_tensor **parts = malloc((size_t)n_parts * sizeof *parts);
+    gd_tensor **parts = gd_malloc((size_t)n_parts * sizeof *parts);
     if (parts == NULL) return gd_fail_null(g, GD_ERR_NOMEM, "global_norm: no memory for %d groups", n_parts);
     gd_tensor *y = NULL;
     int k;
@@ -548,7 +561,7 @@ gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
         if (parts[k] == NULL) break;
     }
     if (k == n_parts) y = gd_global_norm(g, n_parts, parts);
-    free(parts);
+    gd_free(parts);
     return y;
 }
 
@@ -567,6 +580,18 @@ static const char *const reduce_cases[] = {
     "f[]",
     "n[33,65] | axes=[0]",
     "n[33,65] | axes=[1]",
+    NULL,
+};
+
+/* sum and mean of half-precision x into f32 (attribute dtype), over all, some or no axes */
+static const char *const reduce_mixed[] = {"bf16->f32", "f16->f32", NULL};
+static const char *const reduce_mixed_cases[] = {
+    "bf16[3,4] | dtype=f32",
+    "bf16[2,3,4] | axes=[1] dtype=f32",
+    "bf16[33,65] | axes=[0] keepdims=1 dtype=f32",
+    "f16[3,4] | dtype=f32",
+    "f16[2,3,4] | axes=[0,2] dtype=f32",
+    "f16[33,65] | axes=[1] dtype=f32",
     NULL,
 };
 
@@ -610,35 +635,39 @@ static const char *const global_norm_cases[] = {
 GD_FAMILY(reduce)
 {
     gd_register_op(r, &(gd_op_def){
-        .name = "sum", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .name = "sum", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int dtype:int",
         .dtypes = GD_FLOATS, .infer = infer_reduce, .grad = grad_sum, .ref = ref_sum, .cases = reduce_cases,
-        .tol = 1e-8, .doc = "sum over axes (all when none given)"});
+        .mixed = reduce_mixed, .mixed_cases = reduce_mixed_cases, .ref_workspace = ws_sum, .ref_strided = 1,
+        .tol = 1e-8, .doc = "sum over axes (all when none given), accumulated in double; dtype: the output's "
+                            "(default x's; bf16/f16 -> f32 are the mixed forms)"});
     gd_register_op(r, &(gd_op_def){
-        .name = "mean", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
+        .name = "mean", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int dtype:int",
         .dtypes = GD_FLOATS, .infer = infer_mean, .grad = grad_mean, .ref = ref_mean, .cases = reduce_cases,
-        .tol = 1e-8, .doc = "mean over axes (all when none given)"});
+        .mixed = reduce_mixed, .mixed_cases = reduce_mixed_cases, .ref_workspace = ws_sum, .ref_strided = 1,
+        .tol = 1e-8, .doc = "mean over axes (all when none given), accumulated in double; dtype: the output's "
+                            "(default x's; bf16/f16 -> f32 are the mixed forms)"});
     gd_register_op(r, &(gd_op_def){
         .name = "max", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axes:ints keepdims:int",
         .dtypes = GD_FLOATS, .infer = infer_max, .grad = grad_max, .ref = ref_max, .cases = reduce_cases,
-        .tol = 0,
+        .ref_workspace = ws_max, .ref_strided = 1, .tol = 0,
         .doc = "maximum over axes; the gradient goes to the first maximal element"});
     gd_register_op(r, &(gd_op_def){
         .name = "max_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axes:ints keepdims:int",
         .dtypes = GD_FLOATS, .infer = infer_max_grad, .ref = ref_max_grad, .cases = max_grad_cases,
-        .tol = 0,
+        .ref_workspace = ws_max, .ref_strided = 1, .tol = 0,
         .doc = "max_grad(dy, x): dy placed at the first maximal element of each slice of x, 0 elsewhere"});
     gd_register_op(r, &(gd_op_def){
         .name = "argmax", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int keepdims:int",
         .dtypes = GD_FLOATS, .infer = infer_argmax, .ref = ref_argmax, .cases = argmax_cases,
-        .tol = 0, .doc = "index (i64) of the first maximum along axis (default -1)"});
+        .ref_strided = 1, .tol = 0, .doc = "index (i64) of the first maximum along axis (default -1)"});
     gd_register_op(r, &(gd_op_def){
         .name = "expand", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
         .dtypes = GD_FLOATS, .infer = infer_expand, .grad = grad_expand, .ref = ref_expand,
-        .cases = expand_cases, .tol = 0, .view = view_expand,
+        .cases = expand_cases, .tol = 0, .view = view_expand, .ref_strided = 1,
         .doc = "NumPy broadcast of x to shape; a view (stride 0 along broadcast dims)"});
     gd_register_op(r, &(gd_op_def){
         .name = "global_norm", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = infer_global_norm, .grad = grad_global_norm, .ref = ref_global_norm,
-        .cases = global_norm_cases, .tol = 1e-8,
+        .cases = global_norm_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "sqrt of the sum of squares of every element of every input, a scalar"});
 }

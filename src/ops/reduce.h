@@ -10,23 +10,6 @@
  * equal the target's or be 1. The gradient of a reduction is its output expanded back. */
 gd_tensor *gd_expand(gd_tensor *x, int ndim, const int64_t *shape);
 
-/* Element i of a tensor as double. Reference kernels see f32, f64 and integers (the core
- * converts f16/bf16 through f32); the two float cases are inlined because softmax and the
- * norms sit on the training path of models run through the reference. */
-static inline double rd_load(const gdp_tensor *t, int64_t i)
-{
-    if (t->dtype == GDP_F32) return ((const float *)t->data)[i];
-    if (t->dtype == GDP_F64) return ((const double *)t->data)[i];
-    return gd_ref_load(t, i);
-}
-
-static inline void rd_store(const gdp_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == GDP_F32) ((float *)t->data)[i] = (float)v;
-    else if (t->dtype == GDP_F64) ((double *)t->data)[i] = v;
-    else gd_ref_store(t, i, v);
-}
-
 /* Copies a node's attributes into builder form, so that a gradient rule can hand the
  * forward op's attributes on to its backward op unchanged. Returns how many. */
 static inline int rd_attrs_copy(const gdp_attrs *a, gd_attr *out, int cap)

@@ -1,32 +1,27 @@
 /* softmax.c — softmax, log_softmax and the losses built on them: cross_entropy and mse.
  *
- * Softmax works along one axis of any tensor. The tensor is read as (outer, n, inner):
- * the softmax axis has n elements that lie `inner` apart, and there are outer * inner
- * independent rows. Every row subtracts its maximum before exponentiating, so that large
- * logits do not overflow; sums are kept in double.
+ * Softmax works along one axis of any tensor: one independent row for every index of the
+ * other dims, its n elements a stride apart (the tensor's own stride along the axis, so
+ * inputs may be views). Every row subtracts its maximum before exponentiating, so that
+ * large logits do not overflow; sums are kept in double. A target outside the classes is
+ * bad data, reported with its position and value.
  */
 #include "reduce.h"
+#include "refwalk.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 static gd_status built(const gd_tensor *t)
 {
     return t != NULL ? GD_OK : GD_ERR_INVALID; /* a builder failed; the message is in the context */
 }
 
-/* Splits x around the softmax axis; -1 when the axis is out of range. */
-static int split_axis(const gdp_tensor *x, const gdp_attrs *attrs, int64_t *outer, int64_t *n, int64_t *inner)
+/* The softmax axis of x, normalized; -1 when out of range. */
+static int softmax_axis(const gdp_tensor *x, const gdp_attrs *attrs)
 {
     int64_t axis = gdp_attr_int(attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
-    if (axis < 0 || axis >= x->ndim) return -1;
-    *outer = 1;
-    *inner = 1;
-    *n = x->shape[axis];
-    for (int d = 0; d < axis; d++) *outer *= x->shape[d];
-    for (int d = (int)axis + 1; d < x->ndim; d++) *inner *= x->shape[d];
-    return 0;
+    return axis < 0 || axis >= x->ndim ? -1 : (int)axis;
 }
 
 static gdp_status bad_axis(const gdp_node *node, gdp_err *err)
@@ -49,23 +44,24 @@ static int infer_softmax(gd_infer *c)
 
 static gdp_status softmax_rows(const gdp_node *node, gdp_err *err, int log_space)
 {
-    // x (outer, n, inner) -> y (outer, n, inner), normalized along n
+    // x (..., n, ...) -> y, normalized along the axis; x may be strided
     const gdp_tensor *x = node->in[0], *y = node->out[0];
-    int64_t outer, n, inner;
-    if (split_axis(x, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t j = 0; j < inner; j++) {
-            const int64_t base = o * n * inner + j;
-            double m = -INFINITY;
-            for (int64_t k = 0; k < n; k++) m = fmax(m, rd_load(x, base + k * inner));
-            double s = 0.0;
-            for (int64_t k = 0; k < n; k++) s += exp(rd_load(x, base + k * inner) - m);
-            const double log_s = log(s);
-            for (int64_t k = 0; k < n; k++) {
-                const int64_t i = base + k * inner;
-                double z = rd_load(x, i) - m;
-                rd_store(y, i, log_space ? z - log_s : exp(z) / s);
-            }
+    int axis = softmax_axis(x, &node->attrs);
+    if (axis < 0) return bad_axis(node, err);
+    const gdp_tensor *t[2] = {x, y};
+    rw_walk w;
+    int64_t rows = rw_rows(&w, x, axis, 2, t), n = x->shape[axis];
+    const int64_t sx = x->stride[axis], sy = y->stride[axis];
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
+        const int64_t bx = w.off[0], by = w.off[1];
+        double m = -INFINITY;
+        for (int64_t k = 0; k < n; k++) m = fmax(m, rw_ld(x, bx + k * sx));
+        double s = 0.0;
+        for (int64_t k = 0; k < n; k++) s += exp(rw_ld(x, bx + k * sx) - m);
+        const double log_s = log(s);
+        for (int64_t k = 0; k < n; k++) {
+            double z = rw_ld(x, bx + k * sx) - m;
+            rw_st(y, by + k * sy, log_space ? z - log_s : exp(z) / s);
         }
     }
     return GDP_OK;
@@ -95,44 +91,48 @@ static int infer_softmax_grad(gd_infer *c)
     return 0;
 }
 
+/* The rows of (dy, y, dx) along the softmax axis: f gets each row's offsets. */
+static gdp_status grad_rows(const gdp_node *node, gdp_err *err,
+                            void (*f)(const gdp_node *node, int64_t n, const int64_t *base, const int64_t *step))
+{
+    const gdp_tensor *t[3] = {node->in[0], node->in[1], node->out[0]};
+    int axis = softmax_axis(t[1], &node->attrs);
+    if (axis < 0) return bad_axis(node, err);
+    rw_walk w;
+    int64_t rows = rw_rows(&w, t[1], axis, 3, t);
+    const int64_t step[3] = {t[0]->stride[axis], t[1]->stride[axis], t[2]->stride[axis]};
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) f(node, t[1]->shape[axis], w.off, step);
+    return GDP_OK;
+}
+
+// dx = y * (dy - sum_n(dy * y)) along the row
+static void softmax_grad_row(const gdp_node *node, int64_t n, const int64_t *base, const int64_t *step)
+{
+    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
+    double dot = 0.0;
+    for (int64_t k = 0; k < n; k++) dot += rw_ld(dy, base[0] + k * step[0]) * rw_ld(y, base[1] + k * step[1]);
+    for (int64_t k = 0; k < n; k++)
+        rw_st(dx, base[2] + k * step[2], rw_ld(y, base[1] + k * step[1]) * (rw_ld(dy, base[0] + k * step[0]) - dot));
+}
+
+// y = log_softmax(x): dx = dy - exp(y) * sum_n(dy) along the row
+static void log_softmax_grad_row(const gdp_node *node, int64_t n, const int64_t *base, const int64_t *step)
+{
+    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
+    double s = 0.0;
+    for (int64_t k = 0; k < n; k++) s += rw_ld(dy, base[0] + k * step[0]);
+    for (int64_t k = 0; k < n; k++)
+        rw_st(dx, base[2] + k * step[2], rw_ld(dy, base[0] + k * step[0]) - exp(rw_ld(y, base[1] + k * step[1])) * s);
+}
+
 static gdp_status ref_softmax_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // dy, y (outer, n, inner) -> dx = y * (dy - sum_n(dy * y))
-    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
-    int64_t outer, n, inner;
-    if (split_axis(y, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t j = 0; j < inner; j++) {
-            const int64_t base = o * n * inner + j;
-            double dot = 0.0;
-            for (int64_t k = 0; k < n; k++) dot += rd_load(dy, base + k * inner) * rd_load(y, base + k * inner);
-            for (int64_t k = 0; k < n; k++) {
-                const int64_t i = base + k * inner;
-                rd_store(dx, i, rd_load(y, i) * (rd_load(dy, i) - dot));
-            }
-        }
-    }
-    return GDP_OK;
+    return grad_rows(node, err, softmax_grad_row);
 }
 
 static gdp_status ref_log_softmax_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // dy, y = log_softmax(x) (outer, n, inner) -> dx = dy - exp(y) * sum_n(dy)
-    const gdp_tensor *dy = node->in[0], *y = node->in[1], *dx = node->out[0];
-    int64_t outer, n, inner;
-    if (split_axis(y, &node->attrs, &outer, &n, &inner) != 0) return bad_axis(node, err);
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t j = 0; j < inner; j++) {
-            const int64_t base = o * n * inner + j;
-            double s = 0.0;
-            for (int64_t k = 0; k < n; k++) s += rd_load(dy, base + k * inner);
-            for (int64_t k = 0; k < n; k++) {
-                const int64_t i = base + k * inner;
-                rd_store(dx, i, rd_load(dy, i) - exp(rd_load(y, i)) * s);
-            }
-        }
-    }
-    return GDP_OK;
+    return grad_rows(node, err, log_softmax_grad_row);
 }
 
 static gd_status grad_via(gd_grad_ctx *c, const char *op)
@@ -177,36 +177,46 @@ static int infer_cross_entropy(gd_infer *c)
     return 0;
 }
 
-static int64_t load_target(const gdp_tensor *t, int64_t i)
+/* The rows of a cross-entropy node: one per target, carrying the targets (slot 0) and
+ * the logits' row (slot 1; class k at off[1] + k * logits->stride[last]). */
+static int64_t ce_rows(rw_walk *w, const gdp_tensor *logits, const gdp_tensor *targets)
 {
-    return t->dtype == GDP_I32 ? ((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
+    rw_begin(w, targets->ndim, targets->shape);
+    rw_add_strides(w, targets->stride);
+    rw_add_strides(w, logits->stride);
+    return gdp_numel(targets);
 }
 
 /* Counts the rows that take part (target != ignore_index) and checks that each of their
- * targets names a class. */
-static gdp_status ce_count(const gdp_node *node, const gdp_tensor *targets, int64_t rows, int64_t classes,
+ * targets names a class: anything else, a negative target included, is bad data. */
+static gdp_status ce_count(const gdp_node *node, const gdp_tensor *logits, const gdp_tensor *targets,
                            int64_t *count, gdp_err *err)
 {
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
+    const int64_t classes = logits->shape[logits->ndim - 1];
+    rw_walk w;
+    int64_t rows = ce_rows(&w, logits, targets);
     *count = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t t = load_target(targets, r);
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
+        int64_t t = rw_ld_index(targets, w.off[0]);
         if (t == ignore) continue;
-        if (t < 0 || t >= classes)
-            return gdp_fail(err, GDP_ERR_INVALID,
-                            "%s: targets[%lld] = %lld is not a class of [0, %lld) nor ignore_index %lld", node->op,
-                            (long long)r, (long long)t, (long long)classes, (long long)ignore);
+        if (t < 0 || t >= classes) {
+            char pos[200];
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: %s = %lld is not a class of [0, %lld) nor ignore_index %lld",
+                            node->op, rw_position("targets", targets, r, pos, sizeof pos), (long long)t,
+                            (long long)classes, (long long)ignore);
+        }
         (*count)++;
     }
     return GDP_OK;
 }
 
-/* log(sum(exp(row))) of one row of logits, stably. */
-static double logsumexp(const gdp_tensor *x, int64_t base, int64_t n)
+/* log(sum(exp(row))) of one row of logits (n classes `step` apart), stably. */
+static double logsumexp(const gdp_tensor *x, int64_t base, int64_t n, int64_t step)
 {
     double m = -INFINITY, s = 0.0;
-    for (int64_t k = 0; k < n; k++) m = fmax(m, rd_load(x, base + k));
-    for (int64_t k = 0; k < n; k++) s += exp(rd_load(x, base + k) - m);
+    for (int64_t k = 0; k < n; k++) m = fmax(m, rw_ld(x, base + k * step));
+    for (int64_t k = 0; k < n; k++) s += exp(rw_ld(x, base + k * step) - m);
     return m + log(s);
 }
 
@@ -214,18 +224,20 @@ static gdp_status ref_cross_entropy(void *be, const gdp_node *node, void *stream
 {
     // logits (N, C), targets (N) -> loss () = mean over kept rows of logsumexp(row) - row[target]
     const gdp_tensor *x = node->in[0], *t = node->in[1];
-    const int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
+    const int64_t C = x->shape[x->ndim - 1], sc = x->stride[x->ndim - 1];
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
-    gdp_status s = ce_count(node, t, N, C, &count, err);
+    gdp_status s = ce_count(node, x, t, &count, err);
     if (s != GDP_OK) return s;
     double total = 0.0;
-    for (int64_t r = 0; r < N; r++) {
-        int64_t target = load_target(t, r);
+    rw_walk w;
+    int64_t rows = ce_rows(&w, x, t);
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
+        int64_t target = rw_ld_index(t, w.off[0]);
         if (target == ignore) continue;
-        total += logsumexp(x, r * C, C) - rd_load(x, r * C + target);
+        total += logsumexp(x, w.off[1], C, sc) - rw_ld(x, w.off[1] + target * sc);
     }
-    rd_store(node->out[0], 0, count > 0 ? total / (double)count : 0.0);
+    rw_st(node->out[0], 0, count > 0 ? total / (double)count : 0.0);
     return GDP_OK;
 }
 
@@ -247,22 +259,24 @@ static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *s
 {
     // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
     const gdp_tensor *dl = node->in[0], *x = node->in[1], *t = node->in[2], *dx = node->out[0];
-    const int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
+    const int64_t C = x->shape[x->ndim - 1], sc = x->stride[x->ndim - 1];
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
-    gdp_status s = ce_count(node, t, N, C, &count, err);
+    gdp_status s = ce_count(node, x, t, &count, err);
     if (s != GDP_OK) return s;
-    const double scale = count > 0 ? rd_load(dl, 0) / (double)count : 0.0;
-    for (int64_t r = 0; r < N; r++) {
-        int64_t target = load_target(t, r);
+    const double scale = count > 0 ? rw_ld(dl, 0) / (double)count : 0.0;
+    rw_walk w;
+    int64_t rows = ce_rows(&w, x, t);
+    for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
+        int64_t target = rw_ld_index(t, w.off[0]);
         if (target == ignore) {
-            for (int64_t k = 0; k < C; k++) rd_store(dx, r * C + k, 0.0);
+            for (int64_t k = 0; k < C; k++) rw_st(dx, r * C + k, 0.0);
             continue;
         }
-        const double lse = logsumexp(x, r * C, C);
+        const double lse = logsumexp(x, w.off[1], C, sc);
         for (int64_t k = 0; k < C; k++) {
-            double p = exp(rd_load(x, r * C + k) - lse);
-            rd_store(dx, r * C + k, (p - (k == target ? 1.0 : 0.0)) * scale);
+            double p = exp(rw_ld(x, w.off[1] + k * sc) - lse);
+            rw_st(dx, r * C + k, (p - (k == target ? 1.0 : 0.0)) * scale);
         }
     }
     return GDP_OK;
@@ -300,12 +314,16 @@ static gdp_status ref_mse(void *be, const gdp_node *node, void *stream, gdp_err 
     // pred (...), target (...) -> () = mean((pred - target)^2)
     const gdp_tensor *p = node->in[0], *t = node->in[1];
     const int64_t n = gdp_numel(p);
+    rw_walk w;
+    rw_begin(&w, p->ndim, p->shape);
+    rw_add(&w, p);
+    rw_add(&w, t);
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = rd_load(p, i) - rd_load(t, i);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        double d = rw_ld(p, w.off[0]) - rw_ld(t, w.off[1]);
         s += d * d;
     }
-    rd_store(node->out[0], 0, s / (double)n);
+    rw_st(node->out[0], 0, s / (double)n);
     return GDP_OK;
 }
 
@@ -403,33 +421,35 @@ GD_FAMILY(softmax)
     gd_register_op(r, &(gd_op_def){
         .name = "softmax", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int", .dtypes = GD_FLOATS,
         .infer = infer_softmax, .grad = grad_softmax, .ref = ref_softmax, .cases = softmax_cases,
-        .tol = 1e-8, .doc = "exp(x) / sum(exp(x)) along axis (default -1)"});
+        .ref_strided = 1, .tol = 1e-8, .doc = "exp(x) / sum(exp(x)) along axis (default -1)"});
     gd_register_op(r, &(gd_op_def){
         .name = "log_softmax", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "axis:int", .dtypes = GD_FLOATS,
         .infer = infer_softmax, .grad = grad_log_softmax, .ref = ref_log_softmax, .cases = softmax_cases,
-        .tol = 1e-8, .doc = "x - log(sum(exp(x))) along axis (default -1)"});
+        .ref_strided = 1, .tol = 1e-8, .doc = "x - log(sum(exp(x))) along axis (default -1)"});
     gd_register_op(r, &(gd_op_def){
         .name = "softmax_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axis:int", .dtypes = GD_FLOATS,
         .infer = infer_softmax_grad, .ref = ref_softmax_grad, .cases = softmax_grad_cases,
-        .tol = 1e-8, .doc = "softmax_grad(dy, y): y * (dy - sum(dy * y)) along axis"});
+        .ref_strided = 1, .tol = 1e-8, .doc = "softmax_grad(dy, y): y * (dy - sum(dy * y)) along axis"});
     gd_register_op(r, &(gd_op_def){
         .name = "log_softmax_grad", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "axis:int",
         .dtypes = GD_FLOATS, .infer = infer_softmax_grad, .ref = ref_log_softmax_grad,
-        .cases = softmax_grad_cases, .tol = 1e-8,
+        .cases = softmax_grad_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "log_softmax_grad(dy, y): dy - exp(y) * sum(dy) along axis"});
     gd_register_op(r, &(gd_op_def){
         .name = "cross_entropy", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "ignore_index:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy, .grad = grad_cross_entropy,
-        .ref = ref_cross_entropy, .cases = cross_entropy_cases, .tol = 1e-8,
+        .ref = ref_cross_entropy, .cases = cross_entropy_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "cross_entropy(logits (N, C), targets (N) i32/i64): mean over targets != ignore_index "
-               "(default -100) of -log_softmax(logits)[target]; 0 when every target is ignored"});
+               "(default -100) of -log_softmax(logits)[target]; 0 when every target is ignored; any other target "
+               "outside [0, C), negative ones included, is bad data (GD_ERR_INVALID)"});
     gd_register_op(r, &(gd_op_def){
         .name = "cross_entropy_grad", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "ignore_index:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy_grad, .ref = ref_cross_entropy_grad,
-        .cases = cross_entropy_grad_cases, .tol = 1e-8,
-        .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count"});
+        .cases = cross_entropy_grad_cases, .ref_strided = 1, .tol = 1e-8,
+        .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count; bad "
+               "targets as cross_entropy"});
     gd_register_op(r, &(gd_op_def){
         .name = "mse", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS,
         .infer = infer_mse, .grad = grad_mse, .ref = ref_mse, .cases = mse_cases,
-        .tol = 1e-8, .doc = "mean((pred - target)^2) over every element, a scalar"});
+        .ref_strided = 1, .tol = 1e-8, .doc = "mean((pred - target)^2) over every element, a scalar"});
 }
