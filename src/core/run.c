@@ -144,6 +144,8 @@ gd_status gd_program_run(gd_program *p)
     for (int ai = 0; ai < p->n_acts; ai++) {
         const gd_action *a = &p->acts[ai];
         gd_status st = GD_OK;
+        for (int b = 0; a->sync_before != 0 && b < ctx->n_backends; b++)
+            if ((a->sync_before & (1 << b)) && (st = gd_backend_sync(ctx, ctx->backends[b])) != GD_OK) return st;
         if (a->wait_before >= 0 && (st = wait_for(ctx, p, a->wait_before)) != GD_OK) return st;
         if (a->kind == GD_ACT_COPY) {
             if ((st = copy_slots(ctx, p, a)) != GD_OK) return st;
