@@ -345,14 +345,18 @@ gd_status gd_prog_plan_memory(gd_program *p)
         gd_arena *a = &g->arena[b];
         if (need <= a->bytes) continue;
         /* The arena grows: what it holds is activations of earlier runs, never needed
-         * again (targets read after this are refused as stale). */
+         * again. Targets of those runs pointed into it: counting the move as a run makes
+         * gd_tensor_read refuse them as stale instead of reading freed memory. */
         size_t avail = gd_backend_free_bytes(be) + a->bytes;
         if (avail > 0 && need > avail)
             return gd_fail(ctx, GD_ERR_NOMEM,
                            "compile: the program needs %.2f GiB of activation memory on %s, but only %.2f GiB are "
                            "available there (a smaller batch or model would fit)",
                            gib(need), be->name, gib(avail));
-        if (a->ptr != NULL) gd_backend_free(be, a->ptr, a->bytes);
+        if (a->ptr != NULL) {
+            gd_backend_free(be, a->ptr, a->bytes);
+            g->runs++;
+        }
         a->ptr = NULL;
         a->bytes = 0;
         a->gen++;

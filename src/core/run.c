@@ -274,8 +274,9 @@ gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
                        gd_tensor_describe(t, b, sizeof b));
     if (t->run_seq != t->g->runs)
         return gd_fail(ctx, GD_ERR_INVALID,
-                       "read %s: the graph ran another program since this value was computed, and programs of a "
-                       "graph share activation memory; read it before the next run (or make it a target of that one)",
+                       "read %s: the graph ran another program since this value was computed (or compiled one that "
+                       "moved its activation memory), and programs of a graph share activation memory; read it before "
+                       "the next run (or make it a target of that one)",
                        gd_tensor_describe(t, b, sizeof b));
     return gd_backend_d2h(ctx, t->run_be, dst, t->run_ptr, bytes);
 }
