@@ -1,10 +1,10 @@
 /* Loading plugins and their failure paths, through the test backend and its misbehaving
  * variants: a plugin of another major version is refused with a message (a 1.x one is
- * pointed at the porting section of docs/plugin-abi.md); one whose init fails or finds
- * no device leaves the CPU working; the planner places the device's ops on it and copies
- * everything else across; the graph pass fuses linear+relu; strict mode names the op that
- * would fall back; a kernel error reaches the caller naming the node, and the process goes
- * on; broken registrations are refused and reported by the sweep.
+ * pointed at the porting section of docs/plugin-abi.md, which must exist); one whose init
+ * fails or finds no device leaves the CPU working; the planner places the device's ops on
+ * it and copies everything else across; the graph pass fuses linear+relu; strict mode names
+ * the op that would fall back; a kernel error reaches the caller naming the node, and the
+ * process goes on; broken registrations are refused and reported by the sweep.
  * (The ABI's modules have their own test: test_abi_modules.c.) */
 #include "program.h"
 #include "sweep.h"
@@ -30,6 +30,23 @@ static const char *plugin(const char *name)
     static char path[1024];
     snprintf(path, sizeof path, "%s/plugins-test/libgradus_%s.so", GD_BUILD_DIR, name);
     return path;
+}
+
+/* 1 when the markdown file has a heading line ending in `title`. */
+static int doc_has_heading(const char *path, const char *title)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    char line[512];
+    int found = 0;
+    size_t tl = strlen(title);
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = '\0';
+        found = line[0] == '#' && n >= tl && strcmp(line + n - tl, title) == 0;
+    }
+    fclose(f);
+    return found;
 }
 
 static gd_ctx *bare_ctx(void)
@@ -98,6 +115,8 @@ int main(void)
           strstr(gd_ctx_error(ctx), "docs/plugin-abi.md") != NULL && strstr(gd_ctx_error(ctx), "Porting a 1.x plugin") != NULL,
           "1.x plugin: %d %s", st, gd_ctx_error(ctx));
     CHECK(gd_backend_count(ctx) == 1, "a 1.x plugin was added");
+    CHECK(doc_has_heading(GD_SOURCE_DIR "/docs/plugin-abi.md", "Porting a 1.x plugin"),
+          "docs/plugin-abi.md has no heading \"Porting a 1.x plugin\", which the refusal points at");
     /* 2. init failure and 3. no device: declined, CPU unaffected */
     st = gd_plugin_load_file(ctx, plugin("testdev_initfail"));
     CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated initialization failure") != NULL,
