@@ -365,11 +365,20 @@ static gdp_status matmul_launch(void *be, const gdp_node *n, void *stream, gdp_e
         b = ws;
     }
     if (need > 0) d->stats.workspace_launches++;
+    /* (M, K) @ (K, N), accumulated in double over k in order, like the reference; a block
+     * of a row of c at a time, so that b is read along its rows */
+    enum { JB = 64 };
+    double acc[JB];
     for (int64_t i = 0; i < m.M; i++) {
-        for (int64_t j = 0; j < m.N; j++) {
-            double s = 0; // (M, K) @ (K, N), accumulated in double like the reference
-            for (int64_t k = 0; k < m.K; k++) s += (double)a[i * m.K + k] * b[k * m.N + j];
-            c[i * m.N + j] = (float)s;
+        for (int64_t j0 = 0; j0 < m.N; j0 += JB) {
+            int64_t nj = m.N - j0 < JB ? m.N - j0 : JB;
+            for (int64_t j = 0; j < nj; j++) acc[j] = 0;
+            for (int64_t k = 0; k < m.K; k++) {
+                double av = a[i * m.K + k];
+                const float *brow = b + k * m.N + j0;
+                for (int64_t j = 0; j < nj; j++) acc[j] += av * brow[j];
+            }
+            for (int64_t j = 0; j < nj; j++) c[i * m.N + j0 + j] = (float)acc[j];
         }
     }
     return GDP_OK;
