@@ -1,14 +1,17 @@
-/* The plugin ABI's contract, through the test backend and its misbehaving variants:
- * a plugin of another major version is refused with a message; one whose init fails or
- * finds no device leaves the CPU working; the scheduler places matmul/add/relu on the
- * device and copies everything else across; the graph pass fuses linear+relu; strict mode
- * names the op that would fall back; a kernel error reaches the caller and the process
- * goes on; broken registrations are refused and reported by the sweep. */
+/* Loading plugins and their failure paths, through the test backend and its misbehaving
+ * variants: a plugin of another major version is refused with a message (a 1.x one is
+ * pointed at the porting section of docs/plugin-abi.md, which must exist); one whose init
+ * fails or finds no device leaves the CPU working; the planner places the device's ops on
+ * it and copies everything else across; the graph pass fuses linear+relu; strict mode names
+ * the op that would fall back; a kernel error reaches the caller naming the node, and the
+ * process goes on; broken registrations are refused and reported by the sweep.
+ * (The ABI's modules have their own test: test_abi_modules.c.) */
 #include "program.h"
 #include "sweep.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fails;
@@ -27,6 +30,23 @@ static const char *plugin(const char *name)
     static char path[1024];
     snprintf(path, sizeof path, "%s/plugins-test/libgradus_%s.so", GD_BUILD_DIR, name);
     return path;
+}
+
+/* 1 when the markdown file has a heading line ending in `title`. */
+static int doc_has_heading(const char *path, const char *title)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    char line[512];
+    int found = 0;
+    size_t tl = strlen(title);
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = '\0';
+        found = line[0] == '#' && n >= tl && strcmp(line + n - tl, title) == 0;
+    }
+    fclose(f);
+    return found;
 }
 
 static gd_ctx *bare_ctx(void)
@@ -89,6 +109,14 @@ int main(void)
     CHECK(st == GD_ERR_VERSION, "bad ABI: status %d", st);
     CHECK(strstr(gd_ctx_error(ctx), "ABI") != NULL, "bad ABI message: %s", gd_ctx_error(ctx));
     CHECK(gd_backend_count(ctx) == 1, "bad ABI plugin was added");
+    /* a 1.x plugin: refused, and told where the porting guide is */
+    st = gd_plugin_load_file(ctx, plugin("testdev_abi1"));
+    CHECK(st == GD_ERR_VERSION && strstr(gd_ctx_error(ctx), "ABI 1.2") != NULL &&
+          strstr(gd_ctx_error(ctx), "docs/plugin-abi.md") != NULL && strstr(gd_ctx_error(ctx), "Porting a 1.x plugin") != NULL,
+          "1.x plugin: %d %s", st, gd_ctx_error(ctx));
+    CHECK(gd_backend_count(ctx) == 1, "a 1.x plugin was added");
+    CHECK(doc_has_heading(GD_SOURCE_DIR "/docs/plugin-abi.md", "Porting a 1.x plugin"),
+          "docs/plugin-abi.md has no heading \"Porting a 1.x plugin\", which the refusal points at");
     /* 2. init failure and 3. no device: declined, CPU unaffected */
     st = gd_plugin_load_file(ctx, plugin("testdev_initfail"));
     CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated initialization failure") != NULL,
@@ -123,27 +151,34 @@ int main(void)
           "strict: %d %s", st, gd_ctx_error(ctx));
     gd_ctx_free(ctx);
 
-    /* 6. a kernel failing mid-run: the error reaches the caller, the context lives on */
-    ctx = bare_ctx();
-    st = gd_plugin_load_file(ctx, plugin("testdev_kfail"));
-    CHECK(st == GD_OK, "kfail load: %s", gd_ctx_error(ctx));
-    gd_graph *g = gd_graph_new(ctx);
-    gd_ctx_use_backend(ctx, "testdev");
-    gd_tensor *a = gd_input(g, "a", GD_F32, 1, (int64_t[]){8});
-    gd_tensor *s = gd_add(gd_add(gd_add(a, a), a), a); /* the third add fails */
-    gd_program *p = gd_compile(g, 1, &s, 0);
-    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    gd_tensor_write(a, v, sizeof v);
-    st = gd_program_run(p);
-    CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated failure") != NULL &&
-          strstr(gd_ctx_error(ctx), "add(") != NULL, "kernel failure: %d %s", st, gd_ctx_error(ctx));
-    st = gd_program_run(p); /* the fourth launch succeeds again */
-    float out[8];
-    CHECK(st == GD_OK && gd_tensor_read(s, out, sizeof out) == GD_OK && out[7] == 32.0f, "run after failure: %s",
-          gd_ctx_error(ctx));
-    gd_program_free(p);
-    gd_graph_free(g);
-    gd_ctx_free(ctx);
+    /* 6. a kernel failing mid-run: the error reaches the caller naming the node, whether
+     * it ran alone (the host names it) or inside an executor segment (the plugin does),
+     * and the context lives on */
+    for (int executor = 1; executor >= 0; executor--) {
+        ctx = bare_ctx();
+        st = gd_plugin_load_file(ctx, plugin("testdev_kfail"));
+        CHECK(st == GD_OK, "kfail load: %s", gd_ctx_error(ctx));
+        gd_graph *g = gd_graph_new(ctx);
+        gd_ctx_use_backend(ctx, "testdev");
+        gd_tensor *a = gd_input(g, "a", GD_F32, 1, (int64_t[]){8});
+        gd_tensor *s = gd_add(gd_add(gd_add(a, a), a), a); /* the third add fails */
+        if (!executor) setenv("GRADUS_EXECUTOR", "0", 1);
+        gd_program *p = gd_compile(g, 1, &s, 0);
+        unsetenv("GRADUS_EXECUTOR");
+        CHECK(p != NULL && p->n_segs == executor, "kfail: %d segments", p != NULL ? p->n_segs : -1);
+        float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        gd_tensor_write(a, v, sizeof v);
+        st = gd_program_run(p);
+        CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated failure") != NULL &&
+              strstr(gd_ctx_error(ctx), "'add#") != NULL, "kernel failure: %d %s", st, gd_ctx_error(ctx));
+        st = gd_program_run(p); /* the fourth launch succeeds again */
+        float out[8];
+        CHECK(st == GD_OK && gd_tensor_read(s, out, sizeof out) == GD_OK && out[7] == 32.0f, "run after failure: %s",
+              gd_ctx_error(ctx));
+        gd_program_free(p);
+        gd_graph_free(g);
+        gd_ctx_free(ctx);
+    }
 
     /* 7. broken registrations: refused at load, reported by the sweep as failing */
     ctx = bare_ctx();

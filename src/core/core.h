@@ -117,7 +117,7 @@ struct gd_graph {
     gd_tensor *lr;       /* optimizer learning-rate state, if any */
     int next_node_id;
     gd_arena arena[GD_MAX_BACKENDS];
-    uint64_t runs;       /* programs of this graph run so far */
+    uint64_t runs;       /* programs of this graph run so far, and arena moves: a target read checks it */
     int refs;            /* 1 (the user's) + live programs */
 };
 

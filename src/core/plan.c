@@ -160,21 +160,30 @@ gd_status gd_prog_actions(gd_program *p)
     if (st != GD_OK) return st;
 
     /* last[b]: the last action that put work on device backend b; a host kernel reading
-     * that device's memory in place waits for it (an event, not a full synchronize) */
-    int last_dev[GD_MAX_BACKENDS];
-    for (int b = 0; b < nb; b++) last_dev[b] = -1;
+     * that device's memory in place waits for it (an event, not a full synchronize). With
+     * no such action yet in this run, what it reads may still be written by device work
+     * queued before the run began (an in-place update of the run before, another program
+     * of the graph), which no event of this program marks: the first host kernel to read
+     * it synchronizes that device. */
+    int last_dev[GD_MAX_BACKENDS], synced[GD_MAX_BACKENDS];
+    for (int b = 0; b < nb; b++) last_dev[b] = -1, synced[b] = 0;
     for (int i = 0; i < p->n_pn; i++) {
         gd_pnode *x = &p->pn[i];
         if (x->view) continue;
         gd_node *n = x->node;
-        int ins[GDP_MAX_INPUTS], wait = -1;
+        int ins[GDP_MAX_INPUTS], wait = -1, sync = 0;
         for (int k = 0; k < n->n_in; k++) {
             int r = p->vi[n->in[k]->id].root;
             ins[k] = reader_slot(p, r, x->be);
             if (ins[k] == -2) return gd_fail(ctx, GD_ERR_INVALID, "compile: %s reads a value nothing produces", n->op->name);
             if (ins[k] < 0) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
             gd_backend *hb = p->slots[ins[k]].be;
-            if (!x->be->has_dev && hb->has_dev && last_dev[hb->index] > wait) wait = last_dev[hb->index];
+            if (x->be->has_dev || !hb->has_dev) continue;
+            if (last_dev[hb->index] > wait) wait = last_dev[hb->index];
+            if (last_dev[hb->index] < 0 && !synced[hb->index]) {
+                sync |= 1 << hb->index;
+                synced[hb->index] = 1;
+            }
         }
         gd_action *act = add_act(p);
         if (act == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
@@ -182,6 +191,7 @@ gd_status gd_prog_actions(gd_program *p)
         act->kind = GD_ACT_KERNEL;
         act->pnode = i;
         act->wait_before = wait;
+        act->sync_before = sync;
         if (wait >= 0) p->acts[wait].record_after = 1;
         for (int k = 0; k < n->n_in; k++) {
             act->in[k] = ins[k];
@@ -339,8 +349,12 @@ gd_status gd_prog_plan_memory(gd_program *p)
         gd_arena *a = &g->arena[b];
         if (need <= a->bytes) continue;
         /* The arena grows: what it holds is activations of earlier runs, never needed
-         * again (targets read after this are refused as stale). */
-        if (a->ptr != NULL) gd_backend_free(be, a->ptr, a->bytes);
+         * again. Targets of those runs pointed into it: counting the move as a run makes
+         * gd_tensor_read refuse them as stale instead of reading freed memory. */
+        if (a->ptr != NULL) {
+            gd_backend_free(be, a->ptr, a->bytes);
+            g->runs++;
+        }
         a->ptr = NULL;
         a->bytes = 0;
         a->gen++;

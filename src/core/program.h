@@ -61,6 +61,8 @@ typedef struct gd_action {
     int segment;                    /* index of the executor segment it belongs to, or -1 */
     int wait_before;                /* host-side action: wait for this action's event first (-1: none) */
     int record_after;               /* record this action's event after it */
+    int sync_before;                /* host-side action: bitmask of devices to synchronize first,
+                                       for device work queued before this run (see plan.c) */
 } gd_action;
 
 /* A kernel's view of one node, built at compile time and re-pointed when an arena moves. */

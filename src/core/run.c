@@ -144,6 +144,8 @@ gd_status gd_program_run(gd_program *p)
     for (int ai = 0; ai < p->n_acts; ai++) {
         const gd_action *a = &p->acts[ai];
         gd_status st = GD_OK;
+        for (int b = 0; a->sync_before != 0 && b < ctx->n_backends; b++)
+            if ((a->sync_before & (1 << b)) && (st = gd_backend_sync(ctx, ctx->backends[b])) != GD_OK) return st;
         if (a->wait_before >= 0 && (st = wait_for(ctx, p, a->wait_before)) != GD_OK) return st;
         if (a->kind == GD_ACT_COPY) {
             if ((st = copy_slots(ctx, p, a)) != GD_OK) return st;
@@ -274,8 +276,9 @@ gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
                        gd_tensor_describe(t, b, sizeof b));
     if (t->run_seq != t->g->runs)
         return gd_fail(ctx, GD_ERR_INVALID,
-                       "read %s: the graph ran another program since this value was computed, and programs of a "
-                       "graph share activation memory; read it before the next run (or make it a target of that one)",
+                       "read %s: the graph ran another program since this value was computed (or compiled one that "
+                       "moved its activation memory), and programs of a graph share activation memory; read it before "
+                       "the next run (or make it a target of that one)",
                        gd_tensor_describe(t, b, sizeof b));
     return gd_backend_d2h(ctx, t->run_be, dst, t->run_ptr, bytes);
 }
