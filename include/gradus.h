@@ -76,7 +76,7 @@ const char *gd_status_name(gd_status s);
 
 typedef struct gd_ctx_options {
     size_t size;              /* sizeof(gd_ctx_options) */
-    int no_plugins;           /* 1: use only the CPU reference (and built-in backends) */
+    int no_plugins;           /* 1: only the CPU reference (no plugin files, no built-in backends) */
     int strict;               /* 1: a node with no kernel on the preferred backend is an error */
     const char *plugin_path;  /* extra plugin directory; NULL: GRADUS_PLUGIN_PATH */
     int trace;                /* 1: log where every node ran (also GRADUS_TRACE=1) */

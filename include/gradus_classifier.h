@@ -1,7 +1,7 @@
 /* gradus_classifier.h — image classification on top of gradus.h: the demo datasets
  * (IDX files such as Fashion-MNIST, and procedurally drawn shapes), the MLP and CNN
  * classifiers, and the loop that trains and evaluates them (what `gradus train mlp|cnn`
- * runs). None of it is needed to use the library; it is built from the public API only.
+ * runs). None of it is needed to use the library.
  */
 #ifndef GRADUS_CLASSIFIER_H
 #define GRADUS_CLASSIFIER_H

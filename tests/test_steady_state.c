@@ -83,17 +83,10 @@ static void print_sites(long long n)
 }
 #endif
 
-/* The reference kernels that still take scratch from malloc instead of the workspace the
- * host plans for them (gd_op_def.ref_workspace) allocate on every step when a node falls
- * back to the reference. Until each of them is ported, the configuration falling back to
- * the reference prints its heap allocations instead of failing on them; delete this line
- * then, and it is held to zero like the others. */
-#define REF_KERNELS_STILL_ALLOCATE 1
 
 typedef struct config {
     const char *name, *variant, *backend;
     int builtins;    /* the built-in backends too: the test device's fallbacks go to the fast CPU backend */
-    int heap_strict;
 } config;
 
 #define WARMUP 2
@@ -133,7 +126,7 @@ static void steady(gd_ctx *c, const config *cf, float *loss)
     CHECK(s == GD_OK, "%s: step: %s", backend, gd_ctx_error(c));
     CHECK(lib == 0, "%s: %lld allocations through the library's allocator in %d steps", cf->name, (long long)lib, STEPS);
 #ifdef COUNT_MALLOC
-    if (cf->heap_strict) CHECK(heap == 0, "%s: %lld heap allocations in %d steps", cf->name, heap, STEPS);
+    CHECK(heap == 0, "%s: %lld heap allocations in %d steps", cf->name, heap, STEPS);
     else if (heap != 0) fprintf(stderr, "steady state: %s: %lld heap allocations in %d steps (not yet held to 0)\n", cf->name, heap, STEPS);
     if (heap != 0) print_sites(heap);
 #endif
@@ -154,10 +147,10 @@ int main(void)
     unsetenv("GRADUS_EXECUTOR");
     unsetenv("GRADUS_SYNC");
     const config configs[] = {
-        {"cpu", "testdev", "cpu", 1, 1},
-        {"testdev, fallbacks on cpu", "testdev", "testdev", 1, 1},
-        {"testdev host-visible, fallbacks on cpu", "testdev_hostvis", "testdev", 1, 1},
-        {"testdev, fallbacks on the reference", "testdev", "testdev", 0, !REF_KERNELS_STILL_ALLOCATE},
+        {"cpu", "testdev", "cpu", 1},
+        {"testdev, fallbacks on cpu", "testdev", "testdev", 1},
+        {"testdev host-visible, fallbacks on cpu", "testdev_hostvis", "testdev", 1},
+        {"testdev, fallbacks on the reference", "testdev", "testdev", 0},
     };
     enum { NC = sizeof configs / sizeof configs[0] };
     float loss[NC][WARMUP + STEPS];

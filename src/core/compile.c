@@ -126,13 +126,7 @@ void gd_program_free(gd_program *p)
 {
     if (p == NULL) return;
     gd_prog_unbind(p);
-    for (int i = 0; i < p->n_targets; i++) {
-        gd_tensor *t = p->targets[i];
-        if (t->run_be != NULL && p->n_slots > 0) {
-            t->run_ptr = NULL;
-            t->run_be = NULL;
-        }
-    }
+    /* targets it computed stay readable: they live in the graph's arena, not here */
     for (int i = 0; i < p->n_pn; i++)
         if (p->pn[i].owned) gd_node_free(p->pn[i].node);
     for (int v = p->n_graph_vals; v < p->n_vals; v++) {
