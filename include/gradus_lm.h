@@ -208,6 +208,32 @@ typedef struct gd_lm_train_result {
  * on a deterministic backend. */
 gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_result *out);
 
+/* ---- sampling and generation ----------------------------------------------------------- */
+
+typedef struct gd_sample_config {
+    double temperature;  /* 0: greedy (the highest logit, the lowest id among equals) */
+    int64_t top_k;       /* keep the k most likely; 0: all */
+    double top_p;        /* keep the smallest set of most likely tokens holding this mass; 0: all */
+    uint64_t seed;       /* draw i uses the counter-based generator at (i, seed): same tokens everywhere */
+} gd_sample_config;
+/* Picks a token from logits (V of them) with draw number `counter`; scratch holds
+ * gd_lm_sample_scratch(V) bytes. */
+int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch);
+size_t gd_lm_sample_scratch(int64_t V);
+
+typedef struct gd_lm_generate_config {
+    int64_t max_tokens;              /* to add after the prompt; 0: 64 (and the model's positions bound it) */
+    gd_sample_config sample;
+    const int32_t *stop_ids;         /* ends generation after emitting one of these */
+    int n_stop;
+    void (*on_token)(void *user, int32_t id); /* each token as it is made */
+    void *user;
+} gd_lm_generate_config;
+/* Continues `prompt` with the model of a checkpoint (or training) directory, recomputing
+ * the window for each token; *out (free with gd_free_mem) holds prompt and continuation. */
+gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prompt, int64_t n_prompt,
+                         const gd_lm_generate_config *c, int32_t **out, int64_t *n_out);
+
 /* ---- checkpoints ------------------------------------------------------------------- */
 
 /* Where training is, besides the graph's parameters and optimizer states: what a resumed

@@ -127,7 +127,6 @@ static void steady(gd_ctx *c, const config *cf, float *loss)
     CHECK(lib == 0, "%s: %lld allocations through the library's allocator in %d steps", cf->name, (long long)lib, STEPS);
 #ifdef COUNT_MALLOC
     CHECK(heap == 0, "%s: %lld heap allocations in %d steps", cf->name, heap, STEPS);
-    else if (heap != 0) fprintf(stderr, "steady state: %s: %lld heap allocations in %d steps (not yet held to 0)\n", cf->name, heap, STEPS);
     if (heap != 0) print_sites(heap);
 #endif
     if (st != NULL && strcmp(backend, "testdev") == 0) {
