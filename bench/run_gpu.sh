@@ -71,7 +71,7 @@ if has sweep; then
   extra=()
   [ -f build-gpu/plugins-test/libgradus_testdev.so ] && [ -z "${SWEEP_BACKEND:-}" ] &&
     extra=(--plugin build-gpu/plugins-test/libgradus_testdev.so --doc "$OUT/ops.md")
-  build-gpu/gradus sweep -q ${SWEEP_BACKEND:+--backend $SWEEP_BACKEND} "${extra[@]}" >"$OUT/sweep.log" 2>&1 &
+  build-gpu/gradus sweep ${SWEEP_BACKEND:+--backend $SWEEP_BACKEND} "${extra[@]}" >"$OUT/sweep.log" 2>"$OUT/sweep.err" &
   sweep_pid=$!
 fi
 if has memcheck; then
@@ -80,7 +80,7 @@ if has memcheck; then
   # mostly the sanitizer's own work on the host
   build-gpu/gradus sweep -v --backend ref 2>/dev/null | awk 'NF > 3 && $3 == "ref" {print $1}' | sort -u >"$OUT/ops.txt"
   mkdir -p "$OUT/mc"
-  xargs -P "$JOBS" -I{} sh -c 'timeout 300 compute-sanitizer --tool memcheck --print-limit 20 \
+  xargs -P "$JOBS" -I{} sh -c 'timeout ${MC_TIMEOUT:-300} compute-sanitizer --tool memcheck --print-limit 20 \
       build-gpu/gradus sweep -q --backend cuda --op {} >"$0/mc/{}.log" 2>&1' "$OUT" <"$OUT/ops.txt"
   for f in "$OUT"/mc/*.log; do
     s=$(grep -h 'ERROR SUMMARY' "$f" | tail -1)
@@ -94,7 +94,7 @@ fi
 if [ -n "$sweep_pid" ]; then
   wait "$sweep_pid"
   echo "sweep exit $?"
-  tail -12 "$OUT/sweep.log"
+  grep -v ' verified \| n/a \| reference ' "$OUT/sweep.log" | tail -25
 fi
 
 if has bench; then
