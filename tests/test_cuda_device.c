@@ -81,6 +81,15 @@ static const gdp_kernel *find_kernel(const char *op, int32_t dt)
     return NULL;
 }
 
+/* The kernel of a mixed-precision form, e.g. ("matmul", "bf16,bf16->f32"). */
+static const gdp_kernel *find_sig(const char *op, const char *sig)
+{
+    for (int i = 0; i < n_kernels; i++)
+        if (strcmp(kernels[i].op, op) == 0 && kernels[i].signature != NULL && strcmp(kernels[i].signature, sig) == 0)
+            return &kernels[i];
+    return NULL;
+}
+
 /* ---- helpers ----------------------------------------------------------------------------- */
 
 static gdp_plugin P;
@@ -120,11 +129,12 @@ typedef struct test_node {
     const gdp_kernel *k;
 } test_node;
 
-static int make_node(test_node *t, const char *op, int32_t dt, int n_in, const gdp_tensor *in, int n_out,
-                     const gdp_tensor *out, int n_attr, const gdp_attr *attrs, int32_t id, const char *label)
+/* The node for kernel k (or op's kernel of dtype dt when k is NULL). */
+static int make_node_k(test_node *t, const gdp_kernel *k, const char *op, int32_t dt, int n_in, const gdp_tensor *in,
+                       int n_out, const gdp_tensor *out, int n_attr, const gdp_attr *attrs, int32_t id, const char *label)
 {
     memset(t, 0, sizeof *t);
-    t->k = find_kernel(op, dt);
+    t->k = k != NULL ? k : find_kernel(op, dt);
     CHECK(t->k != NULL, "no kernel %s/%d", op, (int)dt);
     if (t->k == NULL) return 0;
     for (int i = 0; i < n_in && i < GDP_MAX_INPUTS; i++) t->in[i] = &in[i];
@@ -144,11 +154,31 @@ static int make_node(test_node *t, const char *op, int32_t dt, int n_in, const g
     return 1;
 }
 
+static int make_node(test_node *t, const char *op, int32_t dt, int n_in, const gdp_tensor *in, int n_out,
+                     const gdp_tensor *out, int n_attr, const gdp_attr *attrs, int32_t id, const char *label)
+{
+    return make_node_k(t, NULL, op, dt, n_in, in, n_out, out, n_attr, attrs, id, label);
+}
+
 /* Frees the workspace once the work before it is done (frees are ordered on the NULL stream). */
 static void drop_node(test_node *t)
 {
     if (t->n.workspace != NULL) D->free(P.backend, t->n.workspace, &E);
     t->n.workspace = NULL;
+}
+
+/* Runs a mixed-precision form's kernel; returns 0 if it was not run. */
+static int launch_sig(const char *op, const char *sig, int n_in, const gdp_tensor *in, int n_out, const gdp_tensor *out,
+                      int n_attr, const gdp_attr *attrs)
+{
+    const gdp_kernel *k = find_sig(op, sig);
+    CHECK(k != NULL, "no kernel %s/%s", op, sig);
+    test_node t;
+    if (k == NULL || !make_node_k(&t, k, op, -1, n_in, in, n_out, out, n_attr, attrs, 0, sig)) return 0;
+    gdp_status s = t.k->launch(P.backend, &t.n, NULL, &E);
+    CHECK(s == GDP_OK, "%s/%s: launch: %s", op, sig, E.msg);
+    drop_node(&t);
+    return s == GDP_OK;
 }
 
 /* Runs op through the plugin's kernel; returns 0 if it was not run. */
@@ -631,6 +661,136 @@ static void test_bad_data(void)
     D->free(P.backend, loss.data, &E), D->free(P.backend, at_out.data, &E), D->free(P.backend, is_out.data, &E);
 }
 
+/* ---- mixed precision ----------------------------------------------------------------------- */
+
+/* n values rounded to bf16 (half = 0) or f16 (half = 1): the bits, and their values as float. */
+static uint16_t *narrow(int64_t n, int half, float scale, float *wide)
+{
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float f = scale * frand();
+        h[i] = half ? gdp_f32_to_f16(f) : gdp_f32_to_bf16(f);
+        wide[i] = half ? gdp_f16_to_f32(h[i]) : gdp_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
+/* matmul of bf16 / f16 operands into f32, sum and mean of them into f32, AdamW keeping an
+ * f32 master beside a low-precision copy: against double sums of the same rounded values. */
+static void test_mixed(void)
+{
+    for (int half = 0; half < 2; half++) {
+        const int64_t M = 33, K = 70, N = 17;
+        int32_t hd = half ? GDP_F16 : GDP_BF16;
+        float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N), *c = malloc(sizeof(float) * M * N);
+        double *want = calloc((size_t)(M * N), sizeof(double));
+        uint16_t *ah = narrow(M * K, half, 1.0f, a), *bh = narrow(K * N, half, 1.0f, b);
+        /* f16: b given as (N, K) with transpose_b, so the flag is honoured on this path too */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++)
+                    want[i * N + j] += (double)a[i * K + k] * (half ? b[j * K + k] : b[k * N + j]);
+        int64_t sa[2] = {M, K}, sb[2] = {half ? N : K, half ? K : N}, sc[2] = {M, N};
+        gdp_tensor in[2] = {tensor(dev_upload(ah, sizeof(uint16_t) * M * K), hd, 2, sa),
+                            tensor(dev_upload(bh, sizeof(uint16_t) * K * N), hd, 2, sb)};
+        gdp_tensor out = tensor(dev_upload(NULL, sizeof(float) * M * N), GDP_F32, 2, sc);
+        gdp_attr tb = {"transpose_b", GDP_ATTR_INT, 0, half, 0, NULL, NULL};
+        const char *sig = half ? "f16,f16->f32" : "bf16,bf16->f32";
+        if (launch_sig("matmul", sig, 2, in, 1, &out, 1, &tb)) {
+            D->copy_d2h(P.backend, c, out.data, sizeof(float) * M * N, NULL, &E);
+            double e = max_rel_err(c, want, M * N);
+            printf("matmul %s: rel err %.2e\n", sig, e);
+            CHECK(e < 2e-6, "matmul %s: rel err %.3e", sig, e);
+        }
+        D->free(P.backend, in[0].data, &E), D->free(P.backend, in[1].data, &E), D->free(P.backend, out.data, &E);
+        free(a), free(b), free(c), free(want), free(ah), free(bh);
+
+        /* sum over axis 1 (rows), mean over everything (the two-pass path) */
+        const int64_t R = 37, C = 3000;
+        float *x = malloc(sizeof(float) * R * C), s[37], m = 0;
+        uint16_t *xh = narrow(R * C, half, 2.0f, x);
+        double ws[37], wm = 0;
+        for (int64_t r = 0; r < R; r++) {
+            ws[r] = 0;
+            for (int64_t k = 0; k < C; k++) ws[r] += x[r * C + k];
+            wm += ws[r];
+        }
+        wm /= (double)(R * C);
+        int64_t xs[2] = {R, C}, rs[1] = {R};
+        gdp_tensor xin = tensor(dev_upload(xh, sizeof(uint16_t) * R * C), hd, 2, xs);
+        gdp_tensor ys = tensor(dev_upload(NULL, sizeof(float) * R), GDP_F32, 1, rs);
+        gdp_tensor ym = tensor(dev_upload(NULL, sizeof(float)), GDP_F32, 0, NULL);
+        int64_t ax1 = 1;
+        gdp_attr axes = {"axes", GDP_ATTR_INTS, 1, 0, 0, &ax1, NULL};
+        const char *rsig = half ? "f16->f32" : "bf16->f32";
+        if (launch_sig("sum", rsig, 1, &xin, 1, &ys, 1, &axes)) {
+            D->copy_d2h(P.backend, s, ys.data, sizeof s, NULL, &E);
+            double e = max_rel_err(s, ws, R);
+            printf("sum %s over rows: rel err %.2e\n", rsig, e);
+            CHECK(e < 1e-7, "sum %s: rel err %.3e", rsig, e);
+        }
+        if (launch_sig("mean", rsig, 1, &xin, 1, &ym, 0, NULL)) {
+            D->copy_d2h(P.backend, &m, ym.data, sizeof m, NULL, &E);
+            double e = max_rel_err(&m, &wm, 1);
+            printf("mean %s of all: %.8g vs %.8g, rel err %.2e\n", rsig, m, wm, e);
+            CHECK(e < 1e-7, "mean %s: rel err %.3e", rsig, e);
+        }
+        D->free(P.backend, xin.data, &E), D->free(P.backend, ys.data, &E), D->free(P.backend, ym.data, &E);
+        free(x), free(xh);
+
+        /* AdamW: f32 master p, m, v; the gradient in the narrow type (or f32), a narrow copy */
+        for (int gnarrow = 0; gnarrow < 2; gnarrow++) {
+            enum { NP = 1000 };
+            float p[NP], g[NP], mo[NP], v[NP], step = 3.0f, lr = 0.01f, po[NP], mout[NP], vout[NP];
+            uint16_t *gh = narrow(NP, half, 0.5f, g), copy[NP];
+            for (int i = 0; i < NP; i++) p[i] = frand(), mo[i] = 0.1f * frand(), v[i] = 0.01f * (1.0f + frand());
+            int64_t ps[1] = {NP};
+            gdp_tensor ain[7] = {tensor(dev_upload(p, sizeof p), GDP_F32, 1, ps),
+                                 gnarrow ? tensor(dev_upload(gh, sizeof(uint16_t) * NP), hd, 1, ps)
+                                         : tensor(dev_upload(g, sizeof g), GDP_F32, 1, ps),
+                                 tensor(dev_upload(mo, sizeof mo), GDP_F32, 1, ps),
+                                 tensor(dev_upload(v, sizeof v), GDP_F32, 1, ps),
+                                 tensor(dev_upload(&step, sizeof step), GDP_F32, 0, NULL),
+                                 tensor(dev_upload(&lr, sizeof lr), GDP_F32, 0, NULL),
+                                 tensor(dev_upload(NULL, sizeof(uint16_t) * NP), hd, 1, ps)};
+            gdp_tensor aout[4] = {tensor(dev_upload(NULL, sizeof p), GDP_F32, 1, ps),
+                                  tensor(dev_upload(NULL, sizeof p), GDP_F32, 1, ps),
+                                  tensor(dev_upload(NULL, sizeof p), GDP_F32, 1, ps), ain[6]};
+            gdp_attr wd = {"weight_decay", GDP_ATTR_FLOAT, 0, 0, 0.01, NULL, NULL};
+            char asig[64];
+            const char *nm = half ? "f16" : "bf16";
+            snprintf(asig, sizeof asig, "f32,%s,f32,f32,f32,f32,%s->f32,f32,f32,%s", gnarrow ? nm : "f32", nm, nm);
+            if (launch_sig("adamw_update", asig, 7, ain, 4, aout, 1, &wd)) {
+                D->copy_d2h(P.backend, po, aout[0].data, sizeof po, NULL, &E);
+                D->copy_d2h(P.backend, mout, aout[1].data, sizeof mout, NULL, &E);
+                D->copy_d2h(P.backend, vout, aout[2].data, sizeof vout, NULL, &E);
+                D->copy_d2h(P.backend, copy, aout[3].data, sizeof copy, NULL, &E);
+                double wp[NP], wmo[NP], wv[NP];
+                double bc1 = 1 - pow(0.9, 3.0), bc2 = 1 - pow(0.999, 3.0);
+                int copies_ok = 1;
+                for (int i = 0; i < NP; i++) {
+                    double pp = p[i], gg = g[i], mm = mo[i], vv = v[i];
+                    pp -= (double)lr * 0.01 * pp;
+                    mm = 0.9 * mm + 0.1 * gg;
+                    vv = 0.999 * vv + 0.001 * gg * gg;
+                    pp -= (double)lr * (mm / bc1) / (sqrt(vv / bc2) + 1e-8);
+                    wp[i] = pp, wmo[i] = mm, wv[i] = vv;
+                    uint16_t want_c = half ? gdp_f32_to_f16(po[i]) : gdp_f32_to_bf16(po[i]);
+                    copies_ok &= copy[i] == want_c;
+                }
+                double e = max_rel_err(po, wp, NP), em = max_rel_err(mout, wmo, NP), ev = max_rel_err(vout, wv, NP);
+                printf("adamw_update %s: rel err p %.2e m %.2e v %.2e, copy %s\n", asig, e, em, ev,
+                       copies_ok ? "= p' rounded" : "WRONG");
+                CHECK(e < 1e-7 && em < 1e-7 && ev < 1e-7, "adamw %s: rel err %.3e %.3e %.3e", asig, e, em, ev);
+                CHECK(copies_ok, "adamw %s: the copy is not p' rounded to %s", asig, nm);
+            }
+            for (int i = 0; i < 7; i++) D->free(P.backend, ain[i].data, &E);
+            for (int i = 0; i < 3; i++) D->free(P.backend, aout[i].data, &E);
+            free(gh);
+        }
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------------------------------- */
 
 #ifndef GD_BUILD_DIR
@@ -706,6 +866,7 @@ int main(int argc, char **argv)
     test_profiler();
     test_executor();
     test_bad_data();
+    test_mixed();
 
     CHECK(D->synchronize(P.backend, NULL, &E) == GDP_OK, "final synchronize: %s", E.msg);
     if (P.shutdown) P.shutdown(P.backend);

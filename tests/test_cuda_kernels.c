@@ -174,30 +174,37 @@ static gd_tensor *v_copy_permute(gd_tensor *const *in)
     return gd_contiguous(gd_permute(in[0], 4, (const int64_t[]){0, 2, 1, 3}));
 }
 static gd_tensor *v_softmax_transposed(gd_tensor *const *in) { return gd_softmax(gd_transpose(in[0], 0, 1), -1); }
+/* the graph pass: a bias that is a graph input (no producing node) fused with the product */
+static gd_tensor *v_linear_bias_input(gd_tensor *const *in)
+{
+    return gd_gelu(gd_add(in[1], gd_matmul(in[0], in[2], 0, 0)), 1);
+}
 
 typedef struct view_case {
     const char *name;
     view_fn fn;
     int n_in;
-    int ndim[2];
-    int64_t shape[2][4];
+    int ndim[3];
+    int64_t shape[3][4];
     int copies; /* contiguous copies the planner should insert */
+    int fused;  /* linear_act nodes the graph pass should make */
 } view_case;
 
 static const view_case view_cases[] = {
-    {"matmul of a transposed view", v_matmul_ta, 2, {2, 2}, {{96, 40}, {96, 24}}, 0},
-    {"batched matmul, b transposed", v_matmul_tb, 2, {3, 3}, {{4, 33, 65}, {4, 17, 65}}, 0},
-    {"matmul, both transposed twice", v_matmul_both, 2, {2, 2}, {{48, 20}, {20, 30}}, 0},
-    {"matmul of a column slice", v_matmul_slice, 2, {2, 2}, {{50, 80}, {64, 12}}, 0},
-    {"add of a permuted view", v_add_permuted, 2, {3, 3}, {{7, 9, 11}, {11, 7, 9}}, 0},
-    {"gelu of a slice", v_gelu_slice, 1, {2}, {{30, 50}}, 0},
-    {"mul of an expanded view", v_mul_expand, 2, {3, 3}, {{1, 33, 1}, {5, 33, 17}}, 0},
-    {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1},
-    {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1},
+    {"matmul of a transposed view", v_matmul_ta, 2, {2, 2}, {{96, 40}, {96, 24}}, 0, 0},
+    {"batched matmul, b transposed", v_matmul_tb, 2, {3, 3}, {{4, 33, 65}, {4, 17, 65}}, 0, 0},
+    {"matmul, both transposed twice", v_matmul_both, 2, {2, 2}, {{48, 20}, {20, 30}}, 0, 0},
+    {"matmul of a column slice", v_matmul_slice, 2, {2, 2}, {{50, 80}, {64, 12}}, 0, 0},
+    {"add of a permuted view", v_add_permuted, 2, {3, 3}, {{7, 9, 11}, {11, 7, 9}}, 0, 0},
+    {"gelu of a slice", v_gelu_slice, 1, {2}, {{30, 50}}, 0, 0},
+    {"mul of an expanded view", v_mul_expand, 2, {3, 3}, {{1, 33, 1}, {5, 33, 17}}, 0, 0},
+    {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1, 0},
+    {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1, 0},
+    {"bias input + matmul + gelu fused", v_linear_bias_input, 3, {2, 1, 2}, {{40, 48}, {32}, {48, 32}}, 0, 1},
 };
 
 typedef struct prog_lines {
-    int copies, segments, nodes;
+    int copies, segments, nodes, fused;
 } prog_lines;
 
 static void count_line(void *user, const char *s)
@@ -206,6 +213,7 @@ static void count_line(void *user, const char *s)
     if (strncmp(s, "node", 4) != 0) return;
     c->nodes++;
     c->copies += strstr(s, " copy(") != NULL;
+    c->fused += strstr(s, " linear_act(") != NULL;
     c->segments += strstr(s, "[segment]") != NULL;
 }
 
@@ -221,7 +229,7 @@ static gd_status run_view(gd_ctx *ctx, int bi, const view_case *v, float **out, 
     ctx->preferred = bi;
     ctx->strict = bi != 0;
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *in[2];
+    gd_tensor *in[3];
     gd_status st = GD_OK;
     uint64_t r = 0x1234567u;
     for (int k = 0; k < v->n_in && st == GD_OK; k++) {
@@ -263,7 +271,7 @@ static int run_views(gd_ctx *ctx, int bi)
         const view_case *v = &view_cases[i];
         float *ref = NULL, *got = NULL;
         int64_t n_ref = 0, n_got = 0;
-        prog_lines lines = {0, 0, 0};
+        prog_lines lines = {0, 0, 0, 0};
         gd_status st = run_view(ctx, 0, v, &ref, &n_ref, NULL);
         if (st == GD_OK) st = run_view(ctx, bi, v, &got, &n_got, &lines);
         if (st != GD_OK || n_ref != n_got) {
@@ -276,9 +284,11 @@ static int run_views(gd_ctx *ctx, int bi)
                 num += d * d, den += (double)ref[k] * ref[k];
             }
             double e = num / den;
-            int ok = e <= 1e-12 && lines.copies == v->copies && (!graphs_expected() || lines.segments > 0);
-            printf("%s view \"%s\": nmse %.3g, %d copies (want %d), %d of %d nodes in captured segments\n",
-                   ok ? "ok  " : "FAIL", v->name, e, lines.copies, v->copies, lines.segments, lines.nodes);
+            int ok = e <= 1e-12 && lines.copies == v->copies && lines.fused == v->fused &&
+                     (!graphs_expected() || lines.segments > 0);
+            printf("%s view \"%s\": nmse %.3g, %d copies (want %d), %d fused (want %d), %d of %d nodes in captured "
+                   "segments\n", ok ? "ok  " : "FAIL", v->name, e, lines.copies, v->copies, lines.fused, v->fused,
+                   lines.segments, lines.nodes);
             fails += !ok;
         }
         free(ref);
