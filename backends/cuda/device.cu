@@ -1,19 +1,18 @@
 /* device.cu — the device module: memory, streams, events and copies.
  *
- * Memory. Device memory comes from our own stream-ordered pool (cudaMallocAsync) whose
- * release threshold is "never": freed blocks stay cached in the pool and later requests
- * reuse them, so a training step that allocates and frees the same sizes every time
- * reaches the driver only in its first run. Allocation and freeing are ordered on the
- * compute stream; streams the host created are fenced with events so that a block freed
- * while one of them still reads it is not handed out again before that work is done.
- * GRADUS_CUDA_MANAGED=1 switches to managed memory, which the host may read in place.
+ * Memory. Allocation happens when the host compiles a program or creates a tensor, never
+ * while a program runs (kernels get their scratch as planned workspaces). Device memory
+ * comes from our own stream-ordered pool (cudaMallocAsync) whose release threshold is
+ * "never": freed blocks stay cached in the pool and later requests reuse them, so a
+ * program compiled again (another batch size, another graph) rarely reaches the driver.
+ * Allocation and freeing are ordered on the compute stream; streams the host created are
+ * fenced with events so that a block freed while one of them still reads it is not handed
+ * out again before that work is done. GRADUS_CUDA_MANAGED=1 switches to managed memory,
+ * which the host may read in place.
  *
  * Copies. h2d stages through pinned slots so that it can return before the DMA is done
  * (the caller may reuse src at once); d2h DMAs into pinned slots and copies out once each
  * slot's event fired, so it returns with dst filled.
- *
- * Allocation happens when the host compiles a program or creates a tensor, never while a
- * program runs: kernels get their scratch as planned workspaces.
  *
  * Waiting (synchronize, event_synchronize, copy_d2h) and poll_error report bad data that
  * kernels found on the device (baddata.cu).
