@@ -6,8 +6,12 @@
  *
  * Each case runs on the reference and on the CUDA plugin with the same inputs, like the
  * sweep: strict placement (no fallback), guard bytes checked, NMSE within the op's
- * tolerance (exact for exact ops), and a second run bitwise identical. Without a GPU the
- * plugin declines and the test prints SKIP and returns 77.
+ * tolerance (exact for exact ops), and a second run bitwise identical (a replay of the
+ * captured CUDA graph). Runtime scalars ride along: rope's pos, attention's kv_len,
+ * cache_write's pos. Then views (transposed matmul operands, strided elementwise inputs)
+ * must reach the kernels without copies, programs must run as captured segments, and bad
+ * data found on the device must fail the run or the read, naming the node and the value.
+ * Without a GPU the plugin declines and the test prints SKIP and returns 77.
  */
 #include "harness.h"
 #include "sweep.h"
@@ -37,8 +41,17 @@ static const tcase cases[] = {
     {"attention_grad", GDP_F32, 0, "n[1,2,40,130] n[1,2,40,130] n[1,1,33,130] n[1,1,33,130] | causal=1"},
     {"attention_grad", GDP_F32, 0, "n[2,4,96,128] n[2,4,96,128] n[2,4,96,128] n[2,4,96,128] | causal=0 scale=0.2"},
     {"attention_grad", GDP_BF16, 0, "n[1,2,20,256] n[1,2,20,256] n[1,2,50,256] n[1,2,50,256]"},
-    {"rope", GDP_F32, 1, "n[2,40,3,64] | interleaved=0 pos_offset=7"},
-    {"rope", GDP_BF16, 0, "n[1,20,2,128] | interleaved=1 theta=1000000.0 inverse=1"},
+    /* attention with kv_len: keys past it ignored, causal rows lined up with the last valid
+     * key (a decoder's cache); several key tiles, and rows that see no key */
+    {"attention", GDP_F32, 1, "n[2,4,37,40] n[2,2,70,40] n[2,2,70,40] i32[]<50:51 | causal=1"},
+    {"attention", GDP_F32, 0, "n[1,2,5,64] n[1,1,300,64] n[1,1,300,64] i64[]<130:131 | causal=1"},
+    {"attention", GDP_BF16, 0, "n[1,4,3,128] n[1,4,90,128] n[1,4,90,128] i32[]<2:3 | causal=1"},
+    {"attention_grad", GDP_F32, 0, "n[1,8,140,16] n[1,8,140,16] n[1,2,600,16] n[1,2,600,16] i32[]<333:334 | causal=1"},
+    {"attention_grad", GDP_F32, 0, "n[1,2,40,64] n[1,2,40,64] n[1,2,70,64] n[1,2,70,64] i64[]<45:46"},
+    {"cache_write", GDP_F32, 0, "n[2,4,300,64] n[2,4,7,64] i32[]<100:101"},
+    {"cache_write", GDP_BF16, 0, "n[1,8,64,128] n[1,8,64,128] i64[]<0:1"},
+    {"rope", GDP_F32, 1, "n[2,40,3,64] i64[]<7:8 | interleaved=0"},
+    {"rope", GDP_BF16, 0, "n[1,20,2,128] i32[]<1000:1001 | interleaved=1 theta=1000000.0 inverse=1"},
     /* reductions: chunked rows, chunked columns, middle axes, vector tails */
     {"sum", GDP_F32, 0, "n[1000,1000]"},
     {"sum", GDP_F32, 0, "n[3,50001] | axes=[1]"},
@@ -136,6 +149,202 @@ static int run_case(gd_ctx *ctx, int bi, const tcase *t)
     return fails;
 }
 
+/* ---- views, segments, bad data ---------------------------------------------------------- */
+
+typedef gd_tensor *(*view_fn)(gd_tensor *const *in);
+
+static gd_tensor *v_matmul_ta(gd_tensor *const *in) { return gd_matmul(gd_transpose(in[0], 0, 1), in[1], 0, 0); }
+static gd_tensor *v_matmul_tb(gd_tensor *const *in) { return gd_matmul(in[0], gd_transpose(in[1], 1, 2), 0, 0); }
+static gd_tensor *v_matmul_both(gd_tensor *const *in)
+{
+    return gd_matmul(gd_transpose(in[0], 0, 1), gd_transpose(in[1], 0, 1), 1, 1);
+}
+static gd_tensor *v_matmul_slice(gd_tensor *const *in) { return gd_matmul(gd_slice(in[0], 1, 8, 72), in[1], 0, 0); }
+static gd_tensor *v_add_permuted(gd_tensor *const *in)
+{
+    return gd_add(gd_permute(in[0], 3, (const int64_t[]){2, 0, 1}), in[1]);
+}
+static gd_tensor *v_gelu_slice(gd_tensor *const *in) { return gd_gelu(gd_slice(in[0], 1, 3, 40), 0); }
+static gd_tensor *v_mul_expand(gd_tensor *const *in)
+{
+    return gd_mul(gd_expand(in[0], 3, (const int64_t[]){5, 33, 17}), in[1]);
+}
+static gd_tensor *v_copy_permute(gd_tensor *const *in)
+{
+    return gd_contiguous(gd_permute(in[0], 4, (const int64_t[]){0, 2, 1, 3}));
+}
+static gd_tensor *v_softmax_transposed(gd_tensor *const *in) { return gd_softmax(gd_transpose(in[0], 0, 1), -1); }
+/* the graph pass: a bias that is a graph input (no producing node) fused with the product */
+static gd_tensor *v_linear_bias_input(gd_tensor *const *in)
+{
+    return gd_gelu(gd_add(in[1], gd_matmul(in[0], in[2], 0, 0)), 1);
+}
+
+typedef struct view_case {
+    const char *name;
+    view_fn fn;
+    int n_in;
+    int ndim[3];
+    int64_t shape[3][4];
+    int copies; /* contiguous copies the planner should insert */
+    int fused;  /* linear_act nodes the graph pass should make */
+} view_case;
+
+static const view_case view_cases[] = {
+    {"matmul of a transposed view", v_matmul_ta, 2, {2, 2}, {{96, 40}, {96, 24}}, 0, 0},
+    {"batched matmul, b transposed", v_matmul_tb, 2, {3, 3}, {{4, 33, 65}, {4, 17, 65}}, 0, 0},
+    {"matmul, both transposed twice", v_matmul_both, 2, {2, 2}, {{48, 20}, {20, 30}}, 0, 0},
+    {"matmul of a column slice", v_matmul_slice, 2, {2, 2}, {{50, 80}, {64, 12}}, 0, 0},
+    {"add of a permuted view", v_add_permuted, 2, {3, 3}, {{7, 9, 11}, {11, 7, 9}}, 0, 0},
+    {"gelu of a slice", v_gelu_slice, 1, {2}, {{30, 50}}, 0, 0},
+    {"mul of an expanded view", v_mul_expand, 2, {3, 3}, {{1, 33, 1}, {5, 33, 17}}, 0, 0},
+    {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1, 0},
+    {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1, 0},
+    {"bias input + matmul + gelu fused", v_linear_bias_input, 3, {2, 1, 2}, {{40, 48}, {32}, {48, 32}}, 0, 1},
+};
+
+typedef struct prog_lines {
+    int copies, segments, nodes, fused;
+} prog_lines;
+
+static void count_line(void *user, const char *s)
+{
+    prog_lines *c = (prog_lines *)user;
+    if (strncmp(s, "node", 4) != 0) return;
+    c->nodes++;
+    c->copies += strstr(s, " copy(") != NULL;
+    c->fused += strstr(s, " linear_act(") != NULL;
+    c->segments += strstr(s, "[segment]") != NULL;
+}
+
+static int graphs_expected(void)
+{
+    const char *a = getenv("GRADUS_CUDA_GRAPHS"), *b = getenv("GRADUS_EXECUTOR");
+    return !(a != NULL && strcmp(a, "0") == 0) && !(b != NULL && strcmp(b, "0") == 0);
+}
+
+/* Runs fn on backend bi with fixed inputs; out gets the result (f32). */
+static gd_status run_view(gd_ctx *ctx, int bi, const view_case *v, float **out, int64_t *n_out, prog_lines *lines)
+{
+    ctx->preferred = bi;
+    ctx->strict = bi != 0;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *in[3];
+    gd_status st = GD_OK;
+    uint64_t r = 0x1234567u;
+    for (int k = 0; k < v->n_in && st == GD_OK; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "in%d", k);
+        in[k] = gd_input(g, name, GD_F32, v->ndim[k], v->shape[k]);
+        int64_t n = 1;
+        for (int d = 0; d < v->ndim[k]; d++) n *= v->shape[k][d];
+        float *h = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            h[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        st = in[k] != NULL ? gd_tensor_write(in[k], h, sizeof(float) * (size_t)n) : GD_ERR_INVALID;
+        free(h);
+    }
+    gd_tensor *y = st == GD_OK ? v->fn(in) : NULL;
+    gd_program *p = y != NULL ? gd_compile(g, 1, &y, 0) : NULL;
+    if (p == NULL) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_program_run(p);
+    if (st == GD_OK) {
+        *n_out = 1;
+        for (int d = 0; d < gd_tensor_ndim(y); d++) *n_out *= gd_tensor_dim(y, d);
+        *out = malloc(sizeof(float) * (size_t)*n_out);
+        st = gd_tensor_read(y, *out, sizeof(float) * (size_t)*n_out);
+    }
+    if (st == GD_OK && lines != NULL) gd_program_describe(p, count_line, lines);
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    ctx->strict = 0;
+    return st;
+}
+
+static int run_views(gd_ctx *ctx, int bi)
+{
+    int fails = 0;
+    for (size_t i = 0; i < sizeof view_cases / sizeof view_cases[0]; i++) {
+        const view_case *v = &view_cases[i];
+        float *ref = NULL, *got = NULL;
+        int64_t n_ref = 0, n_got = 0;
+        prog_lines lines = {0, 0, 0, 0};
+        gd_status st = run_view(ctx, 0, v, &ref, &n_ref, NULL);
+        if (st == GD_OK) st = run_view(ctx, bi, v, &got, &n_got, &lines);
+        if (st != GD_OK || n_ref != n_got) {
+            printf("FAIL view \"%s\": %s\n", v->name, gd_ctx_error(ctx));
+            fails++;
+        } else {
+            double num = 0, den = 1e-30;
+            for (int64_t k = 0; k < n_ref; k++) {
+                double d = (double)got[k] - ref[k];
+                num += d * d, den += (double)ref[k] * ref[k];
+            }
+            double e = num / den;
+            int ok = e <= 1e-12 && lines.copies == v->copies && lines.fused == v->fused &&
+                     (!graphs_expected() || lines.segments > 0);
+            printf("%s view \"%s\": nmse %.3g, %d copies (want %d), %d fused (want %d), %d of %d nodes in captured "
+                   "segments\n", ok ? "ok  " : "FAIL", v->name, e, lines.copies, v->copies, lines.fused, v->fused,
+                   lines.segments, lines.nodes);
+            fails += !ok;
+        }
+        free(ref);
+        free(got);
+        gd_ctx_clear_error(ctx);
+    }
+    return fails;
+}
+
+/* An embedding id past the table, found by the kernel on the device: the run or the read
+ * after it fails with the node's label, the position and the value; good ids then run. */
+static int run_bad_ids(gd_ctx *ctx, int bi)
+{
+    ctx->preferred = bi;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *table = gd_input(g, "table", GD_F32, 2, (const int64_t[]){4, 3});
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (const int64_t[]){2, 2});
+    gd_tensor *y = gd_scale(gd_label(gd_embedding(table, ids), "tok.lookup"), 2.0, 0.0);
+    gd_program *p = y != NULL ? gd_compile(g, 1, &y, 0) : NULL;
+    float tv[12], yv[12];
+    for (int i = 0; i < 12; i++) tv[i] = (float)i;
+    int32_t good[4] = {3, 0, 2, 1}, bad[4] = {0, 1, 2, 7};
+    int fails = 0;
+    if (p == NULL || gd_tensor_write(table, tv, sizeof tv) != GD_OK) {
+        printf("FAIL bad ids: building: %s\n", gd_ctx_error(ctx));
+        fails++;
+    } else {
+        gd_status st = gd_tensor_write(ids, good, sizeof good);
+        if (st == GD_OK) st = gd_program_run(p);
+        if (st == GD_OK) st = gd_tensor_read(y, yv, sizeof yv);
+        int right = st == GD_OK && yv[0] == 18.0f && yv[3] == 0.0f && yv[11] == 10.0f;
+        printf("%s good ids: %s\n", right ? "ok  " : "FAIL", st == GD_OK ? "embedding * 2 as expected" : gd_ctx_error(ctx));
+        fails += !right;
+        gd_ctx_clear_error(ctx);
+        st = gd_tensor_write(ids, bad, sizeof bad);
+        if (st == GD_OK) st = gd_program_run(p);
+        if (st == GD_OK) st = gd_tensor_read(y, yv, sizeof yv);
+        const char *msg = gd_ctx_error(ctx);
+        int named = st == GD_ERR_INVALID && strstr(msg, "node ") != NULL && strstr(msg, "tok.lookup") != NULL &&
+                    strstr(msg, "ids[1, 1] = 7") != NULL;
+        printf("%s bad id reported: %s\n", named ? "ok  " : "FAIL", st != GD_OK ? msg : "no error");
+        fails += !named;
+        gd_ctx_clear_error(ctx);
+        st = gd_tensor_write(ids, good, sizeof good);
+        if (st == GD_OK) st = gd_program_run(p);
+        if (st == GD_OK) st = gd_tensor_read(y, yv, sizeof yv);
+        printf("%s good ids after the report: %s\n", st == GD_OK ? "ok  " : "FAIL", st == GD_OK ? "ran" : gd_ctx_error(ctx));
+        fails += st != GD_OK;
+        gd_ctx_clear_error(ctx);
+    }
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    return fails;
+}
+
 int main(int argc, char **argv)
 {
     gd_ctx *ctx = NULL;
@@ -158,6 +367,9 @@ int main(int argc, char **argv)
     int fails = 0, n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) fails += run_case(ctx, bi, &cases[i]) != 0;
     printf("%d passed, %d failed\n", n - fails, fails);
+    ctx->guard = 0;
+    int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi);
+    printf("views: %d failed; bad data: %d failed\n", vf, bf);
     gd_ctx_free(ctx);
-    return fails != 0;
+    return fails + vf + bf != 0;
 }

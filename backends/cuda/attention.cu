@@ -1,10 +1,18 @@
 /* attention.cu — the attention family (src/ops/attention.c): rope, attention (fused: the
- * score matrix is never written out) and attention_grad (softmax recomputed, no atomics).
+ * score matrix is never written out), attention_grad (softmax recomputed, no atomics) and
+ * cache_write (a KV cache updated in place).
  *
  * Shapes: q (B, H, T, D), k and v (B, Hkv, S, D), H a multiple of Hkv (grouped-query heads:
- * query head h reads kv head h / (H / Hkv)). Causal query t sees keys s < n_t, with
- * n_t = clamp(t + S - T + 1, 0, S): the last query lines up with the last key when a KV
- * cache makes S > T, and a row that sees no key (S < T) has output and gradients zero.
+ * query head h reads kv head h / (H / Hkv)). The optional kv_len input L (an i32/i64
+ * scalar, default S) says how many keys are valid. Query t sees keys s < n_t, with
+ * n_t = L, or with causal n_t = clamp(t + L - T + 1, 0, L): the last query lines up with
+ * the last valid key (a decoder whose cache holds L keys), and a row that sees no key has
+ * output and gradients zero.
+ *
+ * Runtime values (kv_len, rope's pos, cache_write's pos) are read by the kernels from
+ * device memory, never by the host: a decoder moves them between runs of one captured
+ * graph. A kv_len outside [0, S] or a pos that does not fit the cache is reported as bad
+ * data (baddata.cu); kv_len is then clamped, and the cache is left as it was.
  *
  * Work split. A block owns BQ = 16 consecutive query rows of one head: 4 warps of R = 4
  * rows. Keys stream through shared memory in tiles of BK = 32, one key per lane:
@@ -42,16 +50,32 @@
 
 typedef struct att_dims {
     int64_t B, H, T, D, Hkv, S;
+    int64_t L;          /* valid keys: set by each kernel from kvlen */
+    const void *kvlen;  /* the kv_len scalar on the device, or NULL (L = S) */
+    int kvlen64;
     int causal;
     float scale;
 } att_dims;
 
-/* How many keys query t sees (a prefix of the S keys). */
+/* The kv_len value as given (S when there is none). */
+static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a)
+{
+    return a.kvlen != NULL ? cu_ld_index(a.kvlen, a.kvlen64, 0) : a.S;
+}
+
+/* Valid keys, clamped into [0, S]. */
+static __device__ __forceinline__ int64_t att_len(const att_dims &a)
+{
+    int64_t L = att_len_raw(a);
+    return L < 0 ? 0 : L > a.S ? a.S : L;
+}
+
+/* How many keys query t sees (a prefix of the L valid keys). */
 static __device__ __forceinline__ int64_t att_visible(const att_dims &a, int64_t t)
 {
-    if (!a.causal) return a.S;
-    int64_t n = t + a.S - a.T + 1;
-    return n < 0 ? 0 : n > a.S ? a.S : n;
+    if (!a.causal) return a.L;
+    int64_t n = t + a.L - a.T + 1;
+    return n < 0 ? 0 : n > a.L ? a.L : n;
 }
 
 /* Loads rows [first, first + nrows) of a (len, D) matrix at base into sh (row stride ld),
@@ -81,9 +105,14 @@ static __device__ __forceinline__ float att_dot(const float *a, const float *b, 
  * Shared memory: Ks (BK, KS), Vs (BK, D), Qs (BQ, D) floats, KS = D | 1. */
 template <typename T, int DV>
 __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const T *k, const T *v, T *y, const T *dy,
-                                                               float *lse, float *delta, att_dims a)
+                                                               float *lse, float *delta, att_dims a, cu_bad bad)
 {
     extern __shared__ float att_smem[];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        int64_t raw = att_len_raw(a);
+        if (raw < 0 || raw > a.S) cu_report(bad, raw, 0);
+    }
+    a.L = att_len(a);
     const int D = (int)a.D, KS = D | 1;
     float *Ks = att_smem, *Vs = Ks + ATT_BK * KS, *Qs = Vs + ATT_BK * D;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -168,6 +197,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dq_kernel(const T *dy, const
                                                               const float *lse, const float *delta, T *dq, att_dims a)
 {
     extern __shared__ float att_smem[];
+    a.L = att_len(a);
     const int D = (int)a.D, KS = D | 1;
     float *Ks = att_smem, *Vs = Ks + ATT_BK * KS, *Qs = Vs + ATT_BK * KS, *Ys = Qs + ATT_BQ * D;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -238,6 +268,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
                                                                 att_dims a)
 {
     extern __shared__ float att_smem[];
+    a.L = att_len(a);
     const int D = (int)a.D, KS = D | 1;
     float *Kr = att_smem, *Vr = Kr + ATT_BQ * D, *Qs = Vr + ATT_BQ * D, *Ys = Qs + ATT_BK * KS;
     float *Ls = Ys + ATT_BK * KS, *Ds = Ls + ATT_BK;
@@ -246,9 +277,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
         const int64_t bk = tile / stiles, s0 = (tile % stiles) * ATT_BQ; // bk = b * Hkv + hk
         const int64_t kvbase = bk * a.S * a.D, b = bk / a.Hkv, hk = bk % a.Hkv;
-        /* queries before t_first see none of this block's keys (s >= s0) */
-        int64_t t_first = a.causal ? s0 + a.T - a.S : 0;
+        /* queries before t_first see none of this block's keys (s >= s0); keys past L
+         * are seen by none (their gradients stay zero) */
+        int64_t t_first = a.causal ? s0 + a.T - a.L : 0;
         if (t_first < 0) t_first = 0;
+        if (s0 >= a.L) t_first = a.T;
         __syncthreads();
         att_load_rows(k, kvbase, s0, a.S, D, ATT_BQ, Kr, D);
         att_load_rows(v, kvbase, s0, a.S, D, ATT_BQ, Vr, D);
@@ -317,37 +350,97 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
 
 static int is4d_float(const gdp_tensor *t, int32_t dt) { return t->dtype == dt && t->ndim == 4; }
 
-/* q, k, v as attention_check in attention.c wants them, and D within what a lane holds. */
-static int qkv_ok(const gdp_tensor *q, const gdp_tensor *k, const gdp_tensor *v)
+static size_t fwd_smem(int64_t D) { return (size_t)(ATT_BK * (D | 1) + ATT_BK * D + ATT_BQ * D) * sizeof(float); }
+static size_t dq_smem(int64_t D) { return (size_t)(2 * ATT_BK * (D | 1) + 2 * ATT_BQ * D) * sizeof(float); }
+static size_t dkdv_smem(int64_t D)
+{
+    return (size_t)(2 * ATT_BQ * D + 2 * ATT_BK * (D | 1) + 2 * ATT_BK) * sizeof(float);
+}
+
+/* Shared memory beyond the default 48 KiB must be opted into per kernel. That is done once
+ * at open for every instantiation, at the most its D range needs (and the device allows),
+ * not at launch: a launch must do nothing but launch, so that it can be captured. */
+static void opt_in(const void *kernel, size_t bytes, size_t cap)
+{
+    if (bytes <= (size_t)48 * 1024) return;
+    if (bytes > cap) bytes = cap;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
+        (void)cudaGetLastError(); /* supports() declines what the device cannot give */
+}
+
+template <typename T, int DV>
+static void opt_in_dv(size_t cap)
+{
+    const int64_t D = 32 * DV;
+    opt_in((const void *)attn_fwd_kernel<T, DV>, fwd_smem(D), cap);
+    opt_in((const void *)attn_dq_kernel<T, DV>, dq_smem(D), cap);
+    opt_in((const void *)attn_dkdv_kernel<T, DV>, dkdv_smem(D), cap);
+}
+
+template <typename T>
+static void opt_in_type(size_t cap)
+{
+    opt_in_dv<T, 1>(cap);
+    opt_in_dv<T, 2>(cap);
+    opt_in_dv<T, 4>(cap);
+    opt_in_dv<T, 8>(cap);
+}
+
+void cu_attention_open(cu_backend *be)
+{
+    size_t cap = be->smem_optin > 0 ? be->smem_optin : (size_t)48 * 1024;
+    opt_in_type<float>(cap);
+    opt_in_type<__half>(cap);
+    opt_in_type<__nv_bfloat16>(cap);
+}
+
+/* q, k, v as attention_check in attention.c wants them, D within what a lane holds, and
+ * the kernels' shared memory within what the device gives a block. */
+static int qkv_ok(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k, const gdp_tensor *v, int backward)
 {
     int32_t dt = q->dtype;
-    if (!cu_is_float(dt) || !is4d_float(q, dt) || !is4d_float(k, dt) || !cu_same_shape(k, v) || v->dtype != dt)
+    if (!cu_gpu_float(dt) || !is4d_float(q, dt) || !is4d_float(k, dt) || !cu_same_shape(k, v) || v->dtype != dt)
         return 0;
-    return k->shape[0] == q->shape[0] && k->shape[3] == q->shape[3] && k->shape[1] >= 1 &&
-           q->shape[1] % k->shape[1] == 0 && q->shape[3] >= 1 && q->shape[3] <= 32 * ATT_MAX_DV;
+    if (!(k->shape[0] == q->shape[0] && k->shape[3] == q->shape[3] && k->shape[1] >= 1 &&
+          q->shape[1] % k->shape[1] == 0 && q->shape[3] >= 1 && q->shape[3] <= 32 * ATT_MAX_DV))
+        return 0;
+    int64_t D = q->shape[3];
+    size_t need = backward ? (dq_smem(D) > dkdv_smem(D) ? dq_smem(D) : dkdv_smem(D)) : fwd_smem(D);
+    return need <= (size_t)48 * 1024 || need <= be->smem_optin;
 }
+
+static int index_scalar(const gdp_tensor *t) { return gdp_is_index(t->dtype) && gdp_numel(t) == 1; }
 
 static int attention_supports(void *b, const gdp_node *n)
 {
-    (void)b;
-    if (n->n_in != 3 || n->n_out != 1 || !qkv_ok(n->in[0], n->in[1], n->in[2])) return 0;
+    if (n->n_in < 3 || n->n_in > 4 || n->n_out != 1) return 0;
+    if (!qkv_ok((const cu_backend *)b, n->in[0], n->in[1], n->in[2], 0)) return 0;
+    if (n->n_in == 4 && !index_scalar(n->in[3])) return 0;
     return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype;
 }
 
 static int attention_grad_supports(void *b, const gdp_node *n)
 {
-    (void)b;
-    if (n->n_in != 4 || n->n_out != 3 || !qkv_ok(n->in[1], n->in[2], n->in[3])) return 0;
+    if (n->n_in < 4 || n->n_in > 5 || n->n_out != 3) return 0;
+    if (!qkv_ok((const cu_backend *)b, n->in[1], n->in[2], n->in[3], 1)) return 0;
+    if (n->n_in == 5 && !index_scalar(n->in[4])) return 0;
     for (int i = 0; i < 3; i++)
         if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != n->in[1]->dtype) return 0;
     return cu_same_shape(n->in[0], n->in[1]) && n->in[0]->dtype == n->in[1]->dtype;
 }
 
-static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k)
+/* The dims; kv_len is input `len_at` when the node has it. */
+static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at)
 {
     att_dims a;
+    memset(&a, 0, sizeof a);
     a.B = q->shape[0], a.H = q->shape[1], a.T = q->shape[2], a.D = q->shape[3];
     a.Hkv = k->shape[1], a.S = k->shape[2];
+    a.L = a.S;
+    if (n->n_in > len_at) {
+        a.kvlen = n->in[len_at]->data;
+        a.kvlen64 = n->in[len_at]->dtype == GDP_I64;
+    }
     a.causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
     double scale = gdp_attr_float(&n->attrs, "scale", 0.0);
     if (!(scale > 0)) scale = 1.0 / sqrt((double)a.D); /* attention.c's default */
@@ -362,61 +455,35 @@ static unsigned att_grid(const cu_backend *be, int64_t tiles)
     return (unsigned)(tiles < cap ? tiles : cap);
 }
 
-/* Opts a kernel into more than the default 48 KiB of dynamic shared memory when needed. */
-static gdp_status att_smem_opt_in(const void *kernel, size_t bytes, gdp_err *err)
-{
-    if (bytes > (size_t)48 * 1024)
-        CU_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return GDP_OK;
-}
-
-static size_t fwd_smem(int64_t D) { return (size_t)(ATT_BK * (D | 1) + ATT_BK * D + ATT_BQ * D) * sizeof(float); }
-static size_t dq_smem(int64_t D) { return (size_t)(2 * ATT_BK * (D | 1) + 2 * ATT_BQ * D) * sizeof(float); }
-static size_t dkdv_smem(int64_t D)
-{
-    return (size_t)(2 * ATT_BQ * D + 2 * ATT_BK * (D | 1) + 2 * ATT_BK) * sizeof(float);
-}
-
 template <typename T, int DV>
-static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, gdp_err *err)
+static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, cu_bad bad)
 {
     int64_t tiles = a.B * a.H * ((a.T + ATT_BQ - 1) / ATT_BQ);
     if (tiles == 0) return GDP_OK;
-    size_t sm = fwd_smem(a.D);
-    gdp_status st = att_smem_opt_in((const void *)attn_fwd_kernel<T, DV>, sm, err);
-    if (st != GDP_OK) return st;
-    attn_fwd_kernel<T, DV><<<att_grid(be, tiles), ATT_THREADS, sm, s>>>(
+    attn_fwd_kernel<T, DV><<<att_grid(be, tiles), ATT_THREADS, fwd_smem(a.D), s>>>(
         (const T *)node->in[0]->data, (const T *)node->in[1]->data, (const T *)node->in[2]->data, (T *)node->out[0]->data,
-        (const T *)NULL, (float *)NULL, (float *)NULL, a);
+        (const T *)NULL, (float *)NULL, (float *)NULL, a, bad);
     return GDP_OK;
 }
 
 /* Passes 1, 2 and 3 of the backward; stats holds lse then delta, B * H * T floats each. */
 template <typename T, int DV>
 static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, float *stats,
-                                  gdp_err *err)
+                                  cu_bad bad)
 {
     const T *dy = (const T *)node->in[0]->data, *q = (const T *)node->in[1]->data;
     const T *k = (const T *)node->in[2]->data, *v = (const T *)node->in[3]->data;
     float *lse = stats, *delta = stats + a.B * a.H * a.T;
     int64_t qt = a.B * a.H * ((a.T + ATT_BQ - 1) / ATT_BQ), kt = a.B * a.Hkv * ((a.S + ATT_BQ - 1) / ATT_BQ);
-    gdp_status st = GDP_OK;
     if (qt > 0) {
-        size_t sm1 = fwd_smem(a.D), sm2 = dq_smem(a.D);
-        st = att_smem_opt_in((const void *)attn_fwd_kernel<T, DV>, sm1, err);
-        if (st == GDP_OK) st = att_smem_opt_in((const void *)attn_dq_kernel<T, DV>, sm2, err);
-        if (st != GDP_OK) return st;
-        attn_fwd_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, sm1, s>>>(q, k, v, (T *)NULL, dy, lse, delta, a);
-        attn_dq_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, sm2, s>>>(dy, q, k, v, lse, delta,
-                                                                          (T *)node->out[0]->data, a);
+        attn_fwd_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, fwd_smem(a.D), s>>>(q, k, v, (T *)NULL, dy, lse, delta,
+                                                                                    a, bad);
+        attn_dq_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, dq_smem(a.D), s>>>(dy, q, k, v, lse, delta,
+                                                                                 (T *)node->out[0]->data, a);
     }
-    if (kt > 0) {
-        size_t sm3 = dkdv_smem(a.D);
-        st = att_smem_opt_in((const void *)attn_dkdv_kernel<T, DV>, sm3, err);
-        if (st != GDP_OK) return st;
-        attn_dkdv_kernel<T, DV><<<att_grid(be, kt), ATT_THREADS, sm3, s>>>(
+    if (kt > 0)
+        attn_dkdv_kernel<T, DV><<<att_grid(be, kt), ATT_THREADS, dkdv_smem(a.D), s>>>(
             dy, q, k, v, lse, delta, (T *)node->out[1]->data, (T *)node->out[2]->data, a);
-    }
     return GDP_OK;
 }
 
@@ -427,45 +494,56 @@ static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
     else if ((D) <= 128) { const int DV = 4; __VA_ARGS__; }                       \
     else { const int DV = 8; __VA_ARGS__; }
 
-// q (B, H, T, D), k, v (B, Hkv, S, D) -> y (B, H, T, D)
+// q (B, H, T, D), k, v (B, Hkv, S, D) [, kv_len] -> y (B, H, T, D)
 static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    att_dims a = att_dims_of(node, node->in[0], node->in[1]);
+    att_dims a = att_dims_of(node, node->in[0], node->in[1], 3);
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     gdp_status st = GDP_OK;
-    CU_FLOAT_SWITCH(node->in[0]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, err))));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, bad))));
     return st;
 }
 CU_LAUNCHER(attention_run)
 
-// dy, q (B, H, T, D), k, v (B, Hkv, S, D) -> dq, dk, dv
+/* lse and delta per query row. */
+static size_t attention_grad_scratch(const gdp_node *n)
+{
+    const gdp_tensor *q = n->in[1];
+    return (size_t)(2 * q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float);
+}
+
+static size_t attention_grad_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare(attention_grad_scratch(n));
+}
+
+// dy, q (B, H, T, D), k, v (B, Hkv, S, D) [, kv_len] -> dq, dk, dv
 static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    att_dims a = att_dims_of(node, node->in[1], node->in[2]);
-    int64_t rows = a.B * a.H * a.T;
-    void *stats = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)(2 * rows) * sizeof(float), &stats, err);
+    att_dims a = att_dims_of(node, node->in[1], node->in[2], 4);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, attention_grad_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    switch (node->in[1]->dtype) {
-    case GDP_F32: { typedef float T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
-    case GDP_F16: { typedef __half T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
-    case GDP_BF16: { typedef __nv_bfloat16 T; ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, (float *)stats, err))); } break;
-    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda attention_grad: dtype %d", (int)node->in[1]->dtype);
-    }
-    cu_scratch_free(be, stats); /* stream-ordered: freed after the kernels that use it */
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
+    float *stats = (float *)ws;
+    CU_FLOAT_SWITCH(node->in[1]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, stats, bad))));
     return st;
 }
 CU_LAUNCHER(attention_grad_run)
 
 /* ---- rope ------------------------------------------------------------------------------------- */
 
-/* cs[t * half + i] = (cos a, sign * sin a), a = (t + pos_offset) * theta^(-2i/D): computed
- * once per (t, i) in double, exactly as rope_ref writes it, then shared by every (b, h). */
-__global__ void rope_table_kernel(double2 *cs, int64_t T, int64_t half, int64_t D, int64_t pos_offset, double theta,
-                                  double sign)
+/* cs[t * half + i] = (cos a, sign * sin a), a = (t + pos) * theta^(-2i/D): computed once
+ * per (t, i) in double, exactly as rope_ref writes it, then shared by every (b, h). pos is
+ * read here, on the device. */
+__global__ void rope_table_kernel(double2 *cs, int64_t T, int64_t half, int64_t D, const void *pos, int pos64,
+                                  double theta, double sign)
 {
+    const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, 0) : 0;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < T * half; k += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = k / half, i = k % half;
-        double angle = (double)(t + pos_offset) * pow(theta, -2.0 * (double)i / (double)D);
+        double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
         cs[k] = make_double2(cos(angle), sign * sin(angle));
     }
 }
@@ -493,12 +571,27 @@ __global__ void rope_kernel(const T *x, T *y, const double2 *cs, int64_t pairs, 
 static int rope_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 1 || n->n_out != 1) return 0;
+    if (n->n_in < 1 || n->n_in > 2 || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[0];
-    return cu_is_float(x->dtype) && x->ndim == 4 && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
+    if (n->n_in == 2 && !index_scalar(n->in[1])) return 0;
+    return cu_gpu_float(x->dtype) && x->ndim == 4 && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
            cu_same_shape(n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
 }
 
+/* The (cos, sin) table: T * D/2 pairs of doubles. */
+static size_t rope_scratch(const gdp_node *n)
+{
+    const gdp_tensor *x = n->in[0];
+    return (size_t)(x->shape[1] * (x->shape[3] / 2)) * sizeof(double2);
+}
+
+static size_t rope_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare(rope_scratch(n));
+}
+
+// x (B, T, H, D) [, pos] -> y
 static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *y = node->out[0];
@@ -507,31 +600,88 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     if (pairs == 0) return GDP_OK;
     double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
     int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
-    int64_t pos_offset = gdp_attr_int(&node->attrs, "pos_offset", 0);
     double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
-    void *cs = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)(T * half) * sizeof(double2), &cs, err);
+    const void *pos = node->n_in > 1 ? node->in[1]->data : NULL;
+    int pos64 = node->n_in > 1 && node->in[1]->dtype == GDP_I64;
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, rope_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    rope_table_kernel<<<cu_blocks(be, T * half, 256), 256, 0, s>>>((double2 *)cs, T, half, D, pos_offset, theta, sign);
-    switch (x->dtype) {
-    case GDP_F32: rope_kernel<float><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const float *)x->data, (float *)y->data, (const double2 *)cs, pairs, T, H, D, interleaved); break;
-    case GDP_F16: rope_kernel<__half><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const __half *)x->data, (__half *)y->data, (const double2 *)cs, pairs, T, H, D, interleaved); break;
-    case GDP_BF16: rope_kernel<__nv_bfloat16><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const __nv_bfloat16 *)x->data, (__nv_bfloat16 *)y->data, (const double2 *)cs, pairs, T, H, D, interleaved); break;
-    default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda rope: dtype %d", (int)x->dtype);
-    }
-    cu_scratch_free(be, cs);
-    return st;
+    double2 *cs = (double2 *)ws;
+    rope_table_kernel<<<cu_blocks(be, T * half, 256), 256, 0, s>>>(cs, T, half, D, pos, pos64, theta, sign);
+    CU_FLOAT_SWITCH(x->dtype, E,
+                    rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, cs, pairs,
+                                                                             T, H, D, interleaved));
+    return GDP_OK;
 }
 CU_LAUNCHER(rope_run)
 
+/* ---- cache_write ------------------------------------------------------------------------------ */
+
+// cache (outer, S, D) -> y: rows [pos, pos + T) of each (S, D) slice replaced by x (outer, T, D);
+// y is the cache itself (in place) or a copy of it made before. A pos that does not fit is
+// reported, and nothing is written.
+template <typename E>
+__global__ void cache_write_kernel(const E *x, E *y, const void *pos, int pos64, int64_t outer, int64_t S, int64_t T,
+                                   int64_t D, cu_bad bad)
+{
+    const int64_t p = cu_ld_index(pos, pos64, 0);
+    if (p < 0 || p > S - T) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) cu_report(bad, p, 0);
+        return;
+    }
+    const int64_t row = T * D, n = outer * row;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = i / row, r = i % row;
+        y[(o * S + p) * D + r] = x[i];
+    }
+}
+
+static int cache_write_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 3 || n->n_out != 1) return 0;
+    const gdp_tensor *c = n->in[0], *x = n->in[1], *y = n->out[0];
+    int nd = c->ndim;
+    if (nd < 2 || x->ndim != nd || x->dtype != c->dtype || y->dtype != c->dtype || !cu_same_shape(y, c)) return 0;
+    if (gdp_dtype_size(c->dtype) != 2 && gdp_dtype_size(c->dtype) != 4) return 0;
+    for (int d = 0; d < nd; d++)
+        if (d != nd - 2 && x->shape[d] != c->shape[d]) return 0;
+    return x->shape[nd - 2] <= c->shape[nd - 2] && index_scalar(n->in[2]);
+}
+
+// cache (..., S, D), x (..., T, D), pos -> cache'
+static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *c = node->in[0], *x = node->in[1], *pos = node->in[2], *y = node->out[0];
+    int nd = y->ndim;
+    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1];
+    int64_t outer = cu_prod(y->shape, 0, nd - 2);
+    size_t es = gdp_dtype_size(y->dtype);
+    if (y->data != c->data && gdp_numel(y) > 0)
+        CU_TRY(cudaMemcpyAsync(y->data, c->data, (size_t)gdp_numel(y) * es, cudaMemcpyDeviceToDevice, s));
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_POS, S, T, NULL);
+    int p64 = pos->dtype == GDP_I64;
+    unsigned g = cu_blocks(be, outer * T * D, 256);
+    if (es == 4)
+        cache_write_kernel<uint32_t><<<g, 256, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
+                                                       outer, S, T, D, bad);
+    else
+        cache_write_kernel<uint16_t><<<g, 256, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
+                                                       outer, S, T, D, bad);
+    return GDP_OK;
+}
+CU_LAUNCHER(cache_write_run)
+
 static const char *const rope_attrs[] = {"theta", NULL};
 
-#define FLOATS3(op, sup, fn, attrs) \
-    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+#define FLOATS3(op, sup, fn, attrs, ws) \
+    CU_KX(op, GDP_F32, 0, sup, fn, attrs, ws), CU_KX(op, GDP_F16, 0, sup, fn, attrs, ws), \
+        CU_KX(op, GDP_BF16, 0, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs),
-    FLOATS3("attention", attention_supports, attention_run_launch, NULL),
-    FLOATS3("attention_grad", attention_grad_supports, attention_grad_run_launch, NULL),
+    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
+    FLOATS3("attention", attention_supports, attention_run_launch, NULL, NULL),
+    FLOATS3("attention_grad", attention_grad_supports, attention_grad_run_launch, NULL, attention_grad_workspace),
+    FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),
 };
 CU_FAMILY(attention, kernels);

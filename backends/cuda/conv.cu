@@ -7,8 +7,7 @@
  *    host synchronization, the same choice every run) and cached. Only algorithms cuDNN
  *    reports deterministic are taken, so reruns are bitwise identical; f32 runs with
  *    CUDNN_FMA_MATH, because CUDNN_DEFAULT_MATH lets Ampere and newer use TF32, whose
- *    10-bit mantissa cannot meet the oracle's 1e-7 NMSE. The workspace comes from the
- *    plugin's stream-ordered pool, so a step reaches the driver only in its first run.
+ *    10-bit mantissa cannot meet the oracle's 1e-7 NMSE.
  *  - im2col + cuBLAS GEMM, written here: the path when cuDNN is absent, disabled
  *    (GRADUS_CUDNN=0), or has no acceptable algorithm for a shape. It follows the
  *    reference's decomposition (one GEMM per sample and group, batched over groups),
@@ -16,9 +15,16 @@
  *    and the weight gradient sums samples by successive GEMMs with beta = 1, in order.
  *    f16/bf16 products accumulate in f32 (GEMM compute type, f32 dcol and dw).
  *
+ * Workspace: the node declares it (conv_workspace, at compile time), and that is also when
+ * the cuDNN and cuBLAS handles are made and the cuDNN plan chosen, so that a launch only
+ * launches and can be captured into a CUDA graph. With a cuDNN plan the workspace is the
+ * larger of the algorithm's and the im2col path's for one sample at a time (cuDNN may
+ * still decline at run time); without one, the im2col path gets room for as many samples
+ * as CONV_COL_BYTES of columns hold.
+ *
  * cudnn and cuBLAS handles live in a per-backend state kept here (found by backend
- * pointer), created on first use and released by cu_conv_close from the plugin's
- * shutdown. One mutex per state guards the handles (their stream binding) and the cache.
+ * pointer) and released by cu_conv_close from the plugin's shutdown. One mutex per state
+ * guards the handles (their stream binding) and the plan cache.
  */
 #include "cuda_internal.h"
 
@@ -31,9 +37,9 @@
 #endif
 
 #define THREADS 256
-#define CONV_CACHE 64                         /* cached cuDNN plans per backend */
+#define CONV_CACHE 256                        /* cached cuDNN plans per backend */
 #define CONV_WS_CAP ((size_t)1 << 30)         /* largest cuDNN workspace accepted */
-#define CONV_COL_BYTES ((size_t)256 << 20)    /* im2col scratch per chunk of samples */
+#define CONV_COL_BYTES ((size_t)64 << 20)     /* im2col scratch per chunk of samples */
 #define CONV_BLAS_WS ((size_t)4 << 20)        /* cuBLAS workspace of one im2col call */
 #define CONV_MAX_BACKENDS 16
 #define CONV_INT_LIM ((int64_t)INT32_MAX)     /* cuDNN and cuBLAS take int sizes */
@@ -81,7 +87,7 @@ static int geom_of(const gdp_node *n, const gdp_tensor *x, const gdp_tensor *w, 
 static int float_node(const gdp_node *n)
 {
     int32_t dt = n->out[0]->dtype;
-    if (!cu_is_float(dt)) return 0;
+    if (!cu_gpu_float(dt)) return 0;
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i]->dtype != dt) return 0;
     return 1;
@@ -328,11 +334,33 @@ static gdp_status gemm(conv_state *cs, cublasOperation_t ta, cublasOperation_t t
     return GDP_OK;
 }
 
-/* Samples per chunk whose scratch of `per_sample` bytes fits CONV_COL_BYTES (at least 1). */
-static int64_t chunk_of(size_t per_sample, int64_t N)
+/* Samples per chunk whose scratch of `per_sample` bytes fits `cap` bytes (at least 1). */
+static int64_t chunk_of(size_t per_sample, size_t cap, int64_t N)
 {
-    int64_t nb = per_sample > 0 ? (int64_t)(CONV_COL_BYTES / per_sample) : N;
+    int64_t nb = per_sample > 0 ? (int64_t)(cap / per_sample) : N;
     return nb < 1 ? 1 : nb > N ? N : nb;
+}
+
+/* The im2col path's scratch: cuBLAS's workspace; col (nb, R, P) of the dtype, or f32 dcol
+ * for the input gradient; an f32 dw accumulator for an f16/bf16 weight gradient. */
+typedef struct col_sizes {
+    size_t per;   /* col bytes of one sample */
+    size_t acc;   /* the f32 dw accumulator */
+} col_sizes;
+
+static col_sizes col_sizes_of(int kind, int32_t dt, const conv_geom &g)
+{
+    col_sizes c;
+    int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, R = g.C * g.kh * g.kw;
+    c.per = (size_t)(R * P) * (kind == K_BWD_DATA ? sizeof(float) : gdp_dtype_size(dt));
+    c.acc = kind == K_BWD_FILTER && dt != GDP_F32 ? (size_t)(g.Co * K) * sizeof(float) : 0;
+    return c;
+}
+
+/* Bytes of im2col scratch for nb samples at a time. */
+static size_t col_scratch(const col_sizes &c, int64_t nb)
+{
+    return CONV_BLAS_WS + cu_ws_round(c.per * (size_t)nb) + c.acc;
 }
 
 /* Row-major per sample n and group g, with P = Ho Wo, K = Cg kh kw, R = C kh kw = groups K:
@@ -345,28 +373,27 @@ static gdp_status im2col_run(conv_state *cs, int kind, const gdp_node *node, con
                              cudaStream_t s, gdp_err *err)
 {
     cu_backend *be = cs->be;
-    if (cs->blas == NULL) BLAS_TRY(cublasCreate(&cs->blas));
+    if (cs->blas == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda %s: no cuBLAS handle (no workspace was asked for)", node->op);
     int32_t dt = node->out[0]->dtype;
     size_t es = gdp_dtype_size(dt);
     cudaDataType_t t = blas_type(dt);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, R = g.C * g.kh * g.kw, Cog = g.Co / g.groups;
-    /* scratch: cuBLAS's workspace; col (nb, R, P) of the dtype, or f32 dcol for the input
-       gradient; an f32 dw accumulator for an f16/bf16 weight gradient */
-    size_t per = (size_t)(R * P) * (kind == K_BWD_DATA ? sizeof(float) : es);
-    int64_t nb = chunk_of(per, g.N);
-    size_t col_bytes = (per * (size_t)nb + 255) & ~(size_t)255; /* keeps what follows aligned */
-    size_t acc_bytes = kind == K_BWD_FILTER && dt != GDP_F32 ? (size_t)(g.Co * K) * sizeof(float) : 0;
-    void *scratch = NULL;
-    gdp_status st = cu_scratch_alloc(be, CONV_BLAS_WS + col_bytes + acc_bytes, &scratch, err);
+    /* as many samples per chunk as the workspace holds columns for */
+    col_sizes cz = col_sizes_of(kind, dt, g);
+    char *scratch = NULL;
+    gdp_status st = cu_ws(node, col_scratch(cz, 1), &scratch, err);
     if (st != GDP_OK) return st;
+    size_t fixed = 2 * CU_WS_ALIGN + CONV_BLAS_WS + cz.acc; /* alignment slack, cuBLAS's, dw's */
+    size_t room = node->workspace_bytes > fixed ? node->workspace_bytes - fixed : 0;
+    int64_t nb = chunk_of(cz.per, room, g.N);
+    size_t col_bytes = cu_ws_round(cz.per * (size_t)nb); /* keeps what follows aligned */
     /* cublasSetStream puts the handle back on its default workspace, which is shared by
-       every stream the handle ever ran on; a stream-ordered block of our own is not. Its
-       size is fixed, so cuBLAS's choice of kernel (and so the result) is too. The block
-       is 256-byte aligned as cuBLAS requires, and so is col after it. */
+       every stream the handle ever ran on; a part of the node's workspace is not. Its size
+       is fixed, so cuBLAS's choice of kernel (and so the result) is too. */
     st = blas_check(cublasSetStream(cs->blas, s), "cublasSetStream", err);
     if (st == GDP_OK) st = blas_check(cublasSetWorkspace(cs->blas, scratch, CONV_BLAS_WS), "cublasSetWorkspace", err);
-    char *col = (char *)scratch + CONV_BLAS_WS;
-    float *dw32 = acc_bytes > 0 ? (float *)(col + col_bytes) : (float *)io.w->data;
+    char *col = scratch + CONV_BLAS_WS;
+    float *dw32 = cz.acc > 0 ? (float *)(col + col_bytes) : (float *)io.w->data;
 
     const char *x = (const char *)io.x->data, *w = (const char *)io.w->data, *y = (const char *)io.y->data;
     if (st == GDP_OK && kind == K_FWD && io.b != NULL) st = bias_apply(be, s, node, g, io.b->data, io.y->data, 0, err);
@@ -411,7 +438,7 @@ static gdp_status im2col_run(conv_state *cs, int kind, const gdp_node *node, con
             }
         }
     }
-    if (st == GDP_OK && acc_bytes > 0) {
+    if (st == GDP_OK && cz.acc > 0) {
         int64_t total = g.Co * K;
         if (dt == GDP_F16)
             from_f32_kernel<__half><<<cu_blocks(be, total, THREADS), THREADS, 0, s>>>(dw32, (__half *)io.w->data, total);
@@ -419,8 +446,6 @@ static gdp_status im2col_run(conv_state *cs, int kind, const gdp_node *node, con
             from_f32_kernel<__nv_bfloat16><<<cu_blocks(be, total, THREADS), THREADS, 0, s>>>(
                 dw32, (__nv_bfloat16 *)io.w->data, total);
     }
-    /* Stream-ordered: the block is reused only after the work above. */
-    cu_scratch_free(be, scratch);
     return st;
 }
 
@@ -567,9 +592,9 @@ static gdp_status dnn_run(conv_state *cs, int kind, const gdp_node *node, const 
     cudnnStatus_t r = cudnnSetStream(h, s);
     if (r != CUDNN_STATUS_SUCCESS)
         return gdp_fail(err, GDP_ERR_DEVICE, "cuda %s: cudnnSetStream failed: %s", node->op, cudnnGetErrorString(r));
-    void *ws = NULL;
+    char *ws = NULL;
     if (p->ws > 0) {
-        gdp_status st = cu_scratch_alloc(cs->be, p->ws, &ws, err);
+        gdp_status st = cu_ws(node, p->ws, &ws, err);
         if (st != GDP_OK) return st;
     }
     /* alpha and beta are float for float, half and bfloat16 data alike; beta = 0: the
@@ -584,7 +609,6 @@ static gdp_status dnn_run(conv_state *cs, int kind, const gdp_node *node, const 
     else
         r = cudnnConvolutionBackwardFilter(h, &one, p->xd, io.x->data, p->yd, io.y->data, p->cd,
                                            (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws, &zero, p->wd, io.w->data);
-    if (ws != NULL) cu_scratch_free(cs->be, ws); /* stream-ordered after the convolution */
     /* NOT_SUPPORTED at run time (e.g. an alignment a kernel needs) is checked before any
      * launch: nothing was written, and the im2col path takes over. */
     if (r == CUDNN_STATUS_NOT_SUPPORTED) return GDP_OK;
@@ -622,6 +646,52 @@ static void dnn_open(conv_state *cs)
     conv_log(cs->be, "conv: built without cuDNN; convolutions run as im2col + cuBLAS");
 #endif
 }
+
+/* Declared at compile time; also where the handles are made and the cuDNN plan chosen. */
+static size_t conv_workspace_kind(void *b, const gdp_node *node, int kind)
+{
+    cu_backend *be = (cu_backend *)b;
+    conv_io io;
+    conv_geom g;
+    if (!node_io(node, kind, &io) || !float_node(node) || !geom_of(node, io.x, io.w, io.y, &g)) return 0;
+    conv_state *cs = NULL;
+    gdp_err e;
+    memset(&e, 0, sizeof e);
+    e.size = sizeof e;
+    if (cudaSetDevice(be->device) != cudaSuccess || state_of(be, &cs, &e) != GDP_OK) {
+        (void)cudaGetLastError();
+        return 0; /* the launch then says what is missing */
+    }
+    int32_t dt = node->out[0]->dtype;
+    col_sizes cz = col_sizes_of(kind, dt, g);
+    size_t need = 0;
+    pthread_mutex_lock(&cs->mu);
+    dnn_open(cs);
+    /* the im2col path may run even with cuDNN (it declines some calls at run time) */
+    if (cs->blas == NULL && cublasCreate(&cs->blas) != CUBLAS_STATUS_SUCCESS) {
+        cs->blas = NULL;
+        conv_log(be, "conv: cublasCreate failed; the im2col path cannot run");
+    }
+#ifdef GRADUS_HAVE_CUDNN
+    if (cs->dnn != NULL) {
+        conv_key key;
+        memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
+        key.kind = kind;
+        key.dtype = dt;
+        key.g = g;
+        const conv_plan *p = plan_for(cs, &key);
+        need = col_scratch(cz, 1);
+        if (p->algo >= 0 && p->ws > need) need = p->ws;
+    }
+#endif
+    if (need == 0) need = col_scratch(cz, chunk_of(cz.per, CONV_COL_BYTES, g.N));
+    pthread_mutex_unlock(&cs->mu);
+    return cu_ws_declare(need);
+}
+
+static size_t conv2d_workspace(void *b, const gdp_node *n) { return conv_workspace_kind(b, n, K_FWD); }
+static size_t grad_input_workspace(void *b, const gdp_node *n) { return conv_workspace_kind(b, n, K_BWD_DATA); }
+static size_t grad_weight_workspace(void *b, const gdp_node *n) { return conv_workspace_kind(b, n, K_BWD_FILTER); }
 
 static gdp_status conv_run_kind(cu_backend *be, const gdp_node *node, cudaStream_t s, int kind, gdp_err *err)
 {
@@ -666,12 +736,13 @@ CU_LAUNCHER(grad_weight_run)
 
 static const char *const conv_attr_names[] = {"stride", "padding", "dilation", "groups", NULL};
 
-#define FLOATS3(op, sup, fn, attrs) \
-    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+#define FLOATS3(op, sup, fn, attrs, ws) \
+    CU_KX(op, GDP_F32, 0, sup, fn, attrs, ws), CU_KX(op, GDP_F16, 0, sup, fn, attrs, ws), \
+        CU_KX(op, GDP_BF16, 0, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("conv2d", conv2d_supports, conv2d_run_launch, conv_attr_names),
-    FLOATS3("conv2d_grad_input", grad_input_supports, grad_input_run_launch, conv_attr_names),
-    FLOATS3("conv2d_grad_weight", grad_weight_supports, grad_weight_run_launch, conv_attr_names),
+    FLOATS3("conv2d", conv2d_supports, conv2d_run_launch, conv_attr_names, conv2d_workspace),
+    FLOATS3("conv2d_grad_input", grad_input_supports, grad_input_run_launch, conv_attr_names, grad_input_workspace),
+    FLOATS3("conv2d_grad_weight", grad_weight_supports, grad_weight_run_launch, conv_attr_names, grad_weight_workspace),
 };
 CU_FAMILY(conv, kernels);

@@ -1,6 +1,7 @@
 /* cuda_internal.h — what the CUDA plugin's files share: the backend state, error and
- * launch helpers, dtype load/store helpers for kernels, and the kernel tables each family
- * exports. Built only against gradus_plugin.h; nothing here knows gradus internals.
+ * launch helpers, workspaces, bad-data reports, dtype load/store helpers for kernels, and
+ * the kernel tables each family exports. Built only against gradus_plugin.h (and the
+ * semantics header it includes); nothing here knows gradus internals.
  */
 #ifndef GRADUS_CUDA_INTERNAL_H
 #define GRADUS_CUDA_INTERNAL_H
@@ -18,7 +19,8 @@
 #define CU_NSTAGE 4                      /* pinned staging slots for host copies */
 #define CU_STAGE_BYTES ((size_t)4 << 20) /* 4 MiB each: large enough to reach DMA speed */
 #define CU_MAX_STREAMS 16                /* streams the host may create */
-#define CU_LT_WORKSPACE ((size_t)32 << 20)
+#define CU_MAX_SITES 4096                /* nodes whose kernels check their data (baddata.cu) */
+#define CU_NAME 96                       /* bytes kept of a node's label */
 
 typedef struct cu_stage {
     void *buf;         /* pinned host memory, CU_STAGE_BYTES */
@@ -27,21 +29,57 @@ typedef struct cu_stage {
 } cu_stage;
 
 typedef struct cu_span_rec {
-    char name[32];
+    char name[CU_NAME];
     cudaEvent_t start, end;
     int32_t stream_id;
+    int32_t node_id;
 } cu_span_rec;
 
 typedef struct cu_prof {
     int on;
-    cudaEvent_t base;        /* recorded at start(): time zero of every span */
+    cudaEvent_t base;        /* recorded at start(): device time zero */
+    uint64_t base_ns;        /* the host clock (gdp_host.now_ns) when base happened */
     cu_span_rec *recs;       /* spans recorded but not yet collected */
     int n, cap;
     cudaEvent_t *spare;      /* events of collected spans, reused */
     int n_spare, cap_spare;
-    char (*names)[32];       /* names handed out by the last collect */
+    char (*names)[CU_NAME];  /* names handed out by the last collect */
     int cap_names;
 } cu_prof;
+
+/* A node whose kernel checks indices, positions or lengths on the device: what the
+ * message about bad data found there says (baddata.cu). */
+typedef struct cu_site {
+    int32_t id;              /* the gdp_node id */
+    int32_t kind;            /* CU_BAD_* */
+    char op[32];
+    char label[CU_NAME];
+    int64_t bound;           /* rows, axis size, classes, cache steps, keys */
+    int64_t extra;           /* index_select: axis; cross_entropy: ignore_index; cache_write: T */
+    int32_t ndim;            /* shape of the checked tensor, for positions like ids[1, 2] */
+    int64_t shape[GDP_MAX_DIMS];
+} cu_site;
+
+/* Written by the device into mapped pinned memory, read by the host without waiting.
+ * A kernel claims a report by moving the device-side claim word from `epoch` to
+ * epoch + 1; the host bumps `epoch` when it has taken the report, which opens the next. */
+typedef struct cu_bad_host {
+    int32_t ready;  /* 1: site, value and pos are complete */
+    int32_t epoch;  /* reports the host has taken */
+    int32_t site;   /* index into the site table, -1: unknown */
+    int32_t node_id;
+    int64_t value;  /* the bad index / position / length */
+    int64_t pos;    /* where it was found (flat position in the checked tensor) */
+} cu_bad_host;
+
+/* What a checking kernel gets, by value (stable for the backend's lifetime, so a captured
+ * graph keeps working). */
+typedef struct cu_bad {
+    volatile cu_bad_host *host; /* device address of the mapped record */
+    int32_t *claim;             /* device memory */
+    int32_t site;
+    int32_t node_id;
+} cu_bad;
 
 typedef struct cu_mm_cache cu_mm_cache; /* matmul.cu: cached cuBLASLt plans */
 
@@ -51,15 +89,17 @@ typedef struct cu_backend {
     int device;
     char name[256];
     int sm_count;
+    size_t smem_optin;       /* largest dynamic shared memory a block may opt into */
     int managed;             /* GRADUS_CUDA_MANAGED=1: managed memory, host visible */
     int sync_each;           /* GRADUS_SYNC=1: synchronize after every kernel */
-    /* Kernels and copies given a NULL stream run here. There is no private copy stream:
-     * the ABI orders every copy on the caller's stream, so a copy stream only helps when
-     * the host makes one (stream_create) and orders it with events, e.g. to upload the
-     * next batch while a step runs. */
+    int graphs;              /* the executor captures segments (GRADUS_CUDA_GRAPHS != 0) */
+    int capturing;           /* a segment is being captured: no profiling, no waiting */
+    int capture_logged;      /* said once that a segment could not be captured */
+    /* Kernels and copies given a NULL stream run here. The host normally makes a stream
+     * of its own (stream_create) and passes it everywhere. */
     cudaStream_t compute;
     cudaMemPool_t pool;      /* our own pool, so other libraries' frees do not mix */
-    pthread_mutex_t mu;      /* guards streams, staging, profiler and plan cache */
+    pthread_mutex_t mu;      /* guards streams, staging, profiler, sites and plan caches */
     cudaStream_t user[CU_MAX_STREAMS]; /* streams the host created, for alloc/free fencing */
     cudaEvent_t user_ev[CU_MAX_STREAMS];
     int n_user;
@@ -68,9 +108,13 @@ typedef struct cu_backend {
     int next_stage;
     size_t live_bytes;       /* bytes handed out and not freed (managed mode) */
     void *lt;                /* cublasLtHandle_t, kept opaque here */
-    void *lt_ws;             /* cuBLASLt workspace, used only on the compute stream */
     cu_mm_cache *mm;
     cu_prof prof;
+    cu_bad_host *bad_host;   /* mapped pinned memory (host address) */
+    cu_bad_host *bad_dev;    /* the same, as the device addresses it */
+    int32_t *bad_claim;      /* device memory */
+    cu_site *sites;          /* CU_MAX_SITES, allocated at open */
+    int n_sites;
 } cu_backend;
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -92,12 +136,15 @@ static inline cudaStream_t cu_stream(const cu_backend *be, void *stream)
     return stream != NULL ? (cudaStream_t)stream : be->compute;
 }
 
+void cu_log(const cu_backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- kernels: the launch wrapper ------------------------------------------------------ */
 
 typedef gdp_status (*cu_run_fn)(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err);
 
 /* Runs fn for a node: profiler events around it, the launch-error check, and the
- * GRADUS_SYNC synchronization, in one place for every kernel. */
+ * GRADUS_SYNC synchronization, in one place for every kernel (the last two skipped while
+ * a segment is captured into a CUDA graph: nothing runs then). */
 gdp_status cu_run(void *backend, const gdp_node *node, void *stream, gdp_err *err, cu_run_fn fn);
 
 /* Defines `name_launch` (a gdp_launch_fn) running `name` through cu_run. */
@@ -118,7 +165,69 @@ static inline unsigned cu_blocks(const cu_backend *be, int64_t n, int threads)
     return (unsigned)want;
 }
 
+/* ---- workspaces -------------------------------------------------------------------------- */
+
+/* Scratch a kernel needs is declared through gdp_kernel.workspace and planned by the host
+ * (node->workspace): nothing is allocated while a program runs, and a captured graph keeps
+ * pointing at the same memory. The host aligns slots less strictly in its guarded (sweep)
+ * mode, so a declaration asks for CU_WS_ALIGN more and cu_ws aligns the base. Parts of a
+ * workspace are carved at multiples of CU_WS_ALIGN too (cuBLAS wants 256 bytes). */
+#define CU_WS_ALIGN ((size_t)256)
+
+static inline size_t cu_ws_round(size_t b) { return (b + CU_WS_ALIGN - 1) & ~(CU_WS_ALIGN - 1); }
+/* What a kernel declares for `bytes` of aligned scratch. */
+static inline size_t cu_ws_declare(size_t bytes) { return bytes > 0 ? cu_ws_round(bytes) + CU_WS_ALIGN : 0; }
+/* The aligned base of node's workspace, or a failure when it is smaller than `bytes`. */
+gdp_status cu_ws(const gdp_node *node, size_t bytes, char **base, gdp_err *err);
+
+/* ---- bad data found on the device (baddata.cu) ------------------------------------------ */
+
+enum {
+    CU_BAD_ROW = 1,    /* an embedding id outside [0, bound) */
+    CU_BAD_INDEX = 2,  /* an index_select index outside [0, bound) along axis `extra` */
+    CU_BAD_TARGET = 3, /* a cross_entropy target outside [0, bound), not ignore_index `extra` */
+    CU_BAD_POS = 4,    /* a cache_write pos with [pos, pos + extra) not inside [0, bound) */
+    CU_BAD_LEN = 5     /* an attention kv_len outside [0, bound] */
+};
+
+/* The report handle for a checking kernel of node: names the node in the message (the
+ * site table is filled at launch and at capture, without allocating). `shape` is the
+ * tensor whose positions the message names (or NULL). */
+cu_bad cu_bad_for(cu_backend *be, const gdp_node *node, int kind, int64_t bound, int64_t extra,
+                  const gdp_tensor *shape);
+/* GDP_ERR_INVALID with the message when a kernel reported bad data since the last call;
+ * GDP_OK otherwise. Never waits. */
+gdp_status cu_bad_take(cu_backend *be, gdp_err *err);
+gdp_status cu_bad_open(cu_backend *be, gdp_err *err);
+void cu_bad_close(cu_backend *be);
+
+#if defined(__CUDACC__)
+/* Records the first bad value of this report epoch; later ones (until the host took it)
+ * are dropped. Called by a few threads at most: one per bad position. */
+static __device__ __forceinline__ void cu_report(const cu_bad &b, int64_t value, int64_t pos)
+{
+    if (b.host == NULL) return;
+    int32_t e = b.host->epoch;
+    if (atomicCAS(b.claim, e, e + 1) != e) return;
+    b.host->site = b.site;
+    b.host->node_id = b.node_id;
+    b.host->value = value;
+    b.host->pos = pos;
+    __threadfence_system(); /* the fields reach the host before the flag */
+    b.host->ready = 1;
+}
+
+/* An i32 or i64 scalar (positions, lengths) read on the device. */
+static __device__ __forceinline__ int64_t cu_ld_index(const void *p, int is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+#endif
+
 /* ---- kernels: dtype helpers ----------------------------------------------------------- */
+
+/* The float dtypes the GPU kernels compute in (f64 only where a kernel says so). */
+static inline int cu_gpu_float(int32_t dt) { return dt == GDP_F32 || gdp_is_half(dt); }
 
 /* Floating tensors are loaded as float and stored with round-to-nearest-even, exactly
  * what the reference does for f16/bf16 (it computes through f32). */
@@ -139,9 +248,6 @@ static __device__ __forceinline__ void cu_std(__nv_bfloat16 *p, int64_t i, doubl
     p[i] = __float2bfloat16_rn((float)v);
 }
 #endif
-
-static inline int cu_is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16; }
-static inline int cu_is_index(int32_t dt) { return dt == GDP_I32 || dt == GDP_I64; }
 
 /* Dispatches a templated launcher on a float dtype: CU_FLOAT_SWITCH(dt, T, stmt). */
 #define CU_FLOAT_SWITCH(dt, T, ...)                                                \
@@ -177,22 +283,21 @@ static inline int cu_axis(int64_t axis, int ndim)
 
 extern const gdp_device cu_device_module;
 extern const gdp_profiler cu_profiler_module;
+extern const gdp_executor cu_executor_module;
 
 gdp_status cu_device_open(cu_backend *be, gdp_err *err);
 void cu_device_close(cu_backend *be);
-/* Allocation used by kernels for scratch space (ordered on the compute stream). */
-gdp_status cu_scratch_alloc(cu_backend *be, size_t bytes, void **ptr, gdp_err *err);
-void cu_scratch_free(cu_backend *be, void *ptr);
 
-/* Profiler hooks used by cu_run. */
+/* Profiler hooks used by cu_run and the executor. */
 void cu_prof_begin(cu_backend *be, cudaStream_t s, cudaEvent_t *start);
-void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, cudaEvent_t start);
+void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, int32_t node_id, cudaEvent_t start);
 void cu_prof_close(cu_backend *be);
 
 gdp_status cu_matmul_open(cu_backend *be, gdp_err *err);
 void cu_matmul_close(cu_backend *be);
+void cu_attention_open(cu_backend *be);
 
-/* Each family exports its kernels as a table (op, dtype, supports, launch). */
+/* Each family exports its kernels as a table. */
 typedef struct cu_family {
     const char *name;
     const gdp_kernel *kernels;
@@ -203,6 +308,9 @@ typedef struct cu_family {
 #define CU_FAMILY(name, table) \
     extern const cu_family cu_family_##name = {#name, table, (int)(sizeof table / sizeof table[0])}
 
+/* A kernel keyed by (op, dtype); with flags and a workspace function; for a mixed form. */
 #define CU_K(op, dt, sup, fn, attrs) {sizeof(gdp_kernel), op, dt, 0, sup, fn, attrs, NULL, NULL}
+#define CU_KX(op, dt, flags, sup, fn, attrs, ws) {sizeof(gdp_kernel), op, dt, flags, sup, fn, attrs, NULL, ws}
+#define CU_KSIG(op, sig, sup, fn, attrs, ws) {sizeof(gdp_kernel), op, -1, 0, sup, fn, attrs, sig, ws}
 
 #endif

@@ -1,16 +1,21 @@
 /* device.cu — the device module: memory, streams, events and copies.
  *
- * Memory. Device memory comes from our own stream-ordered pool (cudaMallocAsync) whose
- * release threshold is "never": freed blocks stay cached in the pool and later requests
- * reuse them, so a training step that allocates and frees the same sizes every time
- * reaches the driver only in its first run. Allocation and freeing are ordered on the
- * compute stream; streams the host created are fenced with events so that a block freed
- * while one of them still reads it is not handed out again before that work is done.
- * GRADUS_CUDA_MANAGED=1 switches to managed memory, which the host may read in place.
+ * Memory. Allocation happens when the host compiles a program or creates a tensor, never
+ * while a program runs (kernels get their scratch as planned workspaces). Device memory
+ * comes from our own stream-ordered pool (cudaMallocAsync) whose release threshold is
+ * "never": freed blocks stay cached in the pool and later requests reuse them, so a
+ * program compiled again (another batch size, another graph) rarely reaches the driver.
+ * Allocation and freeing are ordered on the compute stream; streams the host created are
+ * fenced with events so that a block freed while one of them still reads it is not handed
+ * out again before that work is done. GRADUS_CUDA_MANAGED=1 switches to managed memory,
+ * which the host may read in place.
  *
  * Copies. h2d stages through pinned slots so that it can return before the DMA is done
  * (the caller may reuse src at once); d2h DMAs into pinned slots and copies out once each
  * slot's event fired, so it returns with dst filled.
+ *
+ * Waiting (synchronize, event_synchronize, copy_d2h) and poll_error report bad data that
+ * kernels found on the device (baddata.cu).
  */
 #include "cuda_internal.h"
 
@@ -52,7 +57,7 @@ gdp_status cu_device_open(cu_backend *be, gdp_err *err)
          * nothing; their events exist from the start. */
         CU_TRY(cudaEventCreateWithFlags(&be->stage[i].done, cudaEventDisableTiming));
     }
-    return GDP_OK;
+    return cu_bad_open(be, err);
 }
 
 void cu_device_close(cu_backend *be)
@@ -72,6 +77,7 @@ void cu_device_close(cu_backend *be)
         (void)cudaStreamDestroy(be->user[i]);
     }
     be->n_user = 0;
+    cu_bad_close(be);
     if (be->pool != NULL) (void)cudaMemPoolDestroy(be->pool);
     if (be->fence != NULL) (void)cudaEventDestroy(be->fence);
     if (be->compute != NULL) (void)cudaStreamDestroy(be->compute);
@@ -186,17 +192,6 @@ static gdp_status dev_free(void *b, void *ptr, gdp_err *err)
     return s;
 }
 
-gdp_status cu_scratch_alloc(cu_backend *be, size_t bytes, void **ptr, gdp_err *err)
-{
-    return dev_alloc(be, bytes, ptr, err);
-}
-
-void cu_scratch_free(cu_backend *be, void *ptr)
-{
-    gdp_err ignored;
-    (void)dev_free(be, ptr, &ignored);
-}
-
 static gdp_status dev_memory_info(void *b, size_t *free_bytes, size_t *total_bytes, gdp_err *err)
 {
     cu_backend *be = BE(b);
@@ -288,6 +283,8 @@ static gdp_status d2h_locked(cu_backend *be, char *dst, const char *src, size_t 
     return GDP_OK;
 }
 
+/* Returns once dst holds the data, which means the work before it on the stream is done:
+ * bad data that work found is reported here too, since the data read may be wrong. */
 static gdp_status dev_d2h(void *b, void *dst, const void *src, size_t bytes, void *stream, gdp_err *err)
 {
     cu_backend *be = BE(b);
@@ -297,7 +294,8 @@ static gdp_status dev_d2h(void *b, void *dst, const void *src, size_t bytes, voi
     pthread_mutex_lock(&be->mu);
     gdp_status s = d2h_locked(be, (char *)dst, (const char *)src, bytes, cu_stream(be, stream), err);
     pthread_mutex_unlock(&be->mu);
-    return s;
+    if (s != GDP_OK) return s;
+    return cu_bad_take(be, err);
 }
 
 static gdp_status dev_d2d(void *b, void *dst, const void *src, size_t bytes, void *stream, gdp_err *err)
@@ -323,8 +321,11 @@ static gdp_status dev_synchronize(void *b, void *stream, gdp_err *err)
     cu_backend *be = BE(b);
     CU_TRY(cudaSetDevice(be->device));
     CU_TRY(cudaStreamSynchronize(cu_stream(be, stream)));
-    return GDP_OK;
+    return cu_bad_take(be, err);
 }
+
+/* Bad data that kernels already finished have found; reads the mapped record only. */
+static gdp_status dev_poll_error(void *b, gdp_err *err) { return cu_bad_take(BE(b), err); }
 
 /* ---- streams and events ------------------------------------------------------------------- */
 
@@ -420,10 +421,9 @@ static gdp_status dev_stream_wait_event(void *b, void *stream, void *event, gdp_
 
 static gdp_status dev_event_synchronize(void *b, void *event, gdp_err *err)
 {
-    (void)b;
     if (event == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda event_synchronize: NULL event");
     CU_TRY(cudaEventSynchronize((cudaEvent_t)event));
-    return GDP_OK;
+    return cu_bad_take(BE(b), err);
 }
 
 const gdp_device cu_device_module = {
@@ -446,5 +446,5 @@ const gdp_device cu_device_module = {
     dev_stream_wait_event,
     dev_memset_zero,
     dev_event_synchronize,
-    NULL, /* poll_error */
+    dev_poll_error,
 };

@@ -12,6 +12,10 @@
  * 16-byte vector loads and stores when every pointer is aligned: memory-bound kernels need
  * that to reach the H200's bandwidth. i32/i64 add, sub, mul, minimum, maximum, neg and abs
  * compute in 64-bit integers and wrap, as the reference does.
+ *
+ * Every kernel here registers GDP_KERNEL_STRIDED: an input may be any view (a transpose,
+ * a slice, an expand with stride 0). Each input is read through its own strides, the way
+ * broadcasting already was, so a view costs an index computation instead of a copy.
  */
 #include "cu_vec.h"
 #include "cuda_internal.h"
@@ -102,8 +106,9 @@ static __device__ __forceinline__ double binary_f(int op, double a, double b)
 
 /* ---- broadcasting -------------------------------------------------------------------------- */
 
-/* Up to 3 inputs right-aligned to the output; stride 0 along broadcast dims. `full[k]`
- * marks an input with the output's shape (its offset is the output index). */
+/* Up to 3 inputs right-aligned to the output, each read through its own element strides
+ * (0 along broadcast dims). `full[k]` marks an input laid out like the output (same element
+ * count, contiguous): its offset is the output index. */
 typedef struct bcast {
     int ndim, n;
     int full[3];
@@ -118,13 +123,11 @@ static void bcast_init(bcast *b, const gdp_tensor *out, int n, const gdp_tensor 
     b->n = n;
     for (int d = 0; d < out->ndim; d++) b->shape[d] = out->shape[d];
     for (int k = 0; k < n; k++) {
-        int64_t s = 1;
         for (int d = out->ndim - 1, e = in[k]->ndim - 1; d >= 0; d--, e--) {
             int64_t dim = e >= 0 ? in[k]->shape[e] : 1;
-            b->stride[k][d] = dim == 1 ? 0 : s;
-            s *= dim;
+            b->stride[k][d] = dim == 1 ? 0 : in[k]->stride[e];
         }
-        b->full[k] = gdp_numel(in[k]) == gdp_numel(out);
+        b->full[k] = gdp_numel(in[k]) == gdp_numel(out) && gdp_is_contiguous(in[k]);
     }
 }
 
@@ -159,6 +162,27 @@ __global__ void grad_kernel(const T *dy, const T *v, T *dx, int64_t n, int op, d
         cu_std(dx, i, grad_f(op, (double)cu_ld(dy, i), (double)cu_ld(v, i), k0, k1));
 }
 
+/* The same through strides: any input that is not laid out like the output. */
+template <typename T>
+__global__ void unary_strided_kernel(const T *x, T *y, int64_t n, int op, double k0, double k1, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        cu_std(y, i, unary_f(op, (double)cu_ld(x, off[0]), k0, k1));
+    }
+}
+
+template <typename T>
+__global__ void grad_strided_kernel(const T *dy, const T *v, T *dx, int64_t n, int op, double k0, double k1, bcast bc)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        cu_std(dx, i, grad_f(op, (double)cu_ld(dy, off[0]), (double)cu_ld(v, off[1]), k0, k1));
+    }
+}
+
 template <typename T>
 __global__ void binary_kernel(const T *a, const T *b, T *y, int64_t n, int op, bcast bc)
 {
@@ -176,7 +200,7 @@ __global__ void minmax_grad_kernel(const T *dy, const T *a, const T *b, T *da, T
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t off[3];
         bcast_offsets(bc, i, off);
-        double g = (double)cu_ld(dy, i);
+        double g = (double)cu_ld(dy, off[0]);
         int to_a = pick_a(op, (double)cu_ld(a, off[1]), (double)cu_ld(b, off[2]));
         cu_std(da, i, to_a ? g : 0.0);
         cu_std(db, i, to_a ? 0.0 : g);
@@ -267,10 +291,12 @@ __global__ void int_binary_kernel(const I *a, const I *b, I *y, int64_t n, int o
 
 /* neg and abs: 0 - x, wrapping (so the most negative value maps to itself). */
 template <typename I>
-__global__ void int_unary_kernel(const I *x, I *y, int64_t n, int op)
+__global__ void int_unary_kernel(const I *x, I *y, int64_t n, int op, bcast bc)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t v = (int64_t)x[i];
+        int64_t off[3];
+        bcast_offsets(bc, i, off);
+        int64_t v = (int64_t)x[off[0]];
         int_store(y, i, op == U_NEG || v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
     }
 }
@@ -349,11 +375,11 @@ static int all_dtype(const gdp_node *n, int32_t dt)
 static int unary_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 1 || n->n_out != 1 || !all_dtype(n, n->out[0]->dtype) || gdp_numel(n->in[0]) != gdp_numel(n->out[0]))
+    if (n->n_in != 1 || n->n_out != 1 || !all_dtype(n, n->out[0]->dtype) || !cu_same_shape(n->in[0], n->out[0]))
         return 0;
     int op = unary_code(n);
-    if (cu_is_index(n->out[0]->dtype)) return op == U_NEG || op == U_ABS; /* the reference's integer ops */
-    return cu_is_float(n->out[0]->dtype) && op >= 0;
+    if (gdp_is_index(n->out[0]->dtype)) return op == U_NEG || op == U_ABS; /* the reference's integer ops */
+    return cu_gpu_float(n->out[0]->dtype) && op >= 0;
 }
 
 /* y = f(x) elementwise, through 16-byte vectors when both pointers allow it. */
@@ -375,15 +401,23 @@ static gdp_status unary_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     unary_consts(node, op, &k0, &k1);
     int64_t n = gdp_numel(y);
     if (n == 0) return GDP_OK;
+    bcast bc;
+    bcast_init(&bc, y, 1, node->in);
+    unsigned g = cu_blocks(be, n, THREADS);
     if (y->dtype == GDP_I32) {
-        int_unary_kernel<int32_t><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const int32_t *)x->data, (int32_t *)y->data, n, op);
+        int_unary_kernel<int32_t><<<g, THREADS, 0, s>>>((const int32_t *)x->data, (int32_t *)y->data, n, op, bc);
         return GDP_OK;
     }
     if (y->dtype == GDP_I64) {
-        int_unary_kernel<int64_t><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>((const int64_t *)x->data, (int64_t *)y->data, n, op);
+        int_unary_kernel<int64_t><<<g, THREADS, 0, s>>>((const int64_t *)x->data, (int64_t *)y->data, n, op, bc);
         return GDP_OK;
     }
-    CU_FLOAT_SWITCH(y->dtype, T, unary_launch<T>(be, s, x->data, y->data, n, op, k0, k1));
+    if (bc.full[0]) {
+        CU_FLOAT_SWITCH(y->dtype, T, unary_launch<T>(be, s, x->data, y->data, n, op, k0, k1));
+    } else {
+        CU_FLOAT_SWITCH(y->dtype, T,
+                        unary_strided_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (T *)y->data, n, op, k0, k1, bc));
+    }
     return GDP_OK;
 }
 CU_LAUNCHER(unary_run)
@@ -406,7 +440,7 @@ gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y
 static int grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->out[0]->dtype) && all_dtype(n, n->out[0]->dtype) &&
+    return n->n_in == 2 && n->n_out == 1 && cu_gpu_float(n->out[0]->dtype) && all_dtype(n, n->out[0]->dtype) &&
            cu_same_shape(n->in[0], n->out[0]) && cu_same_shape(n->in[1], n->out[0]) && grad_code(n) >= 0;
 }
 
@@ -421,12 +455,17 @@ static gdp_status grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     }
     int64_t n = gdp_numel(dx);
     if (n == 0) return GDP_OK;
-    int vec = cu_aligned16(dy->data) && cu_aligned16(v->data) && cu_aligned16(dx->data);
+    bcast bc;
+    bcast_init(&bc, dx, 2, node->in);
+    int plain = bc.full[0] && bc.full[1];
+    int vec = plain && cu_aligned16(dy->data) && cu_aligned16(v->data) && cu_aligned16(dx->data);
     CU_FLOAT_SWITCH(dx->dtype, T,
                     if (vec) grad_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
                         (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1);
-                    else grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-                        (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1));
+                    else if (plain) grad_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1);
+                    else grad_strided_kernel<T><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy->data, (const T *)v->data, (T *)dx->data, n, op, k0, k1, bc));
     return GDP_OK;
 }
 CU_LAUNCHER(grad_run)
@@ -449,8 +488,8 @@ static int binary_supports(void *b, const gdp_node *n)
         !broadcasts_to(n->in[1], n->out[0]))
         return 0;
     int op = binary_code(n);
-    if (cu_is_index(n->out[0]->dtype)) return op >= 0 && op != B_DIV; /* div is floats only */
-    return cu_is_float(n->out[0]->dtype) && op >= 0;
+    if (gdp_is_index(n->out[0]->dtype)) return op >= 0 && op != B_DIV; /* div is floats only */
+    return cu_gpu_float(n->out[0]->dtype) && op >= 0;
 }
 
 static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -485,7 +524,7 @@ CU_LAUNCHER(binary_run)
 static int minmax_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 3 || n->n_out != 2 || !cu_is_float(n->in[0]->dtype) || !all_dtype(n, n->in[0]->dtype)) return 0;
+    if (n->n_in != 3 || n->n_out != 2 || !cu_gpu_float(n->in[0]->dtype) || !all_dtype(n, n->in[0]->dtype)) return 0;
     const gdp_tensor *dy = n->in[0];
     return broadcasts_to(n->in[1], dy) && broadcasts_to(n->in[2], dy) && cu_same_shape(n->out[0], dy) &&
            cu_same_shape(n->out[1], dy);
@@ -496,7 +535,7 @@ static gdp_status minmax_grad_run(cu_backend *be, const gdp_node *node, cudaStre
     const gdp_tensor *dy = node->in[0], *a = node->in[1], *b = node->in[2];
     const gdp_tensor *ins[3] = {dy, a, b};
     bcast bc;
-    bcast_init(&bc, dy, 3, ins);
+    bcast_init(&bc, node->out[0], 3, ins); /* the outputs have dy's shape, contiguous */
     int op = strcmp(node->op, "minimum_grad") == 0 ? B_MIN : B_MAX;
     int64_t n = gdp_numel(dy);
     if (n == 0) return GDP_OK;
@@ -539,8 +578,9 @@ static gdp_status where_run(cu_backend *be, const gdp_node *node, cudaStream_t s
 }
 CU_LAUNCHER(where_run)
 
-#define FLOATS3(op, sup, fn, attrs) \
-    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+/* Every kernel of this family takes strided inputs. */
+#define EK(op, dt, sup, fn) CU_KX(op, dt, GDP_KERNEL_STRIDED, sup, fn, NULL, NULL)
+#define FLOATS3(op, sup, fn, attrs) EK(op, GDP_F32, sup, fn), EK(op, GDP_F16, sup, fn), EK(op, GDP_BF16, sup, fn)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("add", binary_supports, binary_run_launch, NULL),
@@ -551,26 +591,26 @@ static const gdp_kernel kernels[] = {
     FLOATS3("maximum", binary_supports, binary_run_launch, NULL),
     /* Integer kernels for the integer dtypes the ops' sweep cases use (a node with no float
      * operand is keyed by its output's dtype). */
-    CU_K("add", GDP_I32, binary_supports, binary_run_launch, NULL),
-    CU_K("add", GDP_I64, binary_supports, binary_run_launch, NULL),
-    CU_K("sub", GDP_I32, binary_supports, binary_run_launch, NULL),
-    CU_K("sub", GDP_I64, binary_supports, binary_run_launch, NULL),
-    CU_K("mul", GDP_I32, binary_supports, binary_run_launch, NULL),
-    CU_K("mul", GDP_I64, binary_supports, binary_run_launch, NULL),
-    CU_K("minimum", GDP_I32, binary_supports, binary_run_launch, NULL),
-    CU_K("minimum", GDP_I64, binary_supports, binary_run_launch, NULL),
-    CU_K("maximum", GDP_I32, binary_supports, binary_run_launch, NULL),
-    CU_K("maximum", GDP_I64, binary_supports, binary_run_launch, NULL),
-    CU_K("neg", GDP_I32, unary_supports, unary_run_launch, NULL),
-    CU_K("neg", GDP_I64, unary_supports, unary_run_launch, NULL),
-    CU_K("abs", GDP_I32, unary_supports, unary_run_launch, NULL),
-    CU_K("abs", GDP_I64, unary_supports, unary_run_launch, NULL),
+    EK("add", GDP_I32, binary_supports, binary_run_launch),
+    EK("add", GDP_I64, binary_supports, binary_run_launch),
+    EK("sub", GDP_I32, binary_supports, binary_run_launch),
+    EK("sub", GDP_I64, binary_supports, binary_run_launch),
+    EK("mul", GDP_I32, binary_supports, binary_run_launch),
+    EK("mul", GDP_I64, binary_supports, binary_run_launch),
+    EK("minimum", GDP_I32, binary_supports, binary_run_launch),
+    EK("minimum", GDP_I64, binary_supports, binary_run_launch),
+    EK("maximum", GDP_I32, binary_supports, binary_run_launch),
+    EK("maximum", GDP_I64, binary_supports, binary_run_launch),
+    EK("neg", GDP_I32, unary_supports, unary_run_launch),
+    EK("neg", GDP_I64, unary_supports, unary_run_launch),
+    EK("abs", GDP_I32, unary_supports, unary_run_launch),
+    EK("abs", GDP_I64, unary_supports, unary_run_launch),
     FLOATS3("minimum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
     FLOATS3("maximum_grad", minmax_grad_supports, minmax_grad_run_launch, NULL),
     FLOATS3("where", where_supports, where_run_launch, NULL),
     /* i32 only: the dtype where's cases reach (the sweep flags a kernel no case reaches);
      * where_run moves any 2-, 4- or 8-byte element, so an i64 case needs just its line */
-    CU_K("where", GDP_I32, where_supports, where_run_launch, NULL),
+    EK("where", GDP_I32, where_supports, where_run_launch),
     FLOATS3("neg", unary_supports, unary_run_launch, NULL),
     FLOATS3("abs", unary_supports, unary_run_launch, NULL),
     FLOATS3("exp", unary_supports, unary_run_launch, NULL),

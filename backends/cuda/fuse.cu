@@ -6,16 +6,15 @@
  *   act(linear(x, W [, b]))                 -> linear_act(x, W [, b]; act)
  *   act(add(matmul(x, W), b)), either order -> linear_act(x, W, b; act, weight_in_out)
  *
- * act: relu 1, gelu tanh form 2, gelu erf form 3, silu 4 (linear_act's numbering).
- * A chain is fused only when every value it swallows has exactly one reader (the next
- * node of the chain): relu's gradient reads relu's output, which the fused node keeps, so
- * linear + relu fuses in training graphs too; gelu and silu gradients read their input,
- * which then has two readers, so those chains fuse in inference graphs only.
+ * act uses gdp_activation's numbering (gradus_semantics.h). A chain is fused only when
+ * every value it swallows has exactly one reader (the next node of the chain): relu's
+ * gradient reads relu's output, which the fused node keeps, so linear + relu fuses in
+ * training graphs too; gelu and silu gradients read their input, which then has two
+ * readers, so those chains fuse in inference graphs only.
  *
- * Limit of the graph view: replace_chain names a new node's inputs either as outputs of
- * nodes or as inputs of the chain's first node. A bias that is a parameter (no producing
- * node) of an add that is not the first node cannot be named, so matmul + add fuses only
- * when the bias is computed by some node.
+ * The pass sees the program's node list. The bias of add may be any value: a computed one
+ * is named as (its node, its output), a parameter or graph input as "input k of the add"
+ * (node -2 - add), which the view resolves to the same value.
  *
  * GRADUS_CUDA_FUSE=0 turns the pass off (plugin.cu leaves graph_pass NULL).
  */
@@ -23,24 +22,22 @@
 
 #include <string.h>
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_TANH = 2, ACT_GELU = 3, ACT_SILU = 4 };
-
 static int op_is(gdp_graph_view *g, int32_t id, const char *name)
 {
     const char *op = id >= 0 ? g->node_op(g->graph, id) : NULL;
     return op != NULL && strcmp(op, name) == 0;
 }
 
-/* linear_act's act code for an activation node, ACT_NONE if it is none of them. */
+/* linear_act's act code for an activation node, GDP_ACT_NONE if it is none of them. */
 static int act_of(gdp_graph_view *g, int32_t id)
 {
-    if (op_is(g, id, "relu")) return ACT_RELU;
-    if (op_is(g, id, "silu")) return ACT_SILU;
+    if (op_is(g, id, "relu")) return GDP_ACT_RELU;
+    if (op_is(g, id, "silu")) return GDP_ACT_SILU;
     if (op_is(g, id, "gelu")) {
         const gdp_attrs *a = g->node_attrs(g->graph, id);
-        return gdp_attr_int(a, "approximate", 0) != 0 ? ACT_GELU_TANH : ACT_GELU;
+        return gdp_attr_int(a, "approximate", 0) != 0 ? GDP_ACT_GELU_TANH : GDP_ACT_GELU;
     }
-    return ACT_NONE;
+    return GDP_ACT_NONE;
 }
 
 /* The producer of input k of node id when it is output 0 of a node read by nobody else. */
@@ -64,7 +61,7 @@ static int same_dims(const gdp_tensor *a, const gdp_tensor *b)
 static int linear_act_ok(const gdp_tensor *x, const gdp_tensor *w, const gdp_tensor *b, const gdp_tensor *y, int wio)
 {
     const int64_t lim = (int64_t)INT32_MAX;
-    if (!cu_is_float(x->dtype) || w->dtype != x->dtype || y->dtype != x->dtype) return 0;
+    if (!cu_gpu_float(x->dtype) || w->dtype != x->dtype || y->dtype != x->dtype) return 0;
     if (x->ndim < 1 || w->ndim != 2 || y->ndim != x->ndim) return 0;
     int64_t in = wio ? w->shape[0] : w->shape[1], out = wio ? w->shape[1] : w->shape[0];
     if (in < 1 || in > lim || out > lim || x->shape[x->ndim - 1] != in || y->shape[y->ndim - 1] != out) return 0;
@@ -72,23 +69,6 @@ static int linear_act_ok(const gdp_tensor *x, const gdp_tensor *w, const gdp_ten
         if (y->shape[d] != x->shape[d]) return 0;
     if (gdp_numel(x) / in > lim) return 0;
     return b == NULL || (b->dtype == x->dtype && b->ndim == 1 && b->shape[0] == out);
-}
-
-/* replace_chain retires every node with an id in [first, last] whose outputs nobody reads
- * — including nodes that are not part of the chain. A node there that is read only from
- * outside the graph (a target, an in-place update) would be lost, so a chain is fused only
- * if every other node in its range has readers for every output. */
-static int range_safe(gdp_graph_view *g, int32_t first, int32_t last, const int32_t *chain, int n_chain)
-{
-    for (int32_t id = first + 1; id < last; id++) {
-        int member = 0;
-        for (int c = 0; c < n_chain; c++) member |= chain[c] == id;
-        if (member || g->node_op(g->graph, id) == NULL) continue; /* dead nodes are gone already */
-        gdp_tensor d;
-        for (int32_t k = 0; k < GDP_MAX_OUTPUTS && g->node_output_desc(g->graph, id, k, &d) == GDP_OK; k++)
-            if (g->node_users(g->graph, id, k) < 1) return 0;
-    }
-    return 1;
 }
 
 static gdp_status fuse_linear(gdp_graph_view *g, int32_t act_id, int act, int *fused, gdp_err *err)
@@ -103,8 +83,6 @@ static gdp_status fuse_linear(gdp_graph_view *g, int32_t act_id, int act, int *f
         g->node_output_desc(g->graph, act_id, 0, &y) != GDP_OK)
         return GDP_OK;
     if (!linear_act_ok(&x, &w, n_in == 3 ? &b : NULL, &y, 0)) return GDP_OK;
-    const int32_t chain[2] = {lin, act_id};
-    if (!range_safe(g, lin, act_id, chain, 2)) return GDP_OK;
     const int32_t in_nodes[3] = {-1, -1, -1}, in_outs[3] = {0, 1, 2}; /* the linear's own inputs */
     gdp_attr at[2];
     memset(at, 0, sizeof at);
@@ -126,7 +104,11 @@ static gdp_status fuse_matmul_add(gdp_graph_view *g, int32_t act_id, int act, in
         if (gdp_attr_int(a, "transpose_a", 0) != 0) continue;
         int wio = gdp_attr_int(a, "transpose_b", 0) == 0; /* W (in, out) unless transposed */
         int32_t bias_out = -1, bias_node = g->node_input(g->graph, add, 1 - side, &bias_out);
-        if (bias_node < 0) continue; /* a parameter: not nameable (see the top of the file) */
+        if (bias_node < 0) {
+            /* a parameter or graph input: named as input (1 - side) of the add */
+            bias_node = -2 - add;
+            bias_out = 1 - side;
+        }
         gdp_tensor x, w, b, z, mo, y;
         if (g->node_input_desc(g->graph, mm, 0, &x) != GDP_OK || g->node_input_desc(g->graph, mm, 1, &w) != GDP_OK ||
             g->node_input_desc(g->graph, add, 1 - side, &b) != GDP_OK ||
@@ -137,8 +119,6 @@ static gdp_status fuse_matmul_add(gdp_graph_view *g, int32_t act_id, int act, in
          * broadcast over rows only, leaving the product's shape as it is. */
         if (x.ndim < 2 || !same_dims(&mo, &z) || !same_dims(&z, &y)) continue;
         if (!linear_act_ok(&x, &w, &b, &y, wio)) continue;
-        const int32_t chain[3] = {mm, add, act_id};
-        if (!range_safe(g, mm, act_id, chain, 3)) continue;
         const int32_t in_nodes[3] = {-1, -1, bias_node}, in_outs[3] = {0, 1, bias_out};
         gdp_attr at[2];
         memset(at, 0, sizeof at);
@@ -158,11 +138,12 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         g->node_n_inputs == NULL || g->node_input == NULL || g->node_input_desc == NULL ||
         g->node_output_desc == NULL || g->node_attrs == NULL || g->node_users == NULL || g->replace_chain == NULL)
         return GDP_OK; /* an older host: no fusion, nothing wrong */
-    /* Nodes a replacement appends land past n and are the retired ones: not visited. */
+    /* A replacement puts the fused node in the activation's place (an op act_of does
+     * not match) and retires the others: ids stay where they are. */
     int32_t n = g->node_count(g->graph);
     for (int32_t id = 0; id < n; id++) {
         int act = act_of(g, id);
-        if (act == ACT_NONE) continue;
+        if (act == GDP_ACT_NONE) continue;
         int fused = 0;
         gdp_status s = fuse_linear(g, id, act, &fused, err);
         if (s == GDP_OK && !fused) s = fuse_matmul_add(g, id, act, &fused, err);

@@ -7,7 +7,8 @@
  * columns, scans all ids in order (a ballot per 32 ids tells which ones fall in its rows)
  * and adds the matching dy rows into double accumulators in shared memory. Every output
  * element is summed by one lane, in ascending position order, in double: exactly the
- * reference's order and precision, so the results match it bit for bit.
+ * reference's order and precision, so the results match it bit for bit. An id outside the
+ * table is reported (baddata.cu) by the warps of the first tile, and adds nothing.
  */
 #include "cu_vec.h"
 #include "cuda_internal.h"
@@ -25,10 +26,11 @@ static __device__ __forceinline__ int64_t load_id(const void *ids, int ids64, in
 }
 
 // dy (outer, m, inner), ids (m) -> dx (outer, n, inner): dx[o, r] = sum over j with ids[j] == r of dy[o, j]
-// An id outside [0, n) matches no row: its dy row is dropped (the reference fails instead).
+// An id outside [0, n) matches no row: it is reported and its dy row is dropped.
 template <typename T>
 __global__ void __launch_bounds__(SC_WARPS * 32) scatter_add_kernel(const T *dy, const void *ids, int ids64, T *dx,
-                                                                     int64_t outer, int64_t n, int64_t m, int64_t inner)
+                                                                     int64_t outer, int64_t n, int64_t m, int64_t inner,
+                                                                     cu_bad bad)
 {
     __shared__ double acc[SC_WARPS][SC_ROWS][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -43,6 +45,7 @@ __global__ void __launch_bounds__(SC_WARPS * 32) scatter_add_kernel(const T *dy,
         for (int64_t j0 = 0; j0 < m; j0 += 32) {
             const int64_t j = j0 + lane;
             const int64_t id = j < m ? load_id(ids, ids64, j) : -1;
+            if (u == 0 && j < m && (id < 0 || id >= n)) cu_report(bad, id, j); /* one unit scans every id */
             unsigned mine = __ballot_sync(CU_FULL_MASK, id >= r0 && id < r0 + SC_ROWS && id < n);
             while (mine != 0) { /* lowest position first: the reference's order */
                 const int src = __ffs(mine) - 1;
@@ -57,7 +60,8 @@ __global__ void __launch_bounds__(SC_WARPS * 32) scatter_add_kernel(const T *dy,
 }
 
 static gdp_status scatter_add(cu_backend *be, cudaStream_t s, const gdp_tensor *dy, const gdp_tensor *ids,
-                              const gdp_tensor *dx, int64_t outer, int64_t n, int64_t m, int64_t inner, gdp_err *err)
+                              const gdp_tensor *dx, int64_t outer, int64_t n, int64_t m, int64_t inner, cu_bad bad,
+                              gdp_err *err)
 {
     int64_t units = outer * ((n + SC_ROWS - 1) / SC_ROWS) * ((inner + 31) / 32);
     if (units == 0) return GDP_OK;
@@ -65,9 +69,9 @@ static gdp_status scatter_add(cu_backend *be, cudaStream_t s, const gdp_tensor *
     unsigned g = (unsigned)(want < cap ? want : cap);
     int ids64 = ids->dtype == GDP_I64;
     switch (dx->dtype) {
-    case GDP_F32: scatter_add_kernel<float><<<g, SC_WARPS * 32, 0, s>>>((const float *)dy->data, ids->data, ids64, (float *)dx->data, outer, n, m, inner); break;
-    case GDP_F16: scatter_add_kernel<__half><<<g, SC_WARPS * 32, 0, s>>>((const __half *)dy->data, ids->data, ids64, (__half *)dx->data, outer, n, m, inner); break;
-    case GDP_BF16: scatter_add_kernel<__nv_bfloat16><<<g, SC_WARPS * 32, 0, s>>>((const __nv_bfloat16 *)dy->data, ids->data, ids64, (__nv_bfloat16 *)dx->data, outer, n, m, inner); break;
+    case GDP_F32: scatter_add_kernel<float><<<g, SC_WARPS * 32, 0, s>>>((const float *)dy->data, ids->data, ids64, (float *)dx->data, outer, n, m, inner, bad); break;
+    case GDP_F16: scatter_add_kernel<__half><<<g, SC_WARPS * 32, 0, s>>>((const __half *)dy->data, ids->data, ids64, (__half *)dx->data, outer, n, m, inner, bad); break;
+    case GDP_BF16: scatter_add_kernel<__nv_bfloat16><<<g, SC_WARPS * 32, 0, s>>>((const __nv_bfloat16 *)dy->data, ids->data, ids64, (__nv_bfloat16 *)dx->data, outer, n, m, inner, bad); break;
     default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda scatter-add: dtype %d", (int)dx->dtype);
     }
     return GDP_OK;
@@ -80,7 +84,7 @@ static int embedding_grad_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
     const gdp_tensor *dy = n->in[0], *ids = n->in[1], *dt = n->out[0];
-    if (!cu_is_float(dy->dtype) || !cu_is_index(ids->dtype) || dt->dtype != dy->dtype || dt->ndim != 2) return 0;
+    if (!cu_gpu_float(dy->dtype) || !gdp_is_index(ids->dtype) || dt->dtype != dy->dtype || dt->ndim != 2) return 0;
     if (dy->ndim != ids->ndim + 1 || dy->shape[dy->ndim - 1] != dt->shape[1]) return 0;
     for (int i = 0; i < ids->ndim; i++)
         if (dy->shape[i] != ids->shape[i]) return 0;
@@ -90,8 +94,9 @@ static int embedding_grad_supports(void *b, const gdp_node *n)
 static gdp_status embedding_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *dt = node->out[0];
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_ROW, dt->shape[0], 0, node->in[1]);
     return scatter_add(be, s, node->in[0], node->in[1], dt, 1, dt->shape[0], gdp_numel(node->in[1]), dt->shape[1],
-                       err);
+                       bad, err);
 }
 CU_LAUNCHER(embedding_grad_run)
 
@@ -102,7 +107,7 @@ static int index_select_grad_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
     const gdp_tensor *dy = n->in[0], *idx = n->in[1], *dx = n->out[0];
-    if (!cu_is_float(dy->dtype) || !cu_is_index(idx->dtype) || idx->ndim != 1 || dx->dtype != dy->dtype) return 0;
+    if (!cu_gpu_float(dy->dtype) || !gdp_is_index(idx->dtype) || idx->ndim != 1 || dx->dtype != dy->dtype) return 0;
     int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), dx->ndim);
     if (axis < 0 || dy->ndim != dx->ndim) return 0;
     for (int d = 0; d < dx->ndim; d++)
@@ -114,8 +119,9 @@ static gdp_status index_select_grad_run(cu_backend *be, const gdp_node *node, cu
 {
     const gdp_tensor *dx = node->out[0];
     int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), dx->ndim);
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_INDEX, dx->shape[axis], axis, node->in[1]);
     return scatter_add(be, s, node->in[0], node->in[1], dx, cu_prod(dx->shape, 0, axis), dx->shape[axis],
-                       node->in[1]->shape[0], cu_prod(dx->shape, axis + 1, dx->ndim), err);
+                       node->in[1]->shape[0], cu_prod(dx->shape, axis + 1, dx->ndim), bad, err);
 }
 CU_LAUNCHER(index_select_grad_run)
 
@@ -152,34 +158,46 @@ __global__ void __launch_bounds__(THREADS) mse_final_kernel(const double *part, 
 static int mse_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in == 2 && n->n_out == 1 && cu_is_float(n->in[0]->dtype) && n->in[1]->dtype == n->in[0]->dtype &&
+    return n->n_in == 2 && n->n_out == 1 && cu_gpu_float(n->in[0]->dtype) && n->in[1]->dtype == n->in[0]->dtype &&
            cu_same_shape(n->in[0], n->in[1]) && n->out[0]->dtype == n->in[0]->dtype && gdp_numel(n->out[0]) == 1;
+}
+
+/* One partial sum per chunk of MSE_CHUNK elements (at least one). */
+static int64_t mse_chunks(const gdp_node *n)
+{
+    int64_t k = (gdp_numel(n->in[0]) + MSE_CHUNK - 1) / MSE_CHUNK;
+    return k < 1 ? 1 : k; /* n = 0: one empty chunk, so the final pass still writes y */
+}
+
+static size_t mse_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare((size_t)mse_chunks(n) * sizeof(double));
 }
 
 static gdp_status mse_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    int64_t n = gdp_numel(node->in[0]);
-    int64_t k = (n + MSE_CHUNK - 1) / MSE_CHUNK;
-    if (k < 1) k = 1; /* n = 0: one empty chunk, so the final pass still writes y */
-    void *part = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)k * sizeof(double), &part, err);
+    (void)be;
+    int64_t n = gdp_numel(node->in[0]), k = mse_chunks(node);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, (size_t)k * sizeof(double), &ws, err);
     if (st != GDP_OK) return st;
+    double *part = (double *)ws;
     switch (node->in[0]->dtype) {
     case GDP_F32:
-        mse_part_kernel<float><<<(unsigned)k, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<float><<<1, THREADS, 0, s>>>((const double *)part, k, n, (float *)node->out[0]->data);
+        mse_part_kernel<float><<<(unsigned)k, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)node->in[1]->data, n, MSE_CHUNK, part);
+        mse_final_kernel<float><<<1, THREADS, 0, s>>>(part, k, n, (float *)node->out[0]->data);
         break;
     case GDP_F16:
-        mse_part_kernel<__half><<<(unsigned)k, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<__half><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__half *)node->out[0]->data);
+        mse_part_kernel<__half><<<(unsigned)k, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)node->in[1]->data, n, MSE_CHUNK, part);
+        mse_final_kernel<__half><<<1, THREADS, 0, s>>>(part, k, n, (__half *)node->out[0]->data);
         break;
     case GDP_BF16:
-        mse_part_kernel<__nv_bfloat16><<<(unsigned)k, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)node->in[1]->data, n, MSE_CHUNK, (double *)part);
-        mse_final_kernel<__nv_bfloat16><<<1, THREADS, 0, s>>>((const double *)part, k, n, (__nv_bfloat16 *)node->out[0]->data);
+        mse_part_kernel<__nv_bfloat16><<<(unsigned)k, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)node->in[1]->data, n, MSE_CHUNK, part);
+        mse_final_kernel<__nv_bfloat16><<<1, THREADS, 0, s>>>(part, k, n, (__nv_bfloat16 *)node->out[0]->data);
         break;
     default: st = gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda mse: dtype %d", (int)node->in[0]->dtype);
     }
-    cu_scratch_free(be, part);
     return st;
 }
 CU_LAUNCHER(mse_run)
@@ -192,6 +210,8 @@ static const char *const axis_attrs[] = {"axis", NULL};
 static const gdp_kernel kernels[] = {
     FLOATS3("embedding_grad", embedding_grad_supports, embedding_grad_run_launch, NULL),
     FLOATS3("index_select_grad", index_select_grad_supports, index_select_grad_run_launch, axis_attrs),
-    FLOATS3("mse", mse_supports, mse_run_launch, NULL),
+    CU_KX("mse", GDP_F32, 0, mse_supports, mse_run_launch, NULL, mse_workspace),
+    CU_KX("mse", GDP_F16, 0, mse_supports, mse_run_launch, NULL, mse_workspace),
+    CU_KX("mse", GDP_BF16, 0, mse_supports, mse_run_launch, NULL, mse_workspace),
 };
 CU_FAMILY(index, kernels);

@@ -1,6 +1,10 @@
-/* layout.cu — data movement: the layout family (src/ops/layout.c: reshape, copy, permute,
- * slice, slice_grad, concat), cast (src/ops/cast.c), and gathers (src/ops/index.c:
- * embedding, index_select).
+/* layout.cu — data movement: the strided copy the planner inserts to make a view
+ * contiguous (the "copy" op), slice_grad and concat (src/ops/layout.c), cast
+ * (src/ops/cast.c), and the gathers (src/ops/index.c: embedding, index_select).
+ *
+ * reshape, permute, slice and expand are views: the host aliases their outputs and runs
+ * no kernel. When a view reaches a kernel that wants contiguous inputs, the host inserts
+ * a "copy", which this file runs for every float dtype, whatever the strides (0 included).
  *
  * Everything but cast moves elements as raw bits, so one strided-copy kernel per element
  * size serves it all: it walks a shape and reads and writes through two sets of strides.
@@ -34,6 +38,23 @@ __global__ void strided_copy_kernel(const E *x, E *y, int64_t n, walk w)
     }
 }
 
+/* The same for the copy op, whose destination is contiguous and whose index fits 31 bits
+ * (the common case): 32-bit division is several times cheaper than 64-bit on the GPU. */
+template <typename E>
+__global__ void gather_copy_kernel(const E *x, E *y, uint32_t n, walk w)
+{
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t rest = i;
+        int64_t so = 0;
+        for (int d = w.ndim - 1; d >= 0; d--) {
+            uint32_t len = (uint32_t)w.shape[d], c = rest % len;
+            rest /= len;
+            so += (int64_t)c * w.src[d];
+        }
+        y[i] = x[so];
+    }
+}
+
 static void contiguous(int ndim, const int64_t *shape, int64_t *st)
 {
     int64_t s = 1;
@@ -61,61 +82,62 @@ static int same_dtype_1_1(const gdp_node *n)
     return n->n_in == 1 && n->n_out == 1 && n->in[0]->dtype == n->out[0]->dtype && gdp_dtype_size(n->out[0]->dtype) > 0;
 }
 
-/* ---- reshape, copy: the bytes do not change ------------------------------------------------ */
+/* ---- copy: any view of x into a contiguous y ---------------------------------------------- */
 
 static int copy_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return same_dtype_1_1(n) && gdp_numel(n->in[0]) == gdp_numel(n->out[0]);
+    return same_dtype_1_1(n) && cu_same_shape(n->in[0], n->out[0]) && n->in[0]->ndim <= GDP_MAX_DIMS;
+}
+
+/* x's layout with dims of size 1 dropped and neighbours that step evenly merged: a
+ * transpose stays 2-D, a contiguous slice becomes 1-D (a plain memcpy). */
+static int simplify(const gdp_tensor *x, int64_t *shape, int64_t *stride)
+{
+    int nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (x->shape[d] == 1) continue;
+        if (nd > 0 && stride[nd - 1] == x->stride[d] * x->shape[d]) {
+            shape[nd - 1] *= x->shape[d];
+            stride[nd - 1] = x->stride[d];
+            continue;
+        }
+        shape[nd] = x->shape[d];
+        stride[nd] = x->stride[d];
+        nd++;
+    }
+    return nd;
 }
 
 static gdp_status copy_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
-    size_t bytes = (size_t)gdp_numel(node->out[0]) * gdp_dtype_size(node->out[0]->dtype);
-    if (bytes == 0 || node->out[0]->data == node->in[0]->data) return GDP_OK;
-    CU_TRY(cudaMemcpyAsync(node->out[0]->data, node->in[0]->data, bytes, cudaMemcpyDeviceToDevice, s));
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
+    size_t es = gdp_dtype_size(y->dtype);
+    int64_t n = gdp_numel(y);
+    if (n == 0 || x->data == y->data) return GDP_OK;
+    walk w;
+    memset(&w, 0, sizeof w);
+    w.ndim = simplify(x, w.shape, w.src);
+    if (w.ndim == 0 || (w.ndim == 1 && w.src[0] == 1)) {
+        CU_TRY(cudaMemcpyAsync(y->data, x->data, (size_t)n * es, cudaMemcpyDeviceToDevice, s));
+        return GDP_OK;
+    }
+    if (n > (int64_t)INT32_MAX) { /* the 32-bit loop below must not wrap */
+        contiguous(w.ndim, w.shape, w.dst);
+        return run_walk(be, s, es, x->data, y->data, &w, err);
+    }
+    unsigned g = cu_blocks(be, n, THREADS);
+    switch (es) {
+    case 2: gather_copy_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, (uint32_t)n, w); break;
+    case 4: gather_copy_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, (uint32_t)n, w); break;
+    case 8: gather_copy_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, (uint64_t *)y->data, (uint32_t)n, w); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda copy: element size %zu", es);
+    }
     return GDP_OK;
 }
 CU_LAUNCHER(copy_run)
 
-/* ---- permute ------------------------------------------------------------------------------------ */
-
-static int permute_supports(void *b, const gdp_node *n)
-{
-    (void)b;
-    if (!same_dtype_1_1(n) || n->in[0]->ndim != n->out[0]->ndim) return 0;
-    int64_t perm[GDP_MAX_DIMS];
-    int nd = n->in[0]->ndim, seen = 0;
-    if (gdp_attr_ints(&n->attrs, "perm", perm, GDP_MAX_DIMS) != nd) return 0;
-    for (int i = 0; i < nd; i++) {
-        int p = cu_axis(perm[i], nd);
-        if (p < 0 || (seen & (1 << p)) || n->out[0]->shape[i] != n->in[0]->shape[p]) return 0;
-        seen |= 1 << p;
-    }
-    return 1;
-}
-
-// y[i0..] = x[i_perm^-1...]: y's dim i is x's dim perm[i]
-static gdp_status permute_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
-{
-    const gdp_tensor *x = node->in[0], *y = node->out[0];
-    int64_t perm[GDP_MAX_DIMS], xst[GDP_MAX_DIMS];
-    gdp_attr_ints(&node->attrs, "perm", perm, GDP_MAX_DIMS);
-    walk w;
-    memset(&w, 0, sizeof w);
-    w.ndim = y->ndim;
-    contiguous(x->ndim, x->shape, xst);
-    contiguous(y->ndim, y->shape, w.dst);
-    for (int i = 0; i < y->ndim; i++) {
-        w.shape[i] = y->shape[i];
-        w.src[i] = xst[cu_axis(perm[i], x->ndim)];
-    }
-    return run_walk(be, s, gdp_dtype_size(y->dtype), x->data, y->data, &w, err);
-}
-CU_LAUNCHER(permute_run)
-
-/* ---- slice, slice_grad ------------------------------------------------------------------------------ */
+/* ---- slice_grad: dy placed into zeros --------------------------------------------------------------- */
 
 /* The reference's clamping of start/end into [0, n]. */
 static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, int64_t *len)
@@ -128,13 +150,12 @@ static void slice_bounds(int64_t n, int64_t start, int64_t end, int64_t *first, 
     *len = end > start ? end - start : 0;
 }
 
-/* The sliced tensor is `small`, the whole one `big`; both have the same rank. */
-static int slice_supports(void *b, const gdp_node *n)
+/* The sliced tensor (dy) is `small`, the whole one (dx) `big`; both have the same rank. */
+static int slice_grad_supports(void *b, const gdp_node *n)
 {
     (void)b;
     if (!same_dtype_1_1(n) || n->in[0]->ndim != n->out[0]->ndim) return 0;
-    int grad = strcmp(n->op, "slice_grad") == 0;
-    const gdp_tensor *big = grad ? n->out[0] : n->in[0], *small = grad ? n->in[0] : n->out[0];
+    const gdp_tensor *big = n->out[0], *small = n->in[0];
     int axis = cu_axis(gdp_attr_int(&n->attrs, "axis", 0), big->ndim);
     if (axis < 0) return 0;
     int64_t first, len;
@@ -145,30 +166,28 @@ static int slice_supports(void *b, const gdp_node *n)
     return 1;
 }
 
-static gdp_status slice_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+static gdp_status slice_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    int grad = strcmp(node->op, "slice_grad") == 0;
-    const gdp_tensor *big = grad ? node->out[0] : node->in[0], *small = grad ? node->in[0] : node->out[0];
+    const gdp_tensor *big = node->out[0], *small = node->in[0];
     int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), big->ndim);
     int64_t first, len, bst[GDP_MAX_DIMS], sst[GDP_MAX_DIMS];
     slice_bounds(big->shape[axis], gdp_attr_int(&node->attrs, "start", 0),
                  gdp_attr_int(&node->attrs, "end", INT64_MAX), &first, &len);
     size_t es = gdp_dtype_size(big->dtype);
-    if (grad) /* zero outside the slice; all-zero bytes are 0 in every dtype */
-        CU_TRY(cudaMemsetAsync(big->data, 0, (size_t)gdp_numel(big) * es, s));
+    /* zero outside the slice; all-zero bytes are 0 in every dtype */
+    CU_TRY(cudaMemsetAsync(big->data, 0, (size_t)gdp_numel(big) * es, s));
     contiguous(big->ndim, big->shape, bst);
     contiguous(small->ndim, small->shape, sst);
     walk w;
     memset(&w, 0, sizeof w);
     w.ndim = small->ndim;
     for (int d = 0; d < small->ndim; d++) w.shape[d] = small->shape[d];
-    memcpy(grad ? w.src : w.dst, sst, sizeof sst);
-    memcpy(grad ? w.dst : w.src, bst, sizeof bst);
-    if (grad) w.dst_base = first * bst[axis];
-    else w.src_base = first * bst[axis];
-    return run_walk(be, s, es, node->in[0]->data, node->out[0]->data, &w, err);
+    memcpy(w.src, sst, sizeof sst);
+    memcpy(w.dst, bst, sizeof bst);
+    w.dst_base = first * bst[axis];
+    return run_walk(be, s, es, small->data, big->data, &w, err);
 }
-CU_LAUNCHER(slice_run)
+CU_LAUNCHER(slice_grad_run)
 
 /* ---- concat ------------------------------------------------------------------------------------------- */
 
@@ -215,24 +234,27 @@ CU_LAUNCHER(concat_run)
 
 /* ---- embedding, index_select ---------------------------------------------------------------------------- */
 
-/* y (outer, m, block) = x (outer, n, block) at rows idx (m). An index out of range cannot
- * be reported from the device; its rows are written as zeros (the reference fails). */
+/* y (outer, m, block) = x (outer, n, block) at rows idx (m). An index out of range is
+ * reported (once per position: by the thread of its first element) and its rows are
+ * written as zeros. */
 template <typename E>
 __global__ void gather_kernel(const E *x, const void *idx, int idx64, E *y, int64_t outer, int64_t n, int64_t m,
-                              int64_t block)
+                              int64_t block, cu_bad bad)
 {
     int64_t total = outer * m * block;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t e = i % block, j = (i / block) % m, o = i / (block * m);
-        int64_t id = idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
-        y[i] = id >= 0 && id < n ? x[(o * n + id) * block + e] : (E)0;
+        int64_t id = cu_ld_index(idx, idx64, j);
+        int ok = id >= 0 && id < n;
+        if (!ok && e == 0 && o == 0) cu_report(bad, id, j);
+        y[i] = ok ? x[(o * n + id) * block + e] : (E)0;
     }
 }
 
 static int gather_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 2 || n->n_out != 1 || !cu_is_index(n->in[1]->dtype)) return 0;
+    if (n->n_in != 2 || n->n_out != 1 || !gdp_is_index(n->in[1]->dtype)) return 0;
     const gdp_tensor *x = n->in[0], *idx = n->in[1], *y = n->out[0];
     size_t es = gdp_dtype_size(x->dtype);
     if (y->dtype != x->dtype || (es != 2 && es != 4 && es != 8)) return 0;
@@ -247,20 +269,23 @@ static gdp_status gather_run(cu_backend *be, const gdp_node *node, cudaStream_t 
 {
     const gdp_tensor *x = node->in[0], *idx = node->in[1], *y = node->out[0];
     int64_t outer = 1, n, m = gdp_numel(idx), block;
+    cu_bad bad;
     if (strcmp(node->op, "embedding") == 0) {
         n = x->shape[0], block = x->shape[1]; // table (V, D), ids (...) -> y (..., D)
+        bad = cu_bad_for(be, node, CU_BAD_ROW, n, 0, idx);
     } else {
         int axis = cu_axis(gdp_attr_int(&node->attrs, "axis", 0), x->ndim);
         outer = cu_prod(x->shape, 0, axis), n = x->shape[axis], block = cu_prod(x->shape, axis + 1, x->ndim);
+        bad = cu_bad_for(be, node, CU_BAD_INDEX, n, axis, idx);
     }
     int64_t total = outer * m * block;
     if (total == 0) return GDP_OK;
     unsigned g = cu_blocks(be, total, THREADS);
     int i64 = idx->dtype == GDP_I64;
     switch (gdp_dtype_size(x->dtype)) {
-    case 2: gather_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, idx->data, i64, (uint16_t *)y->data, outer, n, m, block); break;
-    case 4: gather_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, idx->data, i64, (uint32_t *)y->data, outer, n, m, block); break;
-    case 8: gather_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, idx->data, i64, (uint64_t *)y->data, outer, n, m, block); break;
+    case 2: gather_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, idx->data, i64, (uint16_t *)y->data, outer, n, m, block, bad); break;
+    case 4: gather_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, idx->data, i64, (uint32_t *)y->data, outer, n, m, block, bad); break;
+    case 8: gather_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, idx->data, i64, (uint64_t *)y->data, outer, n, m, block, bad); break;
     default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda %s: dtype %d", node->op, (int)x->dtype);
     }
     return GDP_OK;
@@ -268,11 +293,6 @@ static gdp_status gather_run(cu_backend *be, const gdp_node *node, cudaStream_t 
 CU_LAUNCHER(gather_run)
 
 /* ---- cast ------------------------------------------------------------------------------------------------ */
-
-static __device__ __forceinline__ int dt_float(int dt)
-{
-    return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64;
-}
 
 static __device__ double load_f(const void *p, int dt, int64_t i)
 {
@@ -327,9 +347,9 @@ static __device__ void store_int(void *p, int dt, int64_t i, int64_t v)
 __global__ void cast_kernel(const void *x, int xdt, void *y, int ydt, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        if (dt_float(xdt)) {
+        if (gdp_is_float(xdt)) {
             double d = load_f(x, xdt, i);
-            if (dt_float(ydt)) store_float(y, ydt, i, d);
+            if (gdp_is_float(ydt)) store_float(y, ydt, i, d);
             else if (ydt == GDP_BOOL) ((uint8_t *)y)[i] = d != 0;
             else if (ydt == GDP_I32) ((int32_t *)y)[i] = (int32_t)trunc_sat(d, INT32_MIN, INT32_MAX);
             else if (ydt == GDP_I64) ((int64_t *)y)[i] = trunc_sat(d, INT64_MIN, INT64_MAX);
@@ -340,7 +360,7 @@ __global__ void cast_kernel(const void *x, int xdt, void *y, int ydt, int64_t n)
             /* i64 -> f32 rounds once, straight from the integer; f64 holds every i32 and
              * rounds an i64 once too */
             if (ydt == GDP_F64) ((double *)y)[i] = (double)v;
-            else if (dt_float(ydt)) store_float(y, ydt, i, (double)(float)v);
+            else if (gdp_is_float(ydt)) store_float(y, ydt, i, (double)(float)v);
             else store_int(y, ydt, i, v);
         }
     }
@@ -368,7 +388,6 @@ static gdp_status cast_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
 }
 CU_LAUNCHER(cast_run)
 
-static const char *const perm_attrs[] = {"perm", NULL};
 static const char *const slice_attrs[] = {"axis", "start", "end", NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
 static const char *const dtype_attrs[] = {"dtype", NULL};
@@ -377,11 +396,11 @@ static const char *const dtype_attrs[] = {"dtype", NULL};
     CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("reshape", copy_supports, copy_run_launch, NULL),
-    FLOATS3("copy", copy_supports, copy_run_launch, NULL),
-    FLOATS3("permute", permute_supports, permute_run_launch, perm_attrs),
-    FLOATS3("slice", slice_supports, slice_run_launch, slice_attrs),
-    FLOATS3("slice_grad", slice_supports, slice_run_launch, slice_attrs),
+    /* the copy that makes a view contiguous: any strides, 0 included */
+    CU_KX("copy", GDP_F32, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_F16, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_BF16, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    FLOATS3("slice_grad", slice_grad_supports, slice_grad_run_launch, slice_attrs),
     FLOATS3("concat", concat_supports, concat_run_launch, axis_attrs),
     FLOATS3("embedding", gather_supports, gather_run_launch, NULL),
     FLOATS3("index_select", gather_supports, gather_run_launch, axis_attrs),

@@ -6,9 +6,21 @@
  * operands swap places and every transpose flag is passed through unchanged.
  *
  * Numerics: f32 uses CUBLAS_COMPUTE_32F (no TF32: the sweep compares with an f64
- * oracle); f16 and bf16 multiply in tensor cores with f32 accumulation and f32 scaling.
- * For a given shape, alignment and workspace, cuBLASLt picks the same algorithm every
- * time, so results are bitwise reproducible run to run.
+ * oracle); f16 and bf16 multiply in tensor cores with f32 accumulation and f32 scaling,
+ * and the mixed forms "bf16,bf16->f32" and "f16,f16->f32" write the f32 accumulator
+ * without rounding it to the narrow type. For a given shape, alignment and workspace,
+ * cuBLASLt picks the same algorithm every time, so results are bitwise reproducible.
+ *
+ * Views: matmul registers GDP_KERNEL_STRIDED. An operand whose matrices are row-major
+ * with any row stride, or column-major (a transposed view: permute, or the transpose
+ * attribute of the op that made it) is handed to cuBLASLt as it lies, the layout folded
+ * into the operand's transpose flag and leading dimension; batch dims may have any
+ * strides (0 for broadcast). supports() declines other layouts, and the host then makes
+ * the operand contiguous.
+ *
+ * Workspace: each product node declares cuBLASLt's workspace (MM_WORKSPACE), planned by
+ * the host like any buffer, so that two products on two streams never share scratch and
+ * a captured graph keeps its own.
  *
  * Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, so the
  * steady state of a training step makes no heuristic queries.
@@ -19,17 +31,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU_TANH = 2, ACT_GELU = 3, ACT_SILU = 4 }; /* linear_act's numbering */
-
 /* elementwise.cu: y = act(y) in place, the activations of linear_act that no cuBLASLt
  * epilogue computes exactly as the reference does. */
 gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y, int64_t n, int act, gdp_err *err);
 
 #define MM_CACHE 64
-#define MM_LIMIT ((int64_t)INT32_MAX) /* dims, leading dims and batch counts we hand over */
+#define MM_LIMIT ((int64_t)INT32_MAX)      /* dims, leading dims and batch counts we hand over */
+#define MM_WORKSPACE ((size_t)32 << 20)    /* what cuBLASLt's faster algorithms want on Hopper */
 
 typedef struct mm_key {
-    int32_t dtype, trans_a, trans_b, epilogue;
+    int32_t in_type, out_type, trans_a, trans_b, epilogue, _pad;
     int64_t m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
     int32_t align_a, align_b, align_d, align_bias;
     int64_t workspace;
@@ -76,8 +87,6 @@ gdp_status cu_matmul_open(cu_backend *be, gdp_err *err)
     be->lt = h;
     be->mm = (cu_mm_cache *)calloc(1, sizeof *be->mm);
     if (be->mm == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "cuda: out of host memory");
-    /* Allocated once, outside any step; cuBLASLt needs it for its faster algorithms. */
-    CU_TRY(cudaMalloc(&be->lt_ws, CU_LT_WORKSPACE));
     return GDP_OK;
 }
 
@@ -88,9 +97,7 @@ void cu_matmul_close(cu_backend *be)
         free(be->mm);
         be->mm = NULL;
     }
-    if (be->lt_ws != NULL) (void)cudaFree(be->lt_ws);
     if (be->lt != NULL) (void)cublasLtDestroy((cublasLtHandle_t)be->lt);
-    be->lt_ws = NULL;
     be->lt = NULL;
 }
 
@@ -120,7 +127,7 @@ static gdp_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t ro
 static gdp_status plan_build(cu_backend *be, mm_plan *p, const void *bias, gdp_err *err)
 {
     const mm_key *k = &p->key;
-    cudaDataType_t t = lt_type(k->dtype);
+    cudaDataType_t ti = lt_type(k->in_type), to = lt_type(k->out_type);
     LT_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -128,15 +135,15 @@ static gdp_status plan_build(cu_backend *be, mm_plan *p, const void *bias, gdp_e
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k->epilogue;
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (bias != NULL) {
-        int32_t bt = (int32_t)t;
+        int32_t bt = (int32_t)to;
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    gdp_status s = layout(&p->la, t, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda, k->batch,
+    gdp_status s = layout(&p->la, ti, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda, k->batch,
                           k->stride_a, err);
     if (s == GDP_OK)
-        s = layout(&p->lb, t, k->trans_b ? k->n : k->k, k->trans_b ? k->k : k->n, k->ldb, k->batch, k->stride_b, err);
-    if (s == GDP_OK) s = layout(&p->ld, t, k->m, k->n, k->ldd, k->batch, k->stride_d, err);
+        s = layout(&p->lb, ti, k->trans_b ? k->n : k->k, k->trans_b ? k->k : k->n, k->ldb, k->batch, k->stride_b, err);
+    if (s == GDP_OK) s = layout(&p->ld, to, k->m, k->n, k->ldd, k->batch, k->stride_d, err);
     if (s != GDP_OK) return s;
 
     cublasLtMatmulPreference_t pref = NULL;
@@ -158,40 +165,53 @@ static gdp_status plan_build(cu_backend *be, mm_plan *p, const void *bias, gdp_e
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS) return lt_check(st, "cublasLtMatmulAlgoGetHeuristic", err);
     if (found < 1)
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for dtype %d, %lldx%lldx%lld, batch %lld",
-                        (int)k->dtype, (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->batch);
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED,
+                        "cuBLASLt has no algorithm for dtype %d->%d, %lldx%lldx%lld, batch %lld", (int)k->in_type,
+                        (int)k->out_type, (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->batch);
     p->algo = res.algo;
     p->valid = 1;
     return GDP_OK;
 }
 
+/* One operand as cuBLASLt reads it: row-major matrices (rows ld elements apart) at a batch
+ * stride; trans = its op is the transpose of what is stored. */
+typedef struct mm_operand {
+    const void *p;
+    int trans;
+    int64_t ld, stride;
+} mm_operand;
+
+/* The product's scratch: the node's workspace. */
+typedef struct mm_ws {
+    void *p;
+    size_t bytes;
+} mm_ws;
+
 /* Column-major, batched with strides (0 broadcasts an operand):
  *   D (m, n) = op(A) (m, k) @ op(B) (k, n) [+ bias (m) broadcast over columns] [relu]
  * Caller holds be->mu. */
-static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t dtype, int trans_a, int trans_b, int64_t m,
-                              int64_t n, int64_t k, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
-                              int64_t sb, void *D, int64_t ldd, int64_t sd, int64_t batch, const void *bias, int relu,
-                              gdp_err *err)
+static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int32_t out_dt, int64_t m, int64_t n,
+                              int64_t k, const mm_operand *A, const mm_operand *B, void *D, int64_t ldd, int64_t sd,
+                              int64_t batch, const void *bias, int relu, const mm_ws *ws, gdp_err *err)
 {
-    size_t es = gdp_dtype_size(dtype);
+    size_t ei = gdp_dtype_size(in_dt), eo = gdp_dtype_size(out_dt);
     mm_key key;
     memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
-    key.dtype = dtype;
-    key.trans_a = trans_a;
-    key.trans_b = trans_b;
+    key.in_type = in_dt;
+    key.out_type = out_dt;
+    key.trans_a = A->trans;
+    key.trans_b = B->trans;
     key.epilogue = (int32_t)(bias != NULL ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT));
     key.m = m, key.n = n, key.k = k;
-    key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+    key.lda = A->ld, key.ldb = B->ld, key.ldd = ldd;
     key.batch = batch;
-    key.stride_a = sa, key.stride_b = sb, key.stride_d = sd;
-    key.align_a = alignment(A, batch > 1 ? sa * (int64_t)es : 0);
-    key.align_b = alignment(B, batch > 1 ? sb * (int64_t)es : 0);
-    key.align_d = alignment(D, batch > 1 ? sd * (int64_t)es : 0);
+    key.stride_a = A->stride, key.stride_b = B->stride, key.stride_d = sd;
+    key.align_a = alignment(A->p, batch > 1 ? A->stride * (int64_t)ei : 0);
+    key.align_b = alignment(B->p, batch > 1 ? B->stride * (int64_t)ei : 0);
+    key.align_d = alignment(D, batch > 1 ? sd * (int64_t)eo : 0);
     key.align_bias = bias != NULL ? alignment(bias, 0) : 0;
-    /* The workspace is shared, so only the compute stream uses it: two streams running
-     * matmuls at once must not scribble over each other's scratch. */
-    key.workspace = s == be->compute ? (int64_t)CU_LT_WORKSPACE : 0;
+    key.workspace = (int64_t)ws->bytes;
 
     cu_mm_cache *c = be->mm;
     mm_plan *p = NULL;
@@ -211,31 +231,71 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t dtype, int
     if (bias != NULL)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     const float one = 1.0f, zero = 0.0f;
-    LT_TRY(cublasLtMatmul((cublasLtHandle_t)be->lt, p->op, &one, A, p->la, B, p->lb, &zero, D, p->ld, D, p->ld, &p->algo,
-                          key.workspace ? be->lt_ws : NULL, (size_t)key.workspace, s));
+    LT_TRY(cublasLtMatmul((cublasLtHandle_t)be->lt, p->op, &one, A->p, p->la, B->p, p->lb, &zero, D, p->ld, D, p->ld,
+                          &p->algo, ws->p, ws->bytes, s));
     return GDP_OK;
 }
 
-/* Row-major, batched:  C (M, N) = op(A) (M, K) @ op(B) (K, N), each operand's stored
- * matrix being (M, K) / (K, M) and (K, N) / (N, K) as its flag says. */
-static gdp_status gemm_rowmajor(cu_backend *be, cudaStream_t s, int32_t dtype, int ta, int tb, int64_t M, int64_t N,
-                                int64_t K, const void *A, int64_t sa, const void *B, int64_t sb, void *C, int64_t sc,
-                                int64_t batch, const void *bias, int relu, gdp_err *err)
+/* Row-major, batched:  C (M, N) = op(A) (M, K) @ op(B) (K, N), with C contiguous (rows N
+ * apart). As column-major: C^T = op(B)^T op(A)^T, so B goes first. */
+static gdp_status gemm_rowmajor(cu_backend *be, cudaStream_t s, int32_t in_dt, int32_t out_dt, int64_t M, int64_t N,
+                                int64_t K, const mm_operand *A, const mm_operand *B, void *C, int64_t sc,
+                                int64_t batch, const void *bias, int relu, const mm_ws *ws, gdp_err *err)
 {
-    int64_t lda_row = ta ? M : K; /* last dim of A as stored */
-    int64_t ldb_row = tb ? K : N;
     pthread_mutex_lock(&be->mu);
-    gdp_status st = gemm_locked(be, s, dtype, tb, ta, N, M, K, B, ldb_row, sb, A, lda_row, sa, C, N, sc, batch, bias,
-                                relu, err);
+    gdp_status st = gemm_locked(be, s, in_dt, out_dt, N, M, K, B, A, C, N, sc, batch, bias, relu, ws, err);
     pthread_mutex_unlock(&be->mu);
     return st;
 }
 
+/* The node's workspace for cuBLASLt. */
+static gdp_status mm_workspace(const gdp_node *node, mm_ws *ws, gdp_err *err)
+{
+    char *p = NULL;
+    gdp_status st = cu_ws(node, MM_WORKSPACE, &p, err);
+    ws->p = p;
+    ws->bytes = st == GDP_OK ? MM_WORKSPACE : 0;
+    return st;
+}
+
+static size_t mm_workspace_bytes(void *b, const gdp_node *n)
+{
+    (void)b;
+    (void)n;
+    return cu_ws_declare(MM_WORKSPACE);
+}
+
 /* ---- matmul -------------------------------------------------------------------------- */
 
-static int dims_ok(int64_t M, int64_t N, int64_t K)
+/* How the last two dims (R, C) of t lie: row-major with rows *ld apart (returns 1), or
+ * column-major, i.e. the transpose of a row-major (C, R) with rows *ld apart (returns 2);
+ * 0 for any other layout. Dims of size 1 may have any stride. */
+static int matrix_layout(const gdp_tensor *t, int64_t *ld)
 {
-    return M <= MM_LIMIT && N <= MM_LIMIT && K >= 1 && K <= MM_LIMIT;
+    int nd = t->ndim;
+    int64_t R = t->shape[nd - 2], C = t->shape[nd - 1], sr = t->stride[nd - 2], sc = t->stride[nd - 1];
+    if (C == 1 || sc == 1) {
+        int64_t l = R == 1 ? (C > 0 ? C : 1) : sr;
+        if (l >= (C > 0 ? C : 1) && l <= MM_LIMIT) {
+            *ld = l;
+            return 1;
+        }
+    }
+    if (R == 1 || sr == 1) {
+        int64_t l = C == 1 ? (R > 0 ? R : 1) : sc;
+        if (l >= (R > 0 ? R : 1) && l <= MM_LIMIT) {
+            *ld = l;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Uniform products, and the mixed forms with f32 output from f16 or bf16 operands. */
+static int matmul_dtypes_ok(const gdp_tensor *a, const gdp_tensor *b, const gdp_tensor *c)
+{
+    if (!cu_gpu_float(a->dtype) || b->dtype != a->dtype) return 0;
+    return c->dtype == a->dtype || (c->dtype == GDP_F32 && gdp_is_half(a->dtype));
 }
 
 static int matmul_supports(void *b, const gdp_node *n)
@@ -243,8 +303,10 @@ static int matmul_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in != 2 || n->n_out != 1) return 0;
     const gdp_tensor *a = n->in[0], *bb = n->in[1], *c = n->out[0];
-    if (!cu_is_float(a->dtype) || bb->dtype != a->dtype || c->dtype != a->dtype) return 0;
+    if (!matmul_dtypes_ok(a, bb, c)) return 0;
     if (a->ndim < 2 || bb->ndim < 2 || c->ndim < 2) return 0;
+    int64_t lda, ldb;
+    if (!matrix_layout(a, &lda) || !matrix_layout(bb, &ldb)) return 0;
     int ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0;
     int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t M = c->shape[c->ndim - 2], N = c->shape[c->ndim - 1];
@@ -258,7 +320,7 @@ static int64_t batch_stride(const gdp_tensor *t, const gdp_tensor *c, int d)
 {
     int nbat = c->ndim - 2, tb = t->ndim - 2, td = d - (nbat - tb);
     if (td < 0 || t->shape[td] == 1) return 0;
-    return cu_prod(t->shape, td + 1, t->ndim);
+    return t->stride[td];
 }
 
 // C (..., M, N) = op(A) (..., M, K) @ op(B) (..., K, N), batch dims broadcast
@@ -271,12 +333,21 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     int64_t M = c->shape[nbat], N = c->shape[nbat + 1];
     int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t total = gdp_numel(c);
-    size_t es = gdp_dtype_size(c->dtype);
+    size_t ei = gdp_dtype_size(a->dtype), eo = gdp_dtype_size(c->dtype);
     if (total == 0) return GDP_OK;
     if (K == 0) {
-        CU_TRY(cudaMemsetAsync(c->data, 0, (size_t)total * es, s));
+        CU_TRY(cudaMemsetAsync(c->data, 0, (size_t)total * eo, s));
         return GDP_OK;
     }
+    mm_ws ws;
+    gdp_status wst = mm_workspace(node, &ws, err);
+    if (wst != GDP_OK) return wst;
+    mm_operand A, B;
+    int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
+    if (!la || !lb) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda matmul: an operand's matrices are not row- or column-major");
+    /* a column-major operand is the transpose of the row-major matrix that is stored */
+    A.trans = ta ^ (la == 2);
+    B.trans = tb ^ (lb == 2);
     /* The output's batch dims, size-1 ones dropped, with each operand's stride. */
     int nd = 0;
     int64_t dim[GDP_MAX_DIMS], st_a[GDP_MAX_DIMS], st_b[GDP_MAX_DIMS], st_c[GDP_MAX_DIMS];
@@ -288,9 +359,9 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
         st_c[nd] = cu_prod(c->shape, d + 1, c->ndim);
         nd++;
     }
-    /* One strided-batched call covers the innermost dims over which every operand is
-     * either contiguous or broadcast throughout; the rest (e.g. a (2,1,..) against
-     * b (5,..)) loops on the host, one call per outer index. */
+    /* One strided-batched call covers the innermost dims over which every operand steps
+     * evenly (or not at all: broadcast); the rest (e.g. a (2,1,..) against b (5,..), or a
+     * permuted batch) loops on the host, one call per outer index. */
     int inner = nd; /* dims [inner, nd) form the strided batch; [0, inner) loop */
     int64_t batch = 1, sa = 0, sb = 0, sc = 0;
     if (nd > 0) {
@@ -298,7 +369,7 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
         batch = dim[inner];
         sa = st_a[inner], sb = st_b[inner], sc = st_c[inner];
         /* Dim d joins when, for each operand, stepping along d is stepping over the whole
-         * group (contiguous) or nothing at all (broadcast on both sides). */
+         * group (evenly) or nothing at all (broadcast on both sides). */
         while (inner > 0) {
             int d = inner - 1;
             if (st_a[d] != sa * batch || st_b[d] != sb * batch || st_c[d] != sc * batch) break;
@@ -306,6 +377,8 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
             inner = d;
         }
     }
+    A.stride = sa;
+    B.stride = sb;
     int64_t outer = cu_prod(dim, 0, inner);
     for (int64_t o = 0; o < outer; o++) {
         int64_t oa = 0, ob = 0, oc = 0, rest = o;
@@ -314,9 +387,10 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
             rest /= dim[d];
             oa += i * st_a[d], ob += i * st_b[d], oc += i * st_c[d];
         }
-        gdp_status r = gemm_rowmajor(be, s, c->dtype, ta, tb, M, N, K, (const char *)a->data + (size_t)oa * es, sa,
-                                     (const char *)b->data + (size_t)ob * es, sb, (char *)c->data + (size_t)oc * es, sc,
-                                     batch, NULL, 0, err);
+        A.p = (const char *)a->data + (size_t)oa * ei;
+        B.p = (const char *)b->data + (size_t)ob * ei;
+        gdp_status r = gemm_rowmajor(be, s, a->dtype, c->dtype, M, N, K, &A, &B, (char *)c->data + (size_t)oc * eo,
+                                     sc, batch, NULL, 0, &ws, err);
         if (r != GDP_OK) return r;
     }
     return GDP_OK;
@@ -330,14 +404,14 @@ static int linear_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in < 2 || n->n_in > 3 || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
-    if (!cu_is_float(x->dtype) || w->dtype != x->dtype || y->dtype != x->dtype || x->ndim < 1 || w->ndim != 2)
+    if (!cu_gpu_float(x->dtype) || w->dtype != x->dtype || y->dtype != x->dtype || x->ndim < 1 || w->ndim != 2)
         return 0;
     if (n->n_in == 3 && (n->in[2]->dtype != x->dtype || n->in[2]->ndim != 1)) return 0;
     int64_t act = gdp_attr_int(&n->attrs, "act", 0);
-    if (act < ACT_NONE || act > ACT_SILU) return 0;
+    if (act < GDP_ACT_NONE || act >= GDP_ACT_COUNT) return 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
     /* in = 0 would leave y = act(bias): not worth a path of its own. */
-    return dims_ok(gdp_numel(x) / (in > 0 ? in : 1), out, in);
+    return gdp_numel(x) / (in > 0 ? in : 1) <= MM_LIMIT && out <= MM_LIMIT && in >= 1 && in <= MM_LIMIT;
 }
 
 static const char *const linear_act_attrs[] = {"act", NULL};
@@ -347,27 +421,38 @@ static gdp_status linear_run(cu_backend *be, const gdp_node *node, cudaStream_t 
 {
     const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0];
     const void *bias = node->n_in > 2 ? node->in[2]->data : NULL;
-    int act = (int)gdp_attr_int(&node->attrs, "act", ACT_NONE);
+    int act = (int)gdp_attr_int(&node->attrs, "act", GDP_ACT_NONE);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
     int64_t R = gdp_numel(x) / in;
     if (R == 0 || out == 0) return GDP_OK;
-    gdp_status st = gemm_rowmajor(be, s, x->dtype, 0, !wio, R, out, in, x->data, 0, w->data, 0, y->data, 0, 1, bias,
-                                  act == ACT_RELU, err);
-    if (st != GDP_OK || act == ACT_NONE || act == ACT_RELU) return st;
+    mm_ws ws;
+    gdp_status st = mm_workspace(node, &ws, err);
+    if (st != GDP_OK) return st;
+    mm_operand A = {x->data, 0, in, 0}, B = {w->data, !wio, wio ? out : in, 0};
+    st = gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, bias, act == GDP_ACT_RELU, &ws,
+                       err);
+    if (st != GDP_OK || act == GDP_ACT_NONE || act == GDP_ACT_RELU) return st;
     return cu_act_inplace(be, s, y->dtype, y->data, R * out, act, err);
 }
 CU_LAUNCHER(linear_run)
 
+#define MM(op, dt, flags, sup, fn, attrs) CU_KX(op, dt, flags, sup, fn, attrs, mm_workspace_bytes)
+
 static const gdp_kernel kernels[] = {
-    CU_K("matmul", GDP_F32, matmul_supports, matmul_run_launch, NULL),
-    CU_K("matmul", GDP_F16, matmul_supports, matmul_run_launch, NULL),
-    CU_K("matmul", GDP_BF16, matmul_supports, matmul_run_launch, NULL),
-    CU_K("linear", GDP_F32, linear_supports, linear_run_launch, NULL),
-    CU_K("linear", GDP_F16, linear_supports, linear_run_launch, NULL),
-    CU_K("linear", GDP_BF16, linear_supports, linear_run_launch, NULL),
-    CU_K("linear_act", GDP_F32, linear_supports, linear_run_launch, linear_act_attrs),
-    CU_K("linear_act", GDP_F16, linear_supports, linear_run_launch, linear_act_attrs),
-    CU_K("linear_act", GDP_BF16, linear_supports, linear_run_launch, linear_act_attrs),
+    MM("matmul", GDP_F32, GDP_KERNEL_STRIDED, matmul_supports, matmul_run_launch, NULL),
+    MM("matmul", GDP_F16, GDP_KERNEL_STRIDED, matmul_supports, matmul_run_launch, NULL),
+    MM("matmul", GDP_BF16, GDP_KERNEL_STRIDED, matmul_supports, matmul_run_launch, NULL),
+    /* the mixed forms: half operands, f32 product (the op's out_dtype attribute) */
+    {sizeof(gdp_kernel), "matmul", -1, GDP_KERNEL_STRIDED, matmul_supports, matmul_run_launch, NULL, "bf16,bf16->f32",
+     mm_workspace_bytes},
+    {sizeof(gdp_kernel), "matmul", -1, GDP_KERNEL_STRIDED, matmul_supports, matmul_run_launch, NULL, "f16,f16->f32",
+     mm_workspace_bytes},
+    MM("linear", GDP_F32, 0, linear_supports, linear_run_launch, NULL),
+    MM("linear", GDP_F16, 0, linear_supports, linear_run_launch, NULL),
+    MM("linear", GDP_BF16, 0, linear_supports, linear_run_launch, NULL),
+    MM("linear_act", GDP_F32, 0, linear_supports, linear_run_launch, linear_act_attrs),
+    MM("linear_act", GDP_F16, 0, linear_supports, linear_run_launch, linear_act_attrs),
+    MM("linear_act", GDP_BF16, 0, linear_supports, linear_run_launch, linear_act_attrs),
 };
 CU_FAMILY(matmul, kernels);

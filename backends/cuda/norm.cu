@@ -140,7 +140,7 @@ static int norm_supports(void *b, const gdp_node *n)
     int first_vec = grad ? 2 : 1, max_in = grad ? 3 : (rms ? 2 : 3);
     if (n->n_in < first_vec || n->n_in > max_in || n->n_out != (grad ? (rms ? 2 : 3) : 1)) return 0;
     const gdp_tensor *x = n->in[grad ? 1 : 0];
-    if (!cu_is_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
+    if (!cu_gpu_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
     int64_t C = x->shape[x->ndim - 1];
     if (!cu_same_shape(n->out[0], x) || n->out[0]->dtype != x->dtype) return 0;
     if (grad && (!cu_same_shape(n->in[0], x) || n->in[0]->dtype != x->dtype)) return 0;
@@ -180,6 +180,21 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
         part, (T *)node->out[1]->data, node->n_out > 2 ? (T *)node->out[2]->data : (T *)NULL, C, chunks);
 }
 
+/* The row statistics (mean, rstd per row), then the column pass's partial sums. */
+static size_t norm_bwd_scratch(const gdp_node *n)
+{
+    const gdp_tensor *x = n->in[1];
+    int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? gdp_numel(x) / C : 0;
+    int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+    return rows > 0 ? (size_t)(2 * rows + 2 * C * chunks) * sizeof(double) : 0;
+}
+
+static size_t norm_bwd_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare(norm_bwd_scratch(n));
+}
+
 // dy (rows, C), x (rows, C), [w (C)] -> dx (rows, C), dw (C) [, db (C) for layer_norm]
 static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
@@ -194,27 +209,27 @@ static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_
         return GDP_OK;
     }
     int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
-    void *scratch = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)(2 * rows + 2 * C * chunks) * sizeof(double), &scratch, err);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, norm_bwd_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    double *stats = (double *)scratch, *part = stats + 2 * rows;
+    double *stats = (double *)ws, *part = stats + 2 * rows;
     switch (x->dtype) {
     case GDP_F32: norm_bwd_launch<float>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
     case GDP_F16: norm_bwd_launch<__half>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
     default: norm_bwd_launch<__nv_bfloat16>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
     }
-    cu_scratch_free(be, scratch);
     return GDP_OK;
 }
 CU_LAUNCHER(norm_bwd_run)
 
 #define FLOATS3(op, sup, fn, attrs) \
     CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+#define BWD(op, dt) CU_KX(op, dt, 0, norm_supports, norm_bwd_run_launch, NULL, norm_bwd_workspace)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("layer_norm", norm_supports, norm_fwd_run_launch, NULL),
     FLOATS3("rms_norm", norm_supports, norm_fwd_run_launch, NULL),
-    FLOATS3("layer_norm_grad", norm_supports, norm_bwd_run_launch, NULL),
-    FLOATS3("rms_norm_grad", norm_supports, norm_bwd_run_launch, NULL),
+    BWD("layer_norm_grad", GDP_F32), BWD("layer_norm_grad", GDP_F16), BWD("layer_norm_grad", GDP_BF16),
+    BWD("rms_norm_grad", GDP_F32), BWD("rms_norm_grad", GDP_F16), BWD("rms_norm_grad", GDP_BF16),
 };
 CU_FAMILY(norm, kernels);

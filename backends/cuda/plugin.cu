@@ -8,10 +8,13 @@
  *                          caused them (a debug switch; slow)
  *   GRADUS_CUDA_DEVICE=n   which device to use (default 0)
  *   GRADUS_CUDA_FUSE=0     no graph pass (bias + activation stay separate nodes)
+ *   GRADUS_CUDA_GRAPHS=0   no CUDA graphs: the executor declines, the host launches node
+ *                          by node (GRADUS_EXECUTOR=0 turns executors off host-side)
  *   GRADUS_CUDNN=0         convolutions as im2col + cuBLAS even where cuDNN was built in
  */
 #include "cuda_internal.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +58,16 @@ static void host_log(const gdp_host *host, const char *line)
     if (GDP_HAS_FIELD(host, gdp_host, log) && host->log != NULL) host->log(host->host, line);
 }
 
+void cu_log(const cu_backend *be, const char *fmt, ...)
+{
+    char line[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    host_log(be->host, line);
+}
+
 /* ---- kernel launches ------------------------------------------------------------------- */
 
 gdp_status cu_run(void *backend, const gdp_node *node, void *stream, gdp_err *err, cu_run_fn fn)
@@ -63,8 +76,11 @@ gdp_status cu_run(void *backend, const gdp_node *node, void *stream, gdp_err *er
     if (be == NULL || node == NULL) return gdp_fail(err, GDP_ERR_INVALID, "cuda launch: NULL backend or node");
     cudaStream_t s = cu_stream(be, stream);
     CU_TRY(cudaSetDevice(be->device));
+    /* While a segment is captured nothing runs: no timing events (a replayed graph is timed
+     * as a whole by the executor) and nothing to wait for. */
+    int live = !be->capturing;
     cudaEvent_t start = NULL;
-    if (be->prof.on) cu_prof_begin(be, s, &start);
+    if (live && be->prof.on) cu_prof_begin(be, s, &start);
     gdp_status st = fn(be, node, s, err);
     if (st == GDP_OK) {
         /* Launch errors (bad configuration, missing kernel image) surface here. */
@@ -73,14 +89,15 @@ gdp_status cu_run(void *backend, const gdp_node *node, void *stream, gdp_err *er
             st = gdp_fail(err, GDP_ERR_DEVICE, "cuda %s: kernel launch failed: %s (%s)", node->op,
                           cudaGetErrorName(e), cudaGetErrorString(e));
     }
-    if (start != NULL) cu_prof_end(be, s, node->op, start);
-    if (st == GDP_OK && be->sync_each) {
+    if (start != NULL) cu_prof_end(be, s, node->label != NULL ? node->label : node->op, node->id, start);
+    if (live && st == GDP_OK && be->sync_each) {
         cudaError_t e = cudaStreamSynchronize(s);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             st = gdp_fail(err, GDP_ERR_DEVICE, "cuda %s: kernel failed (GRADUS_SYNC): %s (%s)", node->op,
                           cudaGetErrorName(e), cudaGetErrorString(e));
         }
+        if (st == GDP_OK) st = cu_bad_take(be, err);
     }
     return st;
 }
@@ -103,7 +120,10 @@ static gdp_status register_kernels(void *backend, const gdp_host *host, gdp_err 
                 /* One refused kernel (an op this gradus does not know) must not take the
                  * others down: that op falls back, and the log says why. */
                 char line[700];
-                snprintf(line, sizeof line, "kernel %s/%d not registered: %s", kd->op, (int)kd->dtype, e.msg);
+                if (kd->signature != NULL)
+                    snprintf(line, sizeof line, "kernel %s/%s not registered: %s", kd->op, kd->signature, e.msg);
+                else
+                    snprintf(line, sizeof line, "kernel %s/%d not registered: %s", kd->op, (int)kd->dtype, e.msg);
                 host_log(host, line);
                 refused++;
             }
@@ -157,6 +177,8 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     be->device = dev;
     be->managed = setting_on(host, "GRADUS_CUDA_MANAGED");
     be->sync_each = setting_on(host, "GRADUS_SYNC");
+    const char *graphs = setting(host, "GRADUS_CUDA_GRAPHS");
+    be->graphs = !(graphs != NULL && strcmp(graphs, "0") == 0);
 
     gdp_status s = cu_check(cudaSetDevice(dev), "cudaSetDevice", err);
     cudaDeviceProp prop;
@@ -164,11 +186,13 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     if (s == GDP_OK) {
         snprintf(be->name, sizeof be->name, "%s", prop.name);
         be->sm_count = prop.multiProcessorCount;
+        be->smem_optin = prop.sharedMemPerBlockOptin;
         if (be->managed && !prop.managedMemory)
             s = gdp_fail(err, GDP_ERR_UNSUPPORTED, "GRADUS_CUDA_MANAGED=1: %s has no managed memory", prop.name);
     }
     if (s == GDP_OK) s = cu_device_open(be, err);
     if (s == GDP_OK) s = cu_matmul_open(be, err);
+    if (s == GDP_OK) cu_attention_open(be);
     if (s != GDP_OK) {
         shutdown_backend(be);
         return s;
@@ -210,13 +234,15 @@ extern "C" __attribute__((visibility("default"))) gdp_status gradus_plugin_init(
     plugin->graph_pass = fuse != NULL && strcmp(fuse, "0") == 0 ? NULL : &cu_fuse_pass;
     plugin->register_kernels = register_kernels;
     plugin->shutdown = shutdown_backend;
+    if (GDP_HAS_FIELD(plugin, gdp_plugin, executor)) plugin->executor = &cu_executor_module;
 
     /* `gradus devices` shows the device; the log only mentions the debugging modes, so a
      * normal start stays quiet. The host prefixes the backend's name. */
-    if (be->managed || be->sync_each) {
+    if (be->managed || be->sync_each || !be->graphs) {
         char line[400];
-        snprintf(line, sizeof line, "%s (device %d)%s%s", be->name, be->device, be->managed ? ", managed memory" : "",
-                 be->sync_each ? ", synchronous" : "");
+        snprintf(line, sizeof line, "%s (device %d)%s%s%s", be->name, be->device,
+                 be->managed ? ", managed memory" : "", be->sync_each ? ", synchronous" : "",
+                 be->graphs ? "" : ", no CUDA graphs");
         host_log(host, line);
     }
     return GDP_OK;

@@ -58,7 +58,7 @@ static int is_shape(const gdp_tensor *t, int64_t a, int64_t b, int64_t c, int64_
 static int same_float_dtype(const gdp_node *n)
 {
     int32_t dt = n->out[0]->dtype;
-    if (!cu_is_float(dt)) return 0;
+    if (!cu_gpu_float(dt)) return 0;
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i]->dtype != dt) return 0;
     return 1;

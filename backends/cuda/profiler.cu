@@ -1,10 +1,14 @@
 /* profiler.cu — puts device work on gradus's timeline.
  *
  * While the profiler is on, cu_run records a timing event on the kernel's stream before
- * and after each launch. Nothing waits at launch time: collect() waits for the events of
- * the spans it returns and converts them to nanoseconds since start(), which recorded a
- * base event on the compute stream. Events of collected spans are reused, so a long
- * profile creates events only until its steady state.
+ * and after each launch, and the executor does the same around each replay of a captured
+ * segment (one span for the whole graph: events cannot time nodes inside a replay one by
+ * one, and the graph is what ran). Nothing waits at launch time: collect() waits for the
+ * events of the spans it returns. Spans are on the host's clock (gdp_host.now_ns): start()
+ * records a base event on the idle compute stream, waits for it, and takes the host time
+ * halfway between recording and completion as the base event's; a span's times are that
+ * plus the elapsed device time since the base. Events of collected spans are reused, so a
+ * long profile creates events only until its steady state.
  */
 #include "cuda_internal.h"
 
@@ -63,7 +67,7 @@ void cu_prof_begin(cu_backend *be, cudaStream_t s, cudaEvent_t *start)
     pthread_mutex_unlock(&be->mu);
 }
 
-void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, cudaEvent_t start)
+void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, int32_t node_id, cudaEvent_t start)
 {
     cu_prof *p = &be->prof;
     pthread_mutex_lock(&be->mu);
@@ -83,6 +87,7 @@ void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, cudaEvent_t s
         r->start = start;
         r->end = end;
         r->stream_id = stream_id(be, s);
+        r->node_id = node_id;
     } else {
         (void)cudaGetLastError();
         give_event(p, start);
@@ -114,6 +119,12 @@ void cu_prof_close(cu_backend *be)
     (void)cudaGetLastError();
 }
 
+static uint64_t host_now(const cu_backend *be)
+{
+    const gdp_host *h = be->host;
+    return GDP_HAS_FIELD(h, gdp_host, now_ns) && h->now_ns != NULL ? h->now_ns(h->host) : 0;
+}
+
 static gdp_status prof_start(void *backend, gdp_err *err)
 {
     cu_backend *be = (cu_backend *)backend;
@@ -123,7 +134,11 @@ static gdp_status prof_start(void *backend, gdp_err *err)
     drop_spans(p); /* a new profile starts empty */
     gdp_status s = GDP_OK;
     if (p->base == NULL) s = cu_check(cudaEventCreate(&p->base), "cudaEventCreate", err);
+    uint64_t t0 = host_now(be);
     if (s == GDP_OK) s = cu_check(cudaEventRecord(p->base, be->compute), "cudaEventRecord", err);
+    if (s == GDP_OK) s = cu_check(cudaEventSynchronize(p->base), "cudaEventSynchronize", err);
+    uint64_t t1 = host_now(be);
+    p->base_ns = t0 + (t1 - t0) / 2;
     if (s == GDP_OK) p->on = 1;
     pthread_mutex_unlock(&be->mu);
     return s;
@@ -139,7 +154,11 @@ static gdp_status prof_stop(void *backend, gdp_err *err)
     return GDP_OK;
 }
 
-static uint64_t to_ns(float ms) { return ms <= 0.0f ? 0 : (uint64_t)((double)ms * 1e6 + 0.5); }
+/* Host time of a device time `ms` after the base event (never before the base). */
+static uint64_t to_ns(const cu_prof *p, float ms)
+{
+    return p->base_ns + (ms <= 0.0f ? 0 : (uint64_t)((double)ms * 1e6 + 0.5));
+}
 
 /* Returns the oldest spans (up to cap) and forgets them; their names stay valid until the
  * next collect. */
@@ -155,7 +174,7 @@ static gdp_status prof_collect(void *backend, gdp_span *spans, int32_t cap, int3
     gdp_status s = GDP_OK;
     int take = p->n < cap ? p->n : cap;
     if (take > p->cap_names) {
-        char(*nn)[32] = (char(*)[32])realloc(p->names, (size_t)take * sizeof *nn);
+        char(*nn)[CU_NAME] = (char(*)[CU_NAME])realloc(p->names, (size_t)take * sizeof *nn);
         if (nn == NULL) s = gdp_fail(err, GDP_ERR_NOMEM, "cuda profiler: out of host memory");
         else {
             p->names = nn;
@@ -175,9 +194,10 @@ static gdp_status prof_collect(void *backend, gdp_span *spans, int32_t cap, int3
         memset(o, 0, sizeof *o);
         o->size = sizeof *o;
         o->name = p->names[done];
-        o->start_ns = to_ns(t0);
-        o->end_ns = to_ns(t1);
+        o->start_ns = to_ns(p, t0);
+        o->end_ns = to_ns(p, t1);
         o->stream_id = r->stream_id;
+        o->node_id = r->node_id;
         give_event(p, r->start);
         give_event(p, r->end);
     }

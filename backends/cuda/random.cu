@@ -149,7 +149,7 @@ static int draw_supports(void *b, const gdp_node *n)
 {
     (void)b;
     int32_t dt = n->out[0]->dtype;
-    return n->n_in == 0 && n->n_out == 1 && (cu_is_float(dt) || dt == GDP_F64);
+    return n->n_in == 0 && n->n_out == 1 && (cu_gpu_float(dt) || dt == GDP_F64);
 }
 
 static gdp_status draw_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -206,10 +206,10 @@ static int dropout_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in < 1 || n->n_in > 2 || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[0];
-    if (!cu_is_float(x->dtype) || n->out[0]->dtype != x->dtype || !cu_same_shape(n->out[0], x)) return 0;
+    if (!cu_gpu_float(x->dtype) || n->out[0]->dtype != x->dtype || !cu_same_shape(n->out[0], x)) return 0;
     double p = gdp_attr_float(&n->attrs, "p", 0.5);
     if (!(p >= 0 && p <= 1)) return 0;
-    return n->n_in == 1 || (cu_is_index(n->in[1]->dtype) && gdp_numel(n->in[1]) == 1);
+    return n->n_in == 1 || (gdp_is_index(n->in[1]->dtype) && gdp_numel(n->in[1]) == 1);
 }
 
 static gdp_status dropout_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)

@@ -1,5 +1,7 @@
 /* reduce.cu — the reduce family (src/ops/reduce.c): sum, mean, max, max_grad, argmax,
- * global_norm, and expand (the broadcast that undoes a reduction).
+ * global_norm (expand is a view: no kernel), and the mixed forms of sum and mean that read
+ * f16/bf16 and write f32 ("bf16->f32", "f16->f32": the sum is kept in double either way,
+ * the output is only rounded once, to f32).
  *
  * One walk serves every reduction: output element o and reduced position r (row-major
  * over the reduced axes) name the element of x at offset(o) + offset(r). A block reduces
@@ -15,6 +17,10 @@
  * thread a column segment, neighbouring threads reading neighbouring columns. Both split
  * R into chunks when the outputs alone would not fill the GPU, and fold the chunks in a
  * second pass in a fixed order: deterministic, and at memory bandwidth.
+ *
+ * Partial results live in the node's workspace: each kernel's plan (how many chunks) is
+ * made from shapes alone, once when the host asks for the workspace size and again at
+ * launch, so the two agree.
  */
 #include "cu_vec.h"
 #include "cuda_internal.h"
@@ -166,35 +172,36 @@ static int64_t chunks_for(const cu_backend *be, const rdesc *r)
     return c < by_len ? c : by_len;
 }
 
+/* Scratch reduce_into needs for r: the chunks' partial values and positions. */
+static size_t reduce_scratch(const cu_backend *be, const rdesc *r)
+{
+    int64_t chunks = chunks_for(be, r);
+    return chunks > 1 ? (size_t)(r->n_out * chunks) * (sizeof(double) + sizeof(int64_t)) : 0;
+}
+
 /* Runs the reduction of x into out_v (doubles, n_out of them) and, for R_MAX, out_i
- * (positions); both device scratch owned by the caller. */
+ * (positions); scratch holds reduce_scratch(be, r) bytes. */
 static gdp_status reduce_into(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const rdesc *r, int mode,
-                              double div, double *out_v, int64_t *out_i, gdp_err *err)
+                              double div, double *out_v, int64_t *out_i, char *scratch, gdp_err *err)
 {
     int64_t chunks = chunks_for(be, r);
     double *pv = out_v;
     int64_t *pi = out_i;
-    void *scratch = NULL;
     if (chunks > 1) {
         size_t nb = (size_t)(r->n_out * chunks);
-        gdp_status st = cu_scratch_alloc(be, nb * (sizeof(double) + sizeof(int64_t)), &scratch, err);
-        if (st != GDP_OK) return st;
         pv = (double *)scratch;
         pi = (int64_t *)(pv + nb);
     }
     unsigned grid = cu_blocks(be, r->n_out * chunks * THREADS, THREADS);
-    int bad = 0;
     switch (x->dtype) {
     case GDP_F32: reduce_kernel<float><<<grid, THREADS, 0, s>>>((const float *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
     case GDP_F16: reduce_kernel<__half><<<grid, THREADS, 0, s>>>((const __half *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
     case GDP_BF16: reduce_kernel<__nv_bfloat16><<<grid, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, *r, mode, chunks, pv, mode == R_MAX ? pi : NULL); break;
-    default: bad = 1;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda reduce: dtype %d", (int)x->dtype);
     }
-    if (!bad && (chunks > 1 || div != 1.0))
+    if (chunks > 1 || div != 1.0)
         fold_kernel<<<cu_blocks(be, r->n_out, THREADS), THREADS, 0, s>>>(pv, mode == R_MAX ? pi : NULL, r->n_out, chunks,
                                                                          mode, div, out_v, mode == R_MAX ? out_i : NULL);
-    if (scratch != NULL) cu_scratch_free(be, scratch);
-    if (bad) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda reduce: dtype %d", (int)x->dtype);
     return GDP_OK;
 }
 
@@ -219,7 +226,17 @@ static int all_float(const gdp_node *n, int32_t dt)
         if (n->in[i]->dtype != dt) return 0;
     for (int i = 0; i < n->n_out; i++)
         if (n->out[i]->dtype != dt) return 0;
-    return cu_is_float(dt);
+    return cu_gpu_float(dt);
+}
+
+static int is_sum(const gdp_node *n) { return strcmp(n->op, "sum") == 0 || strcmp(n->op, "mean") == 0; }
+
+/* Uniform nodes, and sum/mean of f16/bf16 into f32 (the mixed forms). */
+static int reduce_dtypes_ok(const gdp_node *n)
+{
+    int32_t dt = n->in[0]->dtype;
+    if (all_float(n, dt)) return 1;
+    return is_sum(n) && n->n_in == 1 && n->n_out == 1 && gdp_is_half(dt) && n->out[0]->dtype == GDP_F32;
 }
 
 /* y[i] = v[i] (or its square root), rounded as the reference rounds a double. */
@@ -263,9 +280,9 @@ static int as_arc(const gdp_tensor *x, const int *red, int64_t *A, int64_t *R, i
 
 // x (A, R): unit u = a * chunks + c, one warp, sums x[a, c*clen .. min((c+1)*clen, R)) into
 // part[u], or into y[a] (divided by div) when there is one chunk (part == NULL)
-template <typename T>
+template <typename T, typename U>
 __global__ void __launch_bounds__(RED_THREADS) rows_sum_kernel(const T *x, int64_t A, int64_t R, int64_t chunks,
-                                                               int64_t clen, int vec, double *part, T *y, double div)
+                                                               int64_t clen, int vec, double *part, U *y, double div)
 {
     constexpr int N = cu_vec<T>::N;
     const int lane = threadIdx.x & 31;
@@ -301,8 +318,8 @@ __global__ void __launch_bounds__(RED_THREADS) rows_sum_kernel(const T *x, int64
 }
 
 /* y[o] = sum of part[o * chunks .. (o + 1) * chunks) / div: one block per output. */
-template <typename T>
-__global__ void __launch_bounds__(RED_THREADS) fold_rows_kernel(const double *part, int64_t n_out, int64_t chunks, T *y,
+template <typename U>
+__global__ void __launch_bounds__(RED_THREADS) fold_rows_kernel(const double *part, int64_t n_out, int64_t chunks, U *y,
                                                                 double div)
 {
     __shared__ double sh[32];
@@ -316,9 +333,9 @@ __global__ void __launch_bounds__(RED_THREADS) fold_rows_kernel(const double *pa
 
 // x (A, R, C): item i = k * (A*C) + a*C + c sums x[a, r, c] over r in chunk k into part[i],
 // or into y[a*C + c] (divided by div) when there is one chunk (part == NULL)
-template <typename T>
+template <typename T, typename U>
 __global__ void cols_sum_kernel(const T *x, int64_t A, int64_t R, int64_t C, int64_t chunks, int64_t clen, double *part,
-                                T *y, double div)
+                                U *y, double div)
 {
     const int64_t AC = A * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < chunks * AC; i += (int64_t)gridDim.x * blockDim.x) {
@@ -334,8 +351,8 @@ __global__ void cols_sum_kernel(const T *x, int64_t A, int64_t R, int64_t C, int
 }
 
 /* y[o] = sum over k of part[k * n_out + o] / div: a thread per output, chunks in order. */
-template <typename T>
-__global__ void fold_cols_kernel(const double *part, int64_t n_out, int64_t chunks, T *y, double div)
+template <typename U>
+__global__ void fold_cols_kernel(const double *part, int64_t n_out, int64_t chunks, U *y, double div)
 {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n_out; o += (int64_t)gridDim.x * blockDim.x) {
         double acc = 0.0;
@@ -360,47 +377,49 @@ static void split_r(int64_t R, int64_t items, int64_t want, int64_t min_len, int
     *chunks = ceil_div(R, len);
 }
 
-template <typename T>
+/* The fast path's split of R. `align` is the vector width when x is read in vectors:
+ * the workspace is sized with align 1, which gives the most chunks. */
+static void sum_fast_split(const cu_backend *be, int64_t A, int64_t R, int64_t C, int64_t align, int64_t *chunks,
+                           int64_t *clen)
+{
+    const int64_t sms = be->sm_count > 0 ? be->sm_count : 80;
+    if (C == 1) {
+        /* a warp per unit. With 8 rows per SM or more, whole rows keep enough loads in
+         * flight; fewer rows are split so that there are about 32 warps per SM. */
+        if (A >= sms * 8) *chunks = 1, *clen = R;
+        else split_r(R, A, sms * 32, 2048, align, chunks, clen);
+    } else {
+        /* a thread per (column, chunk); a full GPU holds 2048 threads per SM */
+        split_r(R, A * C, sms * 2048, 16, 1, chunks, clen);
+    }
+}
+
+template <typename T, typename U>
 static gdp_status sum_fast(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y, int64_t A,
-                           int64_t R, int64_t C, double div, gdp_err *err)
+                           int64_t R, int64_t C, double div, double *part)
 {
     const T *px = (const T *)x->data;
-    T *py = (T *)y->data;
+    U *py = (U *)y->data;
     const int64_t n_out = A * C, sms = be->sm_count > 0 ? be->sm_count : 80;
     if (n_out == 0) return GDP_OK;
     int64_t chunks, clen;
-    void *part = NULL;
     if (C == 1) {
         const int N = cu_vec<T>::N;
         int vec = cu_aligned16(px) && R % N == 0;
-        /* a warp per unit. With 8 rows per SM or more, whole rows keep enough loads in
-         * flight; fewer rows are split so that there are about 32 warps per SM. */
-        if (A >= sms * 8) chunks = 1, clen = R;
-        else split_r(R, A, sms * 32, 2048, vec ? N : 1, &chunks, &clen);
-        if (chunks > 1) {
-            gdp_status st = cu_scratch_alloc(be, (size_t)(A * chunks) * sizeof(double), &part, err);
-            if (st != GDP_OK) return st;
-        }
-        rows_sum_kernel<T><<<cu_blocks(be, A * chunks * 32, RED_THREADS), RED_THREADS, 0, s>>>(
-            px, A, R, chunks, clen, vec, (double *)part, chunks > 1 ? (T *)NULL : py, div);
+        sum_fast_split(be, A, R, C, vec ? N : 1, &chunks, &clen);
+        rows_sum_kernel<T, U><<<cu_blocks(be, A * chunks * 32, RED_THREADS), RED_THREADS, 0, s>>>(
+            px, A, R, chunks, clen, vec, chunks > 1 ? part : (double *)NULL, chunks > 1 ? (U *)NULL : py, div);
         if (chunks > 1) {
             unsigned g = (unsigned)(A < sms * 8 ? A : sms * 8);
-            fold_rows_kernel<T><<<g, RED_THREADS, 0, s>>>((const double *)part, A, chunks, py, div);
+            fold_rows_kernel<U><<<g, RED_THREADS, 0, s>>>(part, A, chunks, py, div);
         }
     } else {
-        /* a thread per (column, chunk); a full GPU holds 2048 threads per SM */
-        split_r(R, n_out, sms * 2048, 16, 1, &chunks, &clen);
-        if (chunks > 1) {
-            gdp_status st = cu_scratch_alloc(be, (size_t)(n_out * chunks) * sizeof(double), &part, err);
-            if (st != GDP_OK) return st;
-        }
-        cols_sum_kernel<T><<<cu_blocks(be, n_out * chunks, RED_THREADS), RED_THREADS, 0, s>>>(
-            px, A, R, C, chunks, clen, (double *)part, chunks > 1 ? (T *)NULL : py, div);
+        sum_fast_split(be, A, R, C, 1, &chunks, &clen);
+        cols_sum_kernel<T, U><<<cu_blocks(be, n_out * chunks, RED_THREADS), RED_THREADS, 0, s>>>(
+            px, A, R, C, chunks, clen, chunks > 1 ? part : (double *)NULL, chunks > 1 ? (U *)NULL : py, div);
         if (chunks > 1)
-            fold_cols_kernel<T><<<cu_blocks(be, n_out, RED_THREADS), RED_THREADS, 0, s>>>((const double *)part, n_out,
-                                                                                          chunks, py, div);
+            fold_cols_kernel<U><<<cu_blocks(be, n_out, RED_THREADS), RED_THREADS, 0, s>>>(part, n_out, chunks, py, div);
     }
-    if (part != NULL) cu_scratch_free(be, part);
     return GDP_OK;
 }
 
@@ -411,22 +430,43 @@ static int reduce_supports(void *b, const gdp_node *n)
     (void)b;
     int red[GDP_MAX_DIMS];
     int is_grad = strcmp(n->op, "max_grad") == 0;
-    if (n->n_out != 1 || n->n_in != (is_grad ? 2 : 1) || !all_float(n, n->in[0]->dtype)) return 0;
+    if (n->n_out != 1 || n->n_in != (is_grad ? 2 : 1) || !reduce_dtypes_ok(n)) return 0;
     const gdp_tensor *x = n->in[is_grad ? 1 : 0];
     if (!parse_axes(n, x, red)) return 0;
     rdesc r;
     rdesc_init(&r, x, red);
     /* sum and mean of nothing (0, and 0/0 for mean, as the reference) only on the fast path */
     int64_t A, R, C;
-    int is_sum = strcmp(n->op, "sum") == 0 || strcmp(n->op, "mean") == 0;
-    if (gdp_numel(x) == 0 && !(is_sum && as_arc(x, red, &A, &R, &C))) return 0;
+    if (gdp_numel(x) == 0 && !(is_sum(n) && as_arc(x, red, &A, &R, &C))) return 0;
     /* The output has the kept dims' element count (keepdims only inserts 1s). */
     return gdp_numel(n->out[0]) == (is_grad ? gdp_numel(x) : r.n_out) && (!is_grad || gdp_numel(n->in[0]) == r.n_out);
 }
 
+/* Bytes of scratch sum/mean use: the fast path's partial sums, or the general path's
+ * doubles and reduce_into's chunks. */
+static size_t sum_scratch(const cu_backend *be, const gdp_node *n)
+{
+    const gdp_tensor *x = n->in[0];
+    int red[GDP_MAX_DIMS];
+    if (!parse_axes(n, x, red)) return 0;
+    int64_t A, R, C, chunks, clen;
+    if (as_arc(x, red, &A, &R, &C)) {
+        sum_fast_split(be, A, R, C, 1, &chunks, &clen);
+        return chunks > 1 ? (size_t)(A * C * chunks) * sizeof(double) : 0;
+    }
+    rdesc r;
+    rdesc_init(&r, x, red);
+    return cu_ws_round((size_t)r.n_out * sizeof(double)) + reduce_scratch(be, &r);
+}
+
+static size_t sum_workspace(void *b, const gdp_node *n) { return cu_ws_declare(sum_scratch((const cu_backend *)b, n)); }
+
 static gdp_status sum_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *y = node->out[0];
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, sum_scratch(be, node), &ws, err);
+    if (st != GDP_OK) return st;
     int red[GDP_MAX_DIMS];
     parse_axes(node, x, red);
     rdesc r;
@@ -434,43 +474,50 @@ static gdp_status sum_run(cu_backend *be, const gdp_node *node, cudaStream_t s, 
     double div = strcmp(node->op, "mean") == 0 ? (double)r.len : 1.0;
     int64_t A, R, C;
     if (as_arc(x, red, &A, &R, &C)) {
-        gdp_status st = GDP_OK;
-        CU_FLOAT_SWITCH(x->dtype, T, st = sum_fast<T>(be, s, x, y, A, R, C, div, err));
+        int mixed = y->dtype != x->dtype;
+        CU_FLOAT_SWITCH(x->dtype, T,
+                        st = mixed ? sum_fast<T, float>(be, s, x, y, A, R, C, div, (double *)ws)
+                                   : sum_fast<T, T>(be, s, x, y, A, R, C, div, (double *)ws));
         return st;
     }
-    void *acc = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)r.n_out * sizeof(double), &acc, err);
-    if (st != GDP_OK) return st;
-    st = reduce_into(be, s, x, &r, R_SUM, div, (double *)acc, NULL, err);
-    if (st == GDP_OK) st = store_doubles(be, s, (const double *)acc, y, r.n_out, 0, err);
-    cu_scratch_free(be, acc);
+    double *acc = (double *)ws;
+    st = reduce_into(be, s, x, &r, R_SUM, div, acc, NULL, ws + cu_ws_round((size_t)r.n_out * sizeof(double)), err);
+    if (st == GDP_OK) st = store_doubles(be, s, acc, y, r.n_out, 0, err);
     return st;
 }
 CU_LAUNCHER(sum_run)
 
-/* max and max_grad find, per output, the position of the first maximal element. */
-static gdp_status max_positions(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const rdesc *r, void **scratch,
-                                int64_t **best, gdp_err *err)
+/* max and max_grad find, per output, the position of the first maximal element: values
+ * and positions, then reduce_into's chunks. */
+static size_t max_scratch(const cu_backend *be, const gdp_node *n, rdesc *r)
 {
-    size_t n = (size_t)r->n_out;
-    gdp_status st = cu_scratch_alloc(be, n * (sizeof(double) + sizeof(int64_t)), scratch, err);
-    if (st != GDP_OK) return st;
-    double *v = (double *)*scratch;
-    *best = (int64_t *)(v + n);
-    return reduce_into(be, s, x, r, R_MAX, 1.0, v, *best, err);
+    int is_grad = strcmp(n->op, "max_grad") == 0;
+    const gdp_tensor *x = n->in[is_grad ? 1 : 0];
+    int red[GDP_MAX_DIMS];
+    memset(r, 0, sizeof *r);
+    if (!parse_axes(n, x, red)) return 0;
+    rdesc_init(r, x, red);
+    return cu_ws_round((size_t)r->n_out * (sizeof(double) + sizeof(int64_t))) + reduce_scratch(be, r);
+}
+
+static size_t max_workspace(void *b, const gdp_node *n)
+{
+    rdesc r;
+    return cu_ws_declare(max_scratch((const cu_backend *)b, n, &r));
 }
 
 static gdp_status max_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     int is_grad = strcmp(node->op, "max_grad") == 0;
     const gdp_tensor *x = node->in[is_grad ? 1 : 0], *y = node->out[0];
-    int red[GDP_MAX_DIMS];
-    parse_axes(node, x, red);
     rdesc r;
-    rdesc_init(&r, x, red);
-    void *scratch = NULL;
-    int64_t *best = NULL;
-    gdp_status st = max_positions(be, s, x, &r, &scratch, &best, err);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, max_scratch(be, node, &r), &ws, err);
+    if (st != GDP_OK) return st;
+    size_t n = (size_t)r.n_out;
+    double *v = (double *)ws;
+    int64_t *best = (int64_t *)(v + n);
+    st = reduce_into(be, s, x, &r, R_MAX, 1.0, v, best, ws + cu_ws_round(n * (sizeof(double) + sizeof(int64_t))), err);
     if (st == GDP_OK && is_grad)
         st = cu_check(cudaMemsetAsync(y->data, 0, (size_t)gdp_numel(y) * gdp_dtype_size(y->dtype), s), "cudaMemsetAsync",
                       err);
@@ -486,7 +533,6 @@ static gdp_status max_run(cu_backend *be, const gdp_node *node, cudaStream_t s, 
             else gather_max_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)src, r, best, (uint16_t *)y->data);
         }
     }
-    cu_scratch_free(be, scratch);
     return st;
 }
 CU_LAUNCHER(max_run)
@@ -494,27 +540,41 @@ CU_LAUNCHER(max_run)
 static int argmax_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 1 || n->n_out != 1 || !cu_is_float(n->in[0]->dtype) || n->out[0]->dtype != GDP_I64) return 0;
+    if (n->n_in != 1 || n->n_out != 1 || !cu_gpu_float(n->in[0]->dtype) || n->out[0]->dtype != GDP_I64) return 0;
     const gdp_tensor *x = n->in[0];
     int a = cu_axis(gdp_attr_int(&n->attrs, "axis", -1), x->ndim);
     return a >= 0 && x->shape[a] > 0 && gdp_numel(n->out[0]) == gdp_numel(x) / x->shape[a];
 }
 
+/* argmax reduces one axis: its values, then reduce_into's chunks. */
+static size_t argmax_scratch(const cu_backend *be, const gdp_node *n, rdesc *r)
+{
+    const gdp_tensor *x = n->in[0];
+    int red[GDP_MAX_DIMS] = {0};
+    memset(r, 0, sizeof *r);
+    int a = cu_axis(gdp_attr_int(&n->attrs, "axis", -1), x->ndim);
+    if (a < 0) return 0;
+    red[a] = 1;
+    rdesc_init(r, x, red);
+    return cu_ws_round((size_t)r->n_out * sizeof(double)) + reduce_scratch(be, r);
+}
+
+static size_t argmax_workspace(void *b, const gdp_node *n)
+{
+    rdesc r;
+    return cu_ws_declare(argmax_scratch((const cu_backend *)b, n, &r));
+}
+
 // x (outer, n, inner) -> y (outer, inner) i64: the index along axis of the first maximum
 static gdp_status argmax_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = node->in[0];
-    int red[GDP_MAX_DIMS] = {0};
-    red[cu_axis(gdp_attr_int(&node->attrs, "axis", -1), x->ndim)] = 1;
     rdesc r;
-    rdesc_init(&r, x, red);
-    if (r.n_out == 0) return GDP_OK;
-    void *v = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)r.n_out * sizeof(double), &v, err);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, argmax_scratch(be, node, &r), &ws, err);
+    if (st != GDP_OK || r.n_out == 0) return st;
     /* With one reduced axis the position is the index along it: written straight out. */
-    if (st == GDP_OK) st = reduce_into(be, s, x, &r, R_MAX, 1.0, (double *)v, (int64_t *)node->out[0]->data, err);
-    cu_scratch_free(be, v);
-    return st;
+    return reduce_into(be, s, node->in[0], &r, R_MAX, 1.0, (double *)ws, (int64_t *)node->out[0]->data,
+                       ws + cu_ws_round((size_t)r.n_out * sizeof(double)), err);
 }
 CU_LAUNCHER(argmax_run)
 
@@ -534,98 +594,72 @@ __global__ void sum_serial_kernel(const double *v, int64_t n, double *out)
     }
 }
 
+/* A whole tensor as one reduction. */
+static void all_axes(const gdp_tensor *x, rdesc *r)
+{
+    int red[GDP_MAX_DIMS];
+    for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = 1;
+    rdesc_init(r, x, red);
+}
+
+/* One double per input and the total, then the largest of the inputs' reduce_into
+ * chunks (the inputs are reduced one after the other, so they share it). */
+static size_t global_norm_scratch(const cu_backend *be, const gdp_node *n)
+{
+    size_t most = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        rdesc r;
+        all_axes(n->in[k], &r);
+        size_t b = reduce_scratch(be, &r);
+        if (b > most) most = b;
+    }
+    return cu_ws_round((size_t)(n->n_in + 1) * sizeof(double)) + most;
+}
+
+static size_t global_norm_workspace(void *b, const gdp_node *n)
+{
+    return cu_ws_declare(global_norm_scratch((const cu_backend *)b, n));
+}
+
 // xs[0..n) (any shapes) -> y () = sqrt(sum of squares of every element)
 static gdp_status global_norm_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    void *scratch = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)(node->n_in + 1) * sizeof(double), &scratch, err);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, global_norm_scratch(be, node), &ws, err);
     if (st != GDP_OK) return st;
-    double *per = (double *)scratch;
+    double *per = (double *)ws;
+    char *chunks = ws + cu_ws_round((size_t)(node->n_in + 1) * sizeof(double));
     st = cu_check(cudaMemsetAsync(per, 0, (size_t)(node->n_in + 1) * sizeof(double), s), "cudaMemsetAsync", err);
     for (int k = 0; k < node->n_in && st == GDP_OK; k++) {
         const gdp_tensor *x = node->in[k];
         if (gdp_numel(x) == 0) continue;
-        int red[GDP_MAX_DIMS];
-        for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = 1;
         rdesc r;
-        rdesc_init(&r, x, red);
-        st = reduce_into(be, s, x, &r, R_SUMSQ, 1.0, per + k, NULL, err);
+        all_axes(x, &r);
+        st = reduce_into(be, s, x, &r, R_SUMSQ, 1.0, per + k, NULL, chunks, err);
     }
     if (st == GDP_OK) sum_serial_kernel<<<1, 1, 0, s>>>(per, node->n_in, per + node->n_in);
     if (st == GDP_OK) st = store_doubles(be, s, per + node->n_in, node->out[0], 1, 1, err);
-    cu_scratch_free(be, scratch);
     return st;
 }
 CU_LAUNCHER(global_norm_run)
 
-/* expand: y[o] = x[offset of o with stride 0 along broadcast axes], bits copied. */
-typedef struct xdesc {
-    int ndim;
-    int64_t shape[GDP_MAX_DIMS], xstride[GDP_MAX_DIMS];
-} xdesc;
-
-template <typename E>
-__global__ void expand_kernel(const E *x, E *y, int64_t n, xdesc e)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = x[unravel(i, e.ndim, e.shape, e.xstride)];
-}
-
-static int expand_supports(void *b, const gdp_node *n)
-{
-    (void)b;
-    if (n->n_in != 1 || n->n_out != 1) return 0;
-    const gdp_tensor *x = n->in[0], *y = n->out[0];
-    size_t es = gdp_dtype_size(y->dtype);
-    if (x->dtype != y->dtype || x->ndim > y->ndim || (es != 2 && es != 4 && es != 8)) return 0;
-    for (int d = 0; d < x->ndim; d++) {
-        int64_t xd = x->shape[x->ndim - 1 - d], yd = y->shape[y->ndim - 1 - d];
-        if (xd != 1 && xd != yd) return 0;
-    }
-    return 1;
-}
-
-static gdp_status expand_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
-{
-    const gdp_tensor *x = node->in[0], *y = node->out[0];
-    xdesc e;
-    memset(&e, 0, sizeof e);
-    e.ndim = y->ndim;
-    int off = y->ndim - x->ndim;
-    int64_t st = 1;
-    for (int d = y->ndim - 1; d >= 0; d--) {
-        e.shape[d] = y->shape[d];
-        if (d >= off) {
-            e.xstride[d] = x->shape[d - off] == 1 ? 0 : st;
-            st *= x->shape[d - off];
-        }
-    }
-    int64_t n = gdp_numel(y);
-    if (n == 0) return GDP_OK;
-    unsigned g = cu_blocks(be, n, THREADS);
-    switch (gdp_dtype_size(y->dtype)) {
-    case 2: expand_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, n, e); break;
-    case 4: expand_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, n, e); break;
-    case 8: expand_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, (uint64_t *)y->data, n, e); break;
-    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda expand: dtype %d", (int)y->dtype);
-    }
-    return GDP_OK;
-}
-CU_LAUNCHER(expand_run)
-
 static const char *const axes_attrs[] = {"axes", NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
 
-#define FLOATS3(op, sup, fn, attrs) \
-    CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+#define RK(op, dt, sup, fn, attrs, ws) CU_KX(op, dt, 0, sup, fn, attrs, ws)
+#define FLOATS3(op, sup, fn, attrs, ws) \
+    RK(op, GDP_F32, sup, fn, attrs, ws), RK(op, GDP_F16, sup, fn, attrs, ws), RK(op, GDP_BF16, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("sum", reduce_supports, sum_run_launch, axes_attrs),
-    FLOATS3("mean", reduce_supports, sum_run_launch, axes_attrs),
-    FLOATS3("max", reduce_supports, max_run_launch, axes_attrs),
-    FLOATS3("max_grad", reduce_supports, max_run_launch, axes_attrs),
-    FLOATS3("argmax", argmax_supports, argmax_run_launch, axis_attrs),
-    FLOATS3("global_norm", global_norm_supports, global_norm_run_launch, NULL),
-    FLOATS3("expand", expand_supports, expand_run_launch, NULL),
+    FLOATS3("sum", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    FLOATS3("mean", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    CU_KSIG("sum", "bf16->f32", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    CU_KSIG("sum", "f16->f32", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    CU_KSIG("mean", "bf16->f32", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    CU_KSIG("mean", "f16->f32", reduce_supports, sum_run_launch, axes_attrs, sum_workspace),
+    FLOATS3("max", reduce_supports, max_run_launch, axes_attrs, max_workspace),
+    FLOATS3("max_grad", reduce_supports, max_run_launch, axes_attrs, max_workspace),
+    FLOATS3("argmax", argmax_supports, argmax_run_launch, axis_attrs, argmax_workspace),
+    FLOATS3("global_norm", global_norm_supports, global_norm_run_launch, NULL, global_norm_workspace),
 };
 CU_FAMILY(reduce, kernels);

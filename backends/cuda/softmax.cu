@@ -172,7 +172,7 @@ static int same_all(const gdp_node *n)
 {
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i]->dtype != n->out[0]->dtype || !cu_same_shape(n->in[i], n->out[0])) return 0;
-    return cu_is_float(n->out[0]->dtype);
+    return cu_gpu_float(n->out[0]->dtype);
 }
 
 static int softmax_supports(void *b, const gdp_node *n)
@@ -215,11 +215,10 @@ static __device__ __forceinline__ int64_t load_target(const void *t, int is64, i
 }
 
 /* Per row: loss[r] = logsumexp(row) - row[target] (0 for ignored rows) and kept[r].
- * A target that names no class cannot be reported from here; its row's loss is NaN so the
- * result is loudly wrong rather than quietly so (the reference fails with a message). */
+ * A target that names no class is reported (baddata.cu) and its row's loss is NaN. */
 template <typename T>
 __global__ void ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore, double *loss,
-                               double *kept)
+                               double *kept, cu_bad bad)
 {
     __shared__ double sh[THREADS];
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
@@ -236,6 +235,7 @@ __global__ void ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, in
         s = block_sum(s, sh);
         if (threadIdx.x == 0) {
             int ok = target >= 0 && target < C;
+            if (!ok) cu_report(bad, target, r);
             loss[r] = ok ? m + log(s) - (double)cu_ld(x, r * C + target) : NAN;
             kept[r] = 1.0;
         }
@@ -263,7 +263,7 @@ __global__ void ce_store_kernel(const double *v, T *y)
 // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
 template <typename T>
 __global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore,
-                               const double *totals, T *dx)
+                               const double *totals, T *dx, cu_bad bad)
 {
     __shared__ double sh[THREADS];
     double count = totals[1];
@@ -282,6 +282,7 @@ __global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, 
         s = block_sum(s, sh);
         double lse = m + log(s);
         int ok = target >= 0 && target < C;
+        if (!ok && threadIdx.x == 0) cu_report(bad, target, r);
         for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
             double p = exp((double)cu_ld(x, r * C + k) - lse);
             cu_std(dx, r * C + k, ok ? (p - (k == target ? 1.0 : 0.0)) * scale : NAN);
@@ -295,12 +296,25 @@ static int ce_supports(void *b, const gdp_node *n)
     int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
     if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[is_grad ? 1 : 0], *t = n->in[is_grad ? 2 : 1];
-    if (!cu_is_float(x->dtype) || !cu_is_index(t->dtype) || n->out[0]->dtype != x->dtype || x->ndim < 1) return 0;
+    if (!cu_gpu_float(x->dtype) || !gdp_is_index(t->dtype) || n->out[0]->dtype != x->dtype || x->ndim < 1) return 0;
     if (is_grad && (n->in[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
         return 0;
     if (!is_grad && gdp_numel(n->out[0]) != 1) return 0;
     int64_t C = x->shape[x->ndim - 1];
     return C >= 1 && gdp_numel(t) * C == gdp_numel(x);
+}
+
+/* Row losses, row weights (kept or not), then the total and the count. */
+static size_t ce_scratch(const gdp_node *n)
+{
+    int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
+    return (size_t)(2 * gdp_numel(n->in[is_grad ? 2 : 1]) + 2) * sizeof(double);
+}
+
+static size_t ce_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare(ce_scratch(n));
 }
 
 static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -310,34 +324,34 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
     int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int t64 = t->dtype == GDP_I64;
-    void *scratch = NULL;
-    gdp_status st = cu_scratch_alloc(be, (size_t)(2 * N + 2) * sizeof(double), &scratch, err);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, ce_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    double *loss = (double *)scratch, *kept = loss + N, *tot = kept + N;
+    double *loss = (double *)ws, *kept = loss + N, *tot = kept + N;
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_TARGET, C, ignore, t);
     unsigned g = cu_blocks(be, N * THREADS, THREADS);
     switch (x->dtype) {
-    case GDP_F32: ce_rows_kernel<float><<<g, THREADS, 0, s>>>((const float *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
-    case GDP_F16: ce_rows_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
-    default: ce_rows_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, loss, kept); break;
+    case GDP_F32: ce_rows_kernel<float><<<g, THREADS, 0, s>>>((const float *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
+    case GDP_F16: ce_rows_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
+    default: ce_rows_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
     }
     ce_total_kernel<<<1, THREADS, 0, s>>>(loss, kept, N, tot);
     /* The row losses are recomputed by the grad pass rather than stored: only the count
      * is needed there, and the forward node may have run long before. */
     switch (x->dtype) {
     case GDP_F32:
-        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data);
+        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data, bad);
         else ce_store_kernel<float><<<1, 1, 0, s>>>(tot, (float *)y->data);
         break;
     case GDP_F16:
-        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data);
+        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data, bad);
         else ce_store_kernel<__half><<<1, 1, 0, s>>>(tot, (__half *)y->data);
         break;
     default:
-        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data);
+        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data, bad);
         else ce_store_kernel<__nv_bfloat16><<<1, 1, 0, s>>>(tot, (__nv_bfloat16 *)y->data);
         break;
     }
-    cu_scratch_free(be, scratch);
     return GDP_OK;
 }
 CU_LAUNCHER(ce_run)
@@ -346,13 +360,14 @@ static const char *const axis_attrs[] = {"axis", NULL};
 
 #define FLOATS3(op, sup, fn, attrs) \
     CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
+#define CE(op, dt) CU_KX(op, dt, 0, ce_supports, ce_run_launch, NULL, ce_workspace)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("softmax", softmax_supports, softmax_run_launch, axis_attrs),
     FLOATS3("log_softmax", softmax_supports, softmax_run_launch, axis_attrs),
     FLOATS3("softmax_grad", softmax_supports, softmax_run_launch, axis_attrs),
     FLOATS3("log_softmax_grad", softmax_supports, softmax_run_launch, axis_attrs),
-    FLOATS3("cross_entropy", ce_supports, ce_run_launch, NULL),
-    FLOATS3("cross_entropy_grad", ce_supports, ce_run_launch, NULL),
+    CE("cross_entropy", GDP_F32), CE("cross_entropy", GDP_F16), CE("cross_entropy", GDP_BF16),
+    CE("cross_entropy_grad", GDP_F32), CE("cross_entropy_grad", GDP_F16), CE("cross_entropy_grad", GDP_BF16),
 };
 CU_FAMILY(softmax, kernels);
