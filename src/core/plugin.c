@@ -4,7 +4,9 @@
  * directory `gradus/plugins` beside the loaded libgradus, the installed plugin directory,
  * and the build tree's plugins/ directory. Files named libgradus_<name>.so. The first file
  * of a given name wins. GRADUS_DISABLE_<NAME>=1 (or GRADUS_DISABLE=name,name) skips one.
- * A plugin that declines or fails leaves one log line; gradus goes on with the others. */
+ * A plugin that fails or is refused leaves one log line; one that declines (no device
+ * here) leaves only its note for `gradus devices`, and a log line under GRADUS_TRACE.
+ * gradus goes on with the others. */
 #define _GNU_SOURCE 1
 #include "core.h"
 
@@ -147,7 +149,9 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     gdp_err e = {.size = sizeof e};
     gdp_status s = init(host, &pl, &e);
     char reason[600];
-    if (pl.abi_major != GDP_ABI_MAJOR) {
+    /* A plugin that fails before it sets its ABI version (checking its arguments, say)
+     * leaves 0: its own message says more than "built for ABI 0.0". */
+    if (pl.abi_major != GDP_ABI_MAJOR && !(s != GDP_OK && pl.abi_major == 0)) {
         snprintf(reason, sizeof reason, "built for plugin ABI %d.%d, this gradus speaks %d.%d: rebuild the plugin",
                  pl.abi_major, pl.abi_minor, GDP_ABI_MAJOR, GDP_ABI_MINOR);
         gd_ctx_log(ctx, "plugin %s refused: %s", name, reason);
@@ -158,7 +162,10 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     if (s != GDP_OK) {
         int declined = s == GDP_ERR_NODEVICE;
         snprintf(reason, sizeof reason, "%s", e.msg[0] ? e.msg : gd_status_name(s));
-        gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
+        /* No device is the normal case on most machines (the CUDA plugin without a GPU): it
+         * is for `gradus devices` and the trace, not a line on every run's stderr. */
+        if (!declined || ctx->trace)
+            gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
         note(ctx, name, path, declined ? "declined" : "failed", reason);
         free(b);
         return declined ? GD_ERR_NODEVICE : GD_ERR_DEVICE;
@@ -386,8 +393,11 @@ gd_status gd_plugin_load_file(gd_ctx *ctx, const char *path)
     gd_status s = load_from_init(ctx, name, path, init, dl);
     if (s != GD_OK) {
         dlclose(dl);
-        if (s == GD_ERR_VERSION || s == GD_ERR_DEVICE)
-            gd_fail(ctx, s, "plugin %s: %s", name, ctx->n_notes ? ctx->notes[ctx->n_notes - 1].reason : "");
+        const gd_plugin_note *n = ctx->n_notes > 0 ? &ctx->notes[ctx->n_notes - 1] : NULL;
+        if (n != NULL && strcmp(n->path, path) == 0)
+            gd_fail(ctx, s, "plugin %s %s: %s", name, n->state, n->reason);
+        else
+            gd_fail(ctx, s, "plugin %s: %s", name, gd_status_name(s));
     }
     return s;
 }
