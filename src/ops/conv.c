@@ -242,14 +242,14 @@ static gdp_status conv2d_ref(void *backend, const gdp_node *node, void *stream, 
     (void)stream;
     const gdp_tensor *x = &node->in[0], *w = &node->in[1], *b = node->n_in > 2 ? &node->in[2] : NULL;
     const gdp_tensor *y = &node->out[0];
-    if (!ref_dtype_ok(x)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d: reference takes f32/f64");
+    if (!ref_dtype_ok(x)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = {0};
     conv_attrs(&node->attrs, &g);
     conv_dims(&g, x->shape, w->shape);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
     if (!scratch_alloc(&s, (int64_t[]){g.C * g.H * g.W, g.Co * K, K * P, P, g.Co}, 5))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d: out of memory for im2col [%lld, %lld]", (long long)K,
+        return gdp_fail(err, GDP_ERR_NOMEM, "out of memory for im2col [%lld, %lld]", (long long)K,
                         (long long)P);
     double *xd = s.p[0], *wd = s.p[1], *col = s.p[2], *acc = s.p[3], *bias = s.p[4];
     load(w, 0, g.Co * K, wd);
@@ -283,14 +283,14 @@ static gdp_status conv2d_grad_input_ref(void *backend, const gdp_node *node, voi
     (void)backend;
     (void)stream;
     const gdp_tensor *dy = &node->in[0], *w = &node->in[1], *dx = &node->out[0];
-    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_input: reference takes f32/f64");
+    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = {0};
     conv_attrs(&node->attrs, &g);
     conv_dims(&g, dx->shape, w->shape);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
     if (!scratch_alloc(&s, (int64_t[]){g.Co * P, g.Co * K, K * P, g.C * g.H * g.W}, 4))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d_grad_input: out of memory for col [%lld, %lld]", (long long)K,
+        return gdp_fail(err, GDP_ERR_NOMEM, "out of memory for col [%lld, %lld]", (long long)K,
                         (long long)P);
     double *dyd = s.p[0], *wd = s.p[1], *dcol = s.p[2], *dxd = s.p[3];
     load(w, 0, g.Co * K, wd);
@@ -325,14 +325,14 @@ static gdp_status conv2d_grad_weight_ref(void *backend, const gdp_node *node, vo
     (void)backend;
     (void)stream;
     const gdp_tensor *dy = &node->in[0], *x = &node->in[1], *dw = &node->out[0];
-    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_weight: reference takes f32/f64");
+    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = {0};
     conv_attrs(&node->attrs, &g);
     conv_dims(&g, x->shape, dw->shape);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
     if (!scratch_alloc(&s, (int64_t[]){g.Co * P, g.C * g.H * g.W, K * P, P * K, g.Co * K}, 5))
-        return gdp_fail(err, GDP_ERR_NOMEM, "conv2d_grad_weight: out of memory for col [%lld, %lld]", (long long)K,
+        return gdp_fail(err, GDP_ERR_NOMEM, "out of memory for col [%lld, %lld]", (long long)K,
                         (long long)P);
     double *dyd = s.p[0], *xd = s.p[1], *col = s.p[2], *colt = s.p[3], *dwd = s.p[4];
     for (int64_t i = 0; i < g.Co * K; i++) dwd[i] = 0;

@@ -144,7 +144,7 @@ static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, 
     (void)backend;
     (void)stream;
     const gdp_tensor *a = &node->in[0], *b = &node->in[1], *c = &node->out[0];
-    if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "matmul: reference takes f32/f64");
+    if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0;
     int tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
     int nbat = c->ndim - 2;
@@ -160,7 +160,7 @@ static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, 
         free(pa);
         free(pb);
         free(acc);
-        return gdp_fail(err, GDP_ERR_NOMEM, "matmul: out of memory for %lldx%lldx%lld", (long long)M,
+        return gdp_fail(err, GDP_ERR_NOMEM, "out of memory for %lldx%lldx%lld", (long long)M,
                         (long long)K, (long long)N);
     }
     // a 2-D operand shared by every batch is packed once
@@ -272,7 +272,7 @@ static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, 
     (void)stream;
     const gdp_tensor *x = &node->in[0], *w = &node->in[1], *b = node->n_in > 2 ? &node->in[2] : NULL;
     const gdp_tensor *y = &node->out[0];
-    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: reference takes f32/f64", node->op);
+    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     int act = (int)gdp_attr_int(&node->attrs, "act", 0);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
@@ -287,7 +287,7 @@ static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, 
         free(bias);
         free(xr);
         free(acc);
-        return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for W [%lld, %lld]", node->op, (long long)out,
+        return gdp_fail(err, GDP_ERR_NOMEM, "out of memory for W [%lld, %lld]", (long long)out,
                         (long long)in);
     }
     pack(w, 0, !wio, in, out, wt);

@@ -136,7 +136,7 @@ static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stre
     int64_t rows, C;
     rows_of(x, &rows, &C);
     double *acc = calloc((size_t)(2 * C + 1), sizeof *acc); // dweight (C), dbias (C)
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "layer_norm_grad: no memory for %lld sums", (long long)C);
+    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld sums", (long long)C);
     double *acc_w = acc, *acc_b = acc + C;
     for (int64_t r = 0; r < rows; r++) {
         double mean, rstd;
@@ -229,7 +229,7 @@ static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream
     int64_t rows, C;
     rows_of(x, &rows, &C);
     double *acc_w = calloc((size_t)(C + 1), sizeof *acc_w);
-    if (acc_w == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rms_norm_grad: no memory for %lld sums", (long long)C);
+    if (acc_w == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld sums", (long long)C);
     for (int64_t r = 0; r < rows; r++) {
         const double inv = row_rms_inv(x, r, C, eps);
         double sum_gx = 0.0;

@@ -159,7 +159,7 @@ static gdp_status max_pool2d_grad_ref(void *backend, const gdp_node *node, void 
     pool_attrs(&node->attrs, &g);
     pool_dims(&g, x->shape);
     double *plane = malloc(sizeof(double) * (size_t)(g.H * g.W));
-    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "max_pool2d_grad: out of memory");
+    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "out of memory");
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
         int64_t base = pl * g.H * g.W;
         for (int64_t i = 0; i < g.H * g.W; i++) plane[i] = 0;
@@ -213,7 +213,7 @@ static gdp_status avg_pool2d_grad_ref(void *backend, const gdp_node *node, void 
     pool_dims(&g, dx->shape);
     double area = (double)(g.k * g.k);
     double *plane = malloc(sizeof(double) * (size_t)(g.H * g.W));
-    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "avg_pool2d_grad: out of memory");
+    if (plane == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "out of memory");
     for (int64_t pl = 0; pl < g.N * g.C; pl++) {
         for (int64_t i = 0; i < g.H * g.W; i++) plane[i] = 0;
         for (int64_t oh = 0; oh < g.Ho; oh++)

@@ -144,9 +144,9 @@ static gdp_status sum_or_mean(const gdp_node *node, gdp_err *err, int mean)
     int64_t n_out, n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, &n_out, &n_red, msg, sizeof msg) != 0)
-        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+        return gdp_fail(err, GDP_ERR_INVALID, "%s", msg);
     double *acc = calloc((size_t)(n_out > 0 ? n_out : 1), sizeof *acc);
-    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld sums", node->op, (long long)n_out);
+    if (acc == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld sums", (long long)n_out);
     int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
     for (int64_t i = 0; i < w.n; i++) {
         acc[o] += rd_load(x, i);
@@ -232,14 +232,14 @@ static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64
     int64_t n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, n_out, &n_red, msg, sizeof msg) != 0)
-        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+        return gdp_fail(err, GDP_ERR_INVALID, "%s", msg);
     size_t n = (size_t)(*n_out > 0 ? *n_out : 1);
     int64_t *pos = malloc(n * sizeof *pos);
     double *best = malloc(n * sizeof *best);
     if (pos == NULL || best == NULL) {
         free(pos);
         free(best);
-        return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld maxima", node->op, (long long)*n_out);
+        return gdp_fail(err, GDP_ERR_NOMEM, "no memory for %lld maxima", (long long)*n_out);
     }
     for (int64_t o = 0; o < *n_out; o++) pos[o] = -1;
     int64_t idx[GDP_MAX_DIMS] = {0}, o = 0;
@@ -334,7 +334,7 @@ static gdp_status ref_argmax(void *be, const gdp_node *node, void *stream, gdp_e
     int64_t axis = gdp_attr_int(&node->attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim || y->dtype != GDP_I64)
-        return gdp_fail(err, GDP_ERR_INVALID, "argmax: axis %lld of a %d-D x, output dtype %d",
+        return gdp_fail(err, GDP_ERR_INVALID, "axis %lld of a %d-D x, output dtype %d",
                         (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)x->ndim, (int)y->dtype);
     int64_t outer = 1, inner = 1, n = x->shape[axis];
     for (int d = 0; d < axis; d++) outer *= x->shape[d];
@@ -389,7 +389,7 @@ static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_e
     // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a plain copy of bytes
     const gdp_tensor *x = &node->in[0], *y = &node->out[0];
     if (x->ndim > y->ndim || x->dtype != y->dtype)
-        return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
+        return gdp_fail(err, GDP_ERR_INVALID, "x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
     walk w;
     w.ndim = y->ndim;
     w.n = 1;

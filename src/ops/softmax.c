@@ -31,7 +31,7 @@ static int split_axis(const gdp_tensor *x, const gdp_attrs *attrs, int64_t *oute
 
 static gdp_status bad_axis(const gdp_node *node, gdp_err *err)
 {
-    return gdp_fail(err, GDP_ERR_INVALID, "%s: axis %lld is out of range for a tensor of %d dims", node->op,
+    return gdp_fail(err, GDP_ERR_INVALID, "axis %lld is out of range for a tensor of %d dims",
                     (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)node->in[0].ndim);
 }
 
@@ -194,7 +194,7 @@ static gdp_status ce_count(const gdp_node *node, const gdp_tensor *targets, int6
         if (t == ignore) continue;
         if (t < 0 || t >= classes)
             return gdp_fail(err, GDP_ERR_INVALID,
-                            "%s: targets[%lld] = %lld is not a class of [0, %lld) nor ignore_index %lld", node->op,
+                            "targets[%lld] = %lld is not a class of [0, %lld) nor ignore_index %lld",
                             (long long)r, (long long)t, (long long)classes, (long long)ignore);
         (*count)++;
     }
