@@ -89,6 +89,9 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_commands; i++)
                 if (strcmp(argv[2], commands[i].name) == 0)
                     return commands[i].run(2, (char *[]){argv[2], "--help", NULL});
+            fprintf(stderr, "gradus help: no command \"%s\"\n\n", argv[2]);
+            usage(stderr);
+            return 2;
         }
         usage(stdout);
         return 0;

@@ -172,10 +172,41 @@ static void sweep_cell(gd_ctx *ctx, const gd_op_def *op, int dtype, gd_backend *
     if (!b->is_ref && n_fallback > 0) cell->verdict = n_ok > 0 ? GD_V_PARTIAL : GD_V_FALLBACK;
 }
 
+gd_status gd_sweep_check(gd_ctx *ctx, const char *only, const char *backend)
+{
+    if (only != NULL && only[0] == '\0') return gd_fail(ctx, GD_ERR_INVALID, "the op name is empty");
+    if (only != NULL && gd_registry_find(ctx->reg, only) == NULL) {
+        /* ops whose name contains the one given: "norm" -> layer_norm, rms_norm, ... */
+        char like[256] = "";
+        int n_like = 0;
+        for (int i = 0; i < gd_registry_count(ctx->reg); i++) {
+            const char *name = gd_registry_get(ctx->reg, i)->name;
+            if (strstr(name, only) == NULL || n_like == 8) continue;
+            size_t used = strlen(like);
+            snprintf(like + used, sizeof like - used, "%s%s", n_like++ ? ", " : "", name);
+        }
+        return gd_fail(ctx, GD_ERR_INVALID, "no op named \"%s\"%s%s%s", only, n_like ? " (did you mean " : "",
+                       like, n_like ? "?)" : "");
+    }
+    if (backend != NULL) {
+        char have[256] = "";
+        for (int i = 0; i < ctx->n_backends; i++) {
+            if (strcmp(ctx->backends[i]->name, backend) == 0) return GD_OK;
+            size_t used = strlen(have);
+            snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", ctx->backends[i]->name);
+        }
+        return gd_fail(ctx, GD_ERR_INVALID, "no backend named \"%s\" (loaded: %s)", backend, have);
+    }
+    return GD_OK;
+}
+
 gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sweep *out,
                        void (*progress)(void *, const gd_sweep_row *, int, int), void *user)
 {
     memset(out, 0, sizeof *out);
+    /* a name that matches nothing would sweep nothing and report success */
+    gd_status st = gd_sweep_check(ctx, only, backend);
+    if (st != GD_OK) return st;
     int n_ops = gd_registry_count(ctx->reg);
     out->rows = calloc((size_t)n_ops * GDP_DTYPE_COUNT + 1, sizeof *out->rows);
     if (out->rows == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "sweep: out of memory");
@@ -215,19 +246,22 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
         gd_backend *b = ctx->backends[bi];
         snprintf(out->registration[bi], sizeof out->registration[bi], "%s", b->bad_registrations);
         /* a kernel registered for an op × dtype the sweep never visits is unaccounted: the
-         * dtype is neither one the op declares nor the key of one of its cases */
+         * dtype is neither one the op declares nor the key of one of its cases. Only ops
+         * swept are judged: with --op, the others' case keys are unknown, not wrong. */
         for (int k = 0; k < b->n_kernels; k++) {
             const gd_kernel_entry *e = &b->kernels[k];
             unsigned keys = e->op->dtypes;
+            int swept = 0;
             for (int r = 0; r < out->n_rows; r++)
-                if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys;
+                if (out->rows[r].op == e->op) keys |= out->rows[r].case_keys, swept = 1;
+            if (!swept) continue;
             int seen = e->op->dtypes ? (keys & GD_M(e->dtype)) != 0 : 1;
             if (!seen) {
                 size_t used = strlen(out->registration[bi]);
                 snprintf(out->registration[bi] + used, sizeof out->registration[bi] - used,
                          "kernel %s/%s for a dtype the op does not declare; ", e->op->name,
                          gd_dtype_name((gd_dtype)e->dtype));
-                if (only == NULL) out->count[bi][GD_V_UNACCOUNTED]++;
+                out->count[bi][GD_V_UNACCOUNTED]++;
             }
         }
         if (b->bad_registrations[0] != '\0') out->count[bi][GD_V_FAILING]++;
