@@ -1,9 +1,11 @@
 /* plugin.c — finding, loading and checking backends.
  *
  * Where plugins are looked for, in order: GRADUS_PLUGIN_PATH (or the context option), the
- * directory `gradus/plugins` beside the loaded libgradus, the installed plugin directory,
- * and the build tree's plugins/ directory. Files named libgradus_<name>.so. The first file
- * of a given name wins. GRADUS_DISABLE_<NAME>=1 (or GRADUS_DISABLE=name,name) skips one.
+ * directory `gradus/plugins` beside the loaded libgradus, and the installed plugin
+ * directory; never the build tree, whose path is not compiled into the library (the
+ * `gradus` command adds its own tree's directory to the option). Files named
+ * libgradus_<name>.so. The first file of a given name wins. GRADUS_DISABLE_<NAME>=1 (or
+ * GRADUS_DISABLE=name,name) skips one.
  * A plugin that fails or is refused leaves one log line; one that declines (no device
  * here) leaves only its note for `gradus devices`, and a log line under GRADUS_TRACE.
  * gradus goes on with the others. */
@@ -459,8 +461,5 @@ void gd_plugins_load(gd_ctx *ctx, const gd_ctx_options *opt)
     }
 #ifdef GD_PLUGIN_DIR_INSTALLED
     scan_dir(ctx, GD_PLUGIN_DIR_INSTALLED);
-#endif
-#ifdef GD_PLUGIN_DIR_BUILD
-    scan_dir(ctx, GD_PLUGIN_DIR_BUILD);
 #endif
 }
