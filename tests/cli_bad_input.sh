@@ -20,9 +20,10 @@ TD=$B/plugins-test/libgradus_testdev.so
 
 # ---- the bad files ------------------------------------------------------------------------
 mkdir "$T/truncgz" "$T/badidx" "$T/shortidx" "$T/plug_trunc" "$T/plug_nodev" "$T/plug_text"
-# a gzip stream cut short
-head -c 100000 /dev/zero | gzip -c > "$T/whole.gz"
-head -c 40 "$T/whole.gz" > "$T/truncgz/train-images-idx3-ubyte.gz"
+# a gzip stream cut short: the first 40 bytes of 100000 zero bytes compressed by gzip
+printf '\037\213\010\000\000\000\000\000\000\003\355\301\061\001\000\000\000\302\240\365\117\155\015\017\240' \
+    > "$T/truncgz/train-images-idx3-ubyte.gz"
+head -c 15 /dev/zero >> "$T/truncgz/train-images-idx3-ubyte.gz"
 # not an IDX file; an IDX header promising more images than follow
 printf 'garbage!garbage!' > "$T/badidx/train-images-idx3-ubyte"
 printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034' > "$T/shortidx/train-images-idx3-ubyte"
