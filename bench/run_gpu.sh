@@ -99,7 +99,9 @@ fi
 
 if has bench; then
   log bench
-  build-gpu/bench_ops --backend cuda >"$OUT/g_cuda.jsonl" 2>"$OUT/bench_err.log"
+  # bench_ops finds the build's plugins through the path (only the gradus command finds
+  # them by itself)
+  GRADUS_PLUGIN_PATH="$PWD/build-gpu/plugins" build-gpu/bench_ops --backend cuda >"$OUT/g_cuda.jsonl" 2>"$OUT/bench_err.log"
   build-gpu/bench_ops --backend cpu >"$OUT/g_cpu.jsonl" 2>>"$OUT/bench_err.log"
   python3 "$PEER/torch_peer.py" ops cnn >"$OUT/torch.jsonl" 2>>"$OUT/bench_err.log"
   python3 bench/compare.py --in cuda="$OUT/g_cuda.jsonl" --in cpu="$OUT/g_cpu.jsonl" --in torch="$OUT/torch.jsonl" \

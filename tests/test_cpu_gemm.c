@@ -6,7 +6,8 @@
  *  - beta == 0 never reads C (C starts as NaN);
  *  - nothing outside the M x N window of C is written (guard values around and between rows);
  *  - two runs are bitwise identical, and so are runs on different thread counts.
- * OpenBLAS, when built in, gets the same correctness checks (not the thread-count one).
+ * OpenBLAS, when built in, gets the same correctness checks (not the thread-count one),
+ * and must have run on the calling thread only.
  * Returns 0 when everything passes; prints each failure.
  */
 #include "gemm.h"
@@ -179,6 +180,16 @@ int main(void)
         }
     }
     test_errors();
+    /* OpenBLAS ran above on pools of 1 to 3 threads, and always on the calling thread
+     * only: its own workers must never get work (see gemm.c) */
+    if (gcpu_gemm_have_blas()) {
+        int bt = gcpu_blas_threads();
+        checks++;
+        if (bt != 1 && bt != -1) {
+            printf("FAIL: OpenBLAS runs on %d threads after BLAS calls, want 1\n", bt);
+            failures++;
+        }
+    }
     gcpu_pool_shutdown();
     printf("%s: %d checks, %d failures\n", failures ? "FAIL" : "ok", checks, failures);
     return failures ? 1 : 0;

@@ -133,6 +133,16 @@ static void test_clip_and_lr(void)
     }
 }
 
+/* st must be a failure whose message contains want, and says "negative" only if want does. */
+static void refused(gd_status st, const char *what, const char *want)
+{
+    const char *e = gd_ctx_error(ctx);
+    CHECK(st != GD_OK, "%s accepted", what);
+    CHECK(strstr(e, want) != NULL, "%s: message '%s' lacks '%s'", what, e, want);
+    CHECK(strstr(want, "negative") != NULL || strstr(e, "negative") == NULL, "%s: message '%s' says negative", what, e);
+    gd_ctx_clear_error(ctx);
+}
+
 static void test_errors(void)
 {
     fixed_grad f;
@@ -147,7 +157,20 @@ static void test_errors(void)
     CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){.beta1 = 1.5}) != GD_OK, "beta1 = 1.5 accepted");
     CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 0.1, .nesterov = 1}) != GD_OK, "nesterov without momentum accepted");
     CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = -1}) != GD_OK, "negative lr accepted");
+    /* NaN is not "negative", and an infinite rate is refused like a negative one */
+    refused(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = NAN}), "sgd lr NaN", "lr is not a number");
+    refused(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = INFINITY}), "sgd lr inf", "lr = inf is not finite");
+    refused(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 1, .momentum = NAN}), "sgd momentum NaN",
+            "momentum is not a number");
+    refused(gd_optimizer_adamw(f.g, &(gd_adamw_config){.lr = NAN}), "adamw lr NaN", "lr is not a number");
+    refused(gd_optimizer_adamw(f.g, &(gd_adamw_config){.lr = INFINITY}), "adamw lr inf", "lr = inf is not finite");
+    refused(gd_optimizer_adamw(f.g, &(gd_adamw_config){.eps = INFINITY}), "adamw eps inf", "eps = inf is not finite");
     CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){0}) == GD_OK, "adamw with defaults: %s", gd_ctx_error(ctx));
+    refused(gd_optimizer_set_lr(f.g, NAN), "set_lr NaN", "gd_optimizer_set_lr: lr is not a number");
+    refused(gd_optimizer_set_lr(f.g, INFINITY), "set_lr inf", "lr = inf is not finite");
+    refused(gd_optimizer_set_lr(f.g, -INFINITY), "set_lr -inf", "lr = -inf is not finite");
+    refused(gd_optimizer_set_lr(f.g, -0.5), "set_lr -0.5", "lr = -0.5 is negative");
+    CHECK(gd_optimizer_set_lr(f.g, 0.25) == GD_OK, "set_lr 0.25: %s", gd_ctx_error(ctx));
     gd_ctx_clear_error(ctx);
     CHECK(gd_optimizer_sgd(f.g, &(gd_sgd_config){.lr = 0.1}) != GD_OK, "second optimizer accepted");
     CHECK(strlen(gd_ctx_error(ctx)) > 0, "no message for a second optimizer");

@@ -49,6 +49,19 @@ static int doc_has_heading(const char *path, const char *title)
     return found;
 }
 
+/* Log lines the context printed, captured instead of going to stderr. */
+typedef struct captured {
+    int n;
+    char last[1024];
+} captured;
+
+static void capture(void *user, const char *line)
+{
+    captured *c = user;
+    c->n++;
+    snprintf(c->last, sizeof c->last, "%s", line);
+}
+
 static gd_ctx *bare_ctx(void)
 {
     gd_ctx *ctx = NULL;
@@ -191,6 +204,36 @@ int main(void)
     st = gd_sweep_run(ctx, "relu", NULL, &sw, NULL, NULL);
     CHECK(st == GD_OK && sw.count[1][GD_V_FAILING] >= 1, "sweep did not flag broken registrations");
     gd_sweep_free(&sw);
+    gd_ctx_free(ctx);
+
+    /* 8. a plugin failing before it sets its ABI version: its own message, not "ABI 0.0" */
+    ctx = bare_ctx();
+    captured log = {0};
+    gd_ctx_set_log(ctx, capture, &log);
+    st = gd_plugin_load_file(ctx, plugin("testdev_earlyfail"));
+    CHECK(st == GD_ERR_DEVICE && strstr(gd_ctx_error(ctx), "simulated failure before the ABI version is set") != NULL &&
+              strstr(gd_ctx_error(ctx), "ABI 0.0") == NULL,
+          "early failure: %d %s", st, gd_ctx_error(ctx));
+    CHECK(ctx->n_notes == 1 && strcmp(ctx->notes[0].state, "failed") == 0, "early failure noted as %s",
+          ctx->n_notes ? ctx->notes[0].state : "nothing");
+    /* 9. a real failure is logged; declining for lack of a device is not (only noted, for
+     * `gradus devices`), yet the caller that asked for the plugin gets the reason */
+    CHECK(log.n == 1, "early failure: %d log lines", log.n);
+    log.n = 0;
+    st = gd_plugin_load_file(ctx, plugin("testdev_nodevice"));
+    CHECK(st == GD_ERR_NODEVICE && strstr(gd_ctx_error(ctx), "testdev_nodevice declined") != NULL &&
+              strstr(gd_ctx_error(ctx), "no device present") != NULL,
+          "no device: %d '%s'", st, gd_ctx_error(ctx));
+    CHECK(log.n == 0, "declining plugin logged: %s", log.last);
+    gd_ctx_free(ctx);
+    /* ... except under the trace switch */
+    ctx = NULL;
+    gd_ctx_create(&ctx, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1, .trace = 1});
+    log.n = 0;
+    gd_ctx_set_log(ctx, capture, &log);
+    st = gd_plugin_load_file(ctx, plugin("testdev_nodevice"));
+    CHECK(st == GD_ERR_NODEVICE && log.n == 1 && strstr(log.last, "declined") != NULL, "traced decline: %d lines: %s",
+          log.n, log.last);
     gd_ctx_free(ctx);
 
     printf("plugin ABI: %d failures\n", fails);

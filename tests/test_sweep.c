@@ -71,6 +71,43 @@ int main(void)
         fails += s.count[b][GD_V_FAILING] + s.count[b][GD_V_UNACCOUNTED];
     }
     gd_sweep_free(&s);
+
+    /* One op: only its kernels are judged. A kernel of another op is not "for a dtype the
+     * op does not declare" just because that op's cases (which key it) did not run. */
+    if (gd_sweep_run(ctx, "relu", NULL, &s, NULL, NULL) != GD_OK) {
+        printf("FAIL: sweep of relu: %s\n", gd_ctx_error(ctx));
+        fails++;
+    } else {
+        for (int b = 0; b < s.n_backends; b++) {
+            if (s.registration[b][0] != '\0' || s.count[b][GD_V_UNACCOUNTED] != 0 || s.count[b][GD_V_FAILING] != 0) {
+                printf("FAIL: sweep of relu on %s: %d unaccounted, %d failing, registrations: %s\n",
+                       gd_backend_name(ctx, b), s.count[b][GD_V_UNACCOUNTED], s.count[b][GD_V_FAILING], s.registration[b]);
+                fails++;
+            }
+        }
+        if (s.n_rows != 3) {
+            printf("FAIL: sweep of relu has %d rows, want 3 (f32, f16, bf16)\n", s.n_rows);
+            fails++;
+        }
+        gd_sweep_free(&s);
+    }
+    /* A name that matches nothing is an error that names it, not an empty sweep that passes. */
+    static const struct {
+        const char *op, *backend, *want;
+    } bad[] = {{"nosuch", NULL, "no op named \"nosuch\""},
+               {"", NULL, "the op name is empty"},
+               {"norm", NULL, "did you mean global_norm, layer_norm"},
+               {NULL, "nosuch", "no backend named \"nosuch\" (loaded: ref"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        gd_ctx_clear_error(ctx);
+        gd_status st = gd_sweep_run(ctx, bad[k].op, bad[k].backend, &s, NULL, NULL);
+        if (st == GD_OK || strstr(gd_ctx_error(ctx), bad[k].want) == NULL) {
+            printf("FAIL: sweep --op %s --backend %s: status %d, message '%s', want '%s'\n", bad[k].op ? bad[k].op : "-",
+                   bad[k].backend ? bad[k].backend : "-", st, gd_ctx_error(ctx), bad[k].want);
+            fails++;
+        }
+        gd_sweep_free(&s);
+    }
     gd_ctx_free(ctx);
     return fails != 0;
 }

@@ -34,6 +34,7 @@
 
 #ifdef GRADUS_CPU_HAVE_BLAS
 #include <cblas.h>
+#include <pthread.h>
 #endif
 
 /* Block sizes: KC*NR*4 bytes of B micro-panel should sit in L1 with room to spare, MC*KC*4
@@ -242,20 +243,45 @@ static int gemm_own(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha
 
 /* ---- OpenBLAS ------------------------------------------------------------------------------ */
 
+#ifdef GRADUS_CPU_HAVE_BLAS
+/* OpenBLAS runs on the calling thread only. This backend parallelizes GEMMs itself (a
+ * BLAS call inside a parallel_for is already one of the pool's tasks), so OpenBLAS's own
+ * worker threads would only compete with the pool's; and under a memory limit those
+ * workers retry a failed buffer allocation forever, which hangs the process at exit.
+ * With one thread, OpenBLAS never hands work to a worker.
+ *
+ * Why the call and not OPENBLAS_NUM_THREADS=1 in the environment: OpenBLAS reads the
+ * variable in its load-time constructor, which as a dependency of libgradus runs before
+ * any gradus code, so setting it from here would come too late (and setenv from a
+ * library races with getenv on other threads). openblas_set_num_threads works whenever
+ * it is called, so it is called once, before the first BLAS call this backend makes,
+ * and not at load: a process that never uses OpenBLAS through gradus keeps its settings.
+ * Not in an OpenMP build of OpenBLAS, where the call is omp_set_num_threads, which would
+ * change the thread count of the application's own OpenMP regions. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_thread(void)
+{
+    if (openblas_get_parallel() != OPENBLAS_OPENMP) openblas_set_num_threads(1);
+}
+#endif
+
+int gcpu_blas_threads(void)
+{
+#ifdef GRADUS_CPU_HAVE_BLAS
+    return openblas_get_parallel() == OPENBLAS_OPENMP ? -1 : openblas_get_num_threads();
+#else
+    return 0;
+#endif
+}
+
 static int gemm_blas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
 #ifdef GRADUS_CPU_HAVE_BLAS
     const int64_t lim = 0x7fffffff;
     if (M > lim || N > lim || K > lim || lda > lim || ldb > lim || ldc > lim) return GDP_ERR_UNSUPPORTED;
-    /* OpenBLAS runs its own threads; keep them to the pool's count, and to one inside a
-     * parallel_for, where the other cores are already busy. */
-    static int blas_threads = 0;
-    int want = gcpu_in_parallel() ? 1 : gcpu_pool_threads();
-    if (want != blas_threads) {
-        openblas_set_num_threads(want);
-        blas_threads = want;
-    }
+    pthread_once(&blas_once, blas_single_thread);
     /* OpenBLAS's beta == 0 path stores zeros without reading C, as BLAS requires. */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

@@ -36,6 +36,10 @@ gcpu_gemm_impl gcpu_gemm_choose(int trans_a, int trans_b, int64_t M, int64_t N, 
  * from GRADUS_GEMM=own|blas|auto. */
 void gcpu_gemm_set_policy(gcpu_gemm_impl impl);
 int gcpu_gemm_have_blas(void);
+/* The threads an OpenBLAS call would run on now: 1 (the calling thread) once this
+ * backend has made a BLAS call (see gemm.c); -1 for an OpenMP build of OpenBLAS, whose
+ * threads the application's OpenMP settings decide; 0 without OpenBLAS. */
+int gcpu_blas_threads(void);
 /* Human-readable description of the micro-kernel, e.g. "avx512 12x32". */
 const char *gcpu_gemm_kernel_name(void);
 

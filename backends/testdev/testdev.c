@@ -667,6 +667,10 @@ static void td_shutdown(void *be)
 
 __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err)
 {
+#ifdef TESTDEV_EARLY_FAIL
+    /* as a plugin that checks its arguments before it says which ABI it speaks */
+    return gdp_fail(err, GDP_ERR_INVALID, "testdev: simulated failure before the ABI version is set");
+#endif
     plugin->abi_major = GDP_ABI_MAJOR;
     plugin->abi_minor = GDP_ABI_MINOR;
 #ifdef TESTDEV_BAD_ABI

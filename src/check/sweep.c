@@ -307,10 +307,41 @@ static int mixed_count(const gd_op_def *op)
     return n;
 }
 
+gd_status gd_sweep_check(gd_ctx *ctx, const char *only, const char *backend)
+{
+    if (only != NULL && only[0] == '\0') return gd_fail(ctx, GD_ERR_INVALID, "the op name is empty");
+    if (only != NULL && gd_registry_find(ctx->reg, only) == NULL) {
+        /* ops whose name contains the one given: "norm" -> layer_norm, rms_norm, ... */
+        char like[256] = "";
+        int n_like = 0;
+        for (int i = 0; i < gd_registry_count(ctx->reg); i++) {
+            const char *name = gd_registry_get(ctx->reg, i)->name;
+            if (strstr(name, only) == NULL || n_like == 8) continue;
+            size_t used = strlen(like);
+            snprintf(like + used, sizeof like - used, "%s%s", n_like++ ? ", " : "", name);
+        }
+        return gd_fail(ctx, GD_ERR_INVALID, "no op named \"%s\"%s%s%s", only, n_like ? " (did you mean " : "",
+                       like, n_like ? "?)" : "");
+    }
+    if (backend != NULL) {
+        char have[256] = "";
+        for (int i = 0; i < ctx->n_backends; i++) {
+            if (strcmp(ctx->backends[i]->name, backend) == 0) return GD_OK;
+            size_t used = strlen(have);
+            snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", ctx->backends[i]->name);
+        }
+        return gd_fail(ctx, GD_ERR_INVALID, "no backend named \"%s\" (loaded: %s)", backend, have);
+    }
+    return GD_OK;
+}
+
 gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sweep *out,
                        void (*progress)(void *, const gd_sweep_row *, int, int), void *user)
 {
     memset(out, 0, sizeof *out);
+    /* a name that matches nothing would sweep nothing and report success */
+    gd_status cst = gd_sweep_check(ctx, only, backend);
+    if (cst != GD_OK) return cst;
     int n_ops = gd_registry_count(ctx->reg), total = 0, cap = 1;
     for (int i = 0; i < n_ops; i++) {
         const gd_op_def *op = gd_registry_get(ctx->reg, i);
@@ -358,10 +389,13 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
         snprintf(out->registration[bi], sizeof out->registration[bi], "%s", b->bad_registrations);
         /* a kernel registered for an op × dtype the sweep never visits is unaccounted: the
          * dtype is neither one the op declares nor the key of one of its cases (a kernel
-         * of a mixed form is visited by that form's row) */
+         * of a mixed form is visited by that form's row). Only ops swept are judged: with
+         * --op, the others' case keys are unknown, not wrong. */
         for (int k = 0; k < b->n_kernels; k++) {
             const gd_kernel_entry *e = &b->kernels[k];
-            int seen = 0;
+            int seen = 0, swept = 0;
+            for (int r = 0; r < out->n_rows && !swept; r++) swept = out->rows[r].op == e->op;
+            if (!swept) continue;
             if (e->signature != NULL) {
                 for (int r = 0; r < out->n_rows && !seen; r++)
                     seen = out->rows[r].op == e->op && out->rows[r].signature != NULL &&
@@ -377,7 +411,7 @@ gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sw
                 snprintf(out->registration[bi] + used, sizeof out->registration[bi] - used,
                          "kernel %s/%s for a form the op does not declare; ", e->op->name,
                          e->signature != NULL ? e->signature : gd_dtype_name((gd_dtype)e->dtype));
-                if (only == NULL) out->count[bi][GD_V_UNACCOUNTED]++;
+                out->count[bi][GD_V_UNACCOUNTED]++;
             }
         }
         if (b->bad_registrations[0] != '\0') out->count[bi][GD_V_FAILING]++;

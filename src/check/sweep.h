@@ -45,11 +45,18 @@ typedef struct gd_sweep {
     char registration[GD_MAX_BACKENDS][1024]; /* broken registrations per backend */
 } gd_sweep;
 
-/* Runs the sweep over ops whose name matches `only` (NULL: all) and backends whose name
- * matches `backend` (NULL: all). `progress` (may be NULL) gets one call per row. */
+/* Runs the sweep over the op named `only` (NULL: all) and the backend named `backend`
+ * (NULL: all; the reference always runs). `progress` (may be NULL) gets one call per row.
+ * A name that matches no op or no loaded backend is an error (gd_sweep_check). */
 gd_status gd_sweep_run(gd_ctx *ctx, const char *only, const char *backend, gd_sweep *out,
                        void (*progress)(void *user, const gd_sweep_row *row, int i, int n), void *user);
 void gd_sweep_free(gd_sweep *s);
+/* GD_OK when `only` (unless NULL) names an op and `backend` (unless NULL) a loaded backend;
+ * else an error whose message says which name matched nothing. */
+gd_status gd_sweep_check(gd_ctx *ctx, const char *only, const char *backend);
+/* GD_OK when `only` (unless NULL) names an op and `backend` (unless NULL) a loaded backend;
+ * else an error whose message says which name matched nothing. */
+gd_status gd_sweep_check(gd_ctx *ctx, const char *only, const char *backend);
 const char *gd_verdict_name(int v);
 /* Tolerance for a dtype (scales the op's f32 tolerance; 0 stays exact). */
 double gd_sweep_tol(const gd_op_def *op, int dtype, int backward);

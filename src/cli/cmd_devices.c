@@ -12,8 +12,9 @@ int cmd_devices(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: gradus devices\n\nLists backends: loaded ones with their device and memory, and plugins\n"
                    "found but declined, refused, failed or disabled, with the reason. Plugins are looked\n"
-                   "for in GRADUS_PLUGIN_PATH, beside the library and in the install directory;\n"
-                   "GRADUS_DISABLE_<NAME>=1 disables one.\n");
+                   "for in GRADUS_PLUGIN_PATH, in the plugin directory of the tree this command is in\n"
+                   "(lib/gradus/plugins installed, plugins/ in a build tree), beside the library and in\n"
+                   "the install directory; GRADUS_DISABLE_<NAME>=1 disables one.\n");
             return 0;
         }
         fprintf(stderr, "gradus devices: unknown option %s\n", argv[i]);

@@ -3,10 +3,12 @@
 #include "cli.h"
 #include "sweep.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 static void progress(void *user, const gd_sweep_row *row, int i, int n)
 {
@@ -46,11 +48,31 @@ static const char *strided_cell(const gd_sweep_cell *c, char *buf, size_t cap)
     return buf;
 }
 
+/* Whether path can be written, checked before a sweep of minutes: the directory exists
+ * and is writable, and so is the file if it exists. (A full disk shows only when
+ * writing; write_doc checks that.) */
+static int doc_writable(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) slash[1] = '\0';
+    else if (slash != NULL) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    if (path[0] == '\0' || access(dir, W_OK | X_OK) != 0 || (access(path, F_OK) == 0 && access(path, W_OK) != 0)) {
+        fprintf(stderr, "gradus sweep: cannot write %s: %s\n", path, path[0] ? strerror(errno) : "empty file name");
+        return 0;
+    }
+    return 1;
+}
+
+/* Writes the table to path; 0 (the reason printed) when any write, the flush or the
+ * close fails, so that a full disk is not reported as "wrote". */
 static int write_doc(const char *path, gd_ctx *ctx, const gd_sweep *s)
 {
     FILE *f = fopen(path, "w");
     if (f == NULL) {
-        perror(path);
+        fprintf(stderr, "gradus sweep: cannot write %s: %s\n", path, strerror(errno));
         return 0;
     }
     char day[32], cpu[256];
@@ -99,22 +121,38 @@ static int write_doc(const char *path, gd_ctx *ctx, const gd_sweep *s)
             fprintf(f, " %s | %s |", gd_verdict_name(r->cell[b].verdict), strided_cell(&r->cell[b], buf, sizeof buf));
         fprintf(f, " %s |\n", r->op->doc ? r->op->doc : "");
     }
-    fclose(f);
-    return 1;
+    errno = 0;
+    int failed = fflush(f) != 0 || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && !failed) {
+        failed = 1;
+        err = errno;
+    }
+    if (failed) fprintf(stderr, "gradus sweep: cannot write %s: %s\n", path, strerror(err ? err : EIO));
+    return !failed;
 }
 
 int cmd_sweep(int argc, char **argv)
 {
-    const char *only = NULL, *backend = NULL, *doc = NULL, *extra[8];
+    enum { MAX_EXTRA = 8 };
+    const char *only = NULL, *backend = NULL, *doc = NULL, *extra[MAX_EXTRA];
     int n_extra = 0;
     int verbose = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0) {
             if ((only = cli_value(argc, argv, &i)) == NULL) return 2;
+            if (only[0] == '\0') {
+                fprintf(stderr, "gradus sweep: --op needs an op name, got an empty one\n");
+                return 2;
+            }
         } else if (strcmp(argv[i], "--backend") == 0) {
             if ((backend = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "--plugin") == 0) {
-            if (n_extra == 8 || (extra[n_extra++] = cli_value(argc, argv, &i)) == NULL) return 2;
+            if (n_extra == MAX_EXTRA) {
+                fprintf(stderr, "gradus sweep: at most %d --plugin files\n", MAX_EXTRA);
+                return 2;
+            }
+            if ((extra[n_extra++] = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "--doc") == 0) {
             if ((doc = cli_value(argc, argv, &i)) == NULL) return 2;
         } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
@@ -126,8 +164,9 @@ int cmd_sweep(int argc, char **argv)
                    "Runs every op's cases on every backend against the CPU reference (strict placement,\n"
                    "guard bytes, determinism, backward pass) and prints what is verified, falls back or\n"
                    "fails. --plugin loads one more plugin file (e.g. the test device) besides those\n"
-                   "discovery finds. --doc writes the table as markdown (docs/ops.md). Exits 1 if anything\n"
-                   "fails or is unaccounted for.\n");
+                   "discovery finds (up to 8). --doc writes the table as markdown (docs/ops.md). Exits 1 if\n"
+                   "anything fails or is unaccounted for, or the table cannot be written; 2 for a bad\n"
+                   "command line (an unknown option or op).\n");
             return 0;
         } else {
             fprintf(stderr, "gradus sweep: unknown option %s\n", argv[i]);
@@ -142,6 +181,16 @@ int cmd_sweep(int argc, char **argv)
             gd_ctx_free(ctx);
             return 1;
         }
+    }
+    /* names that match nothing, and a --doc that cannot be written, fail now rather than
+     * after the sweep: a wrong op name is a wrong command line (2), a backend is missing
+     * from this machine (1) */
+    int rc = gd_sweep_check(ctx, only, NULL) != GD_OK ? 2 : gd_sweep_check(ctx, NULL, backend) != GD_OK ? 1 : 0;
+    if (rc != 0) fprintf(stderr, "gradus sweep: %s\n", gd_ctx_error(ctx));
+    else if (doc != NULL && !doc_writable(doc)) rc = 1;
+    if (rc != 0) {
+        gd_ctx_free(ctx);
+        return rc;
     }
     gd_sweep s;
     int show = !quiet;
@@ -172,9 +221,10 @@ int cmd_sweep(int argc, char **argv)
         if (s.registration[b][0] != '\0') printf("         broken registrations: %s\n", s.registration[b]);
         bad += s.count[b][GD_V_FAILING] + s.count[b][GD_V_UNACCOUNTED];
     }
-    if (doc != NULL && write_doc(doc, ctx, &s)) printf("wrote %s\n", doc);
+    int doc_ok = 1;
+    if (doc != NULL && (doc_ok = write_doc(doc, ctx, &s))) printf("wrote %s\n", doc);
     printf("%s\n", bad ? "sweep: FAILED" : "sweep: ok (failing 0, unaccounted 0)");
     gd_sweep_free(&s);
     gd_ctx_free(ctx);
-    return bad ? 1 : 0;
+    return bad || !doc_ok ? 1 : 0;
 }

@@ -102,6 +102,18 @@ static void progress(void *user, const gd_train_progress *p)
     fflush(stdout);
 }
 
+/* The options that take a value; any other argument starting with '-' (but --sgd and
+ * --help) is unknown, so that "--frob" is not taken for an option missing its value and
+ * "-x mlp" does not make "-x" the model. */
+static int takes_value(const char *a)
+{
+    static const char *const valued[] = {"--data", "--backend", "--epochs", "--batch", "--seed",
+                                         "--limit", "--hidden",  "--threads", "--lr"};
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+        if (strcmp(a, valued[k]) == 0) return 1;
+    return 0;
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *backend = NULL;
@@ -116,7 +128,11 @@ int cmd_train(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--sgd") == 0) {
             sgd = 1;
-        } else if (strncmp(a, "--", 2) == 0) {
+        } else if (a[0] == '-' && a[1] != '\0') {
+            if (!takes_value(a)) {
+                fprintf(stderr, "gradus train: unknown option %s (see gradus train --help)\n", a);
+                return 2;
+            }
             if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
             if (strcmp(a, "--data") == 0) data = v;
             else if (strcmp(a, "--backend") == 0) backend = v;
@@ -127,10 +143,6 @@ int cmd_train(int argc, char **argv)
             else if (strcmp(a, "--hidden") == 0) ok = cli_int(a, v, 1, 1 << 16, &hidden);
             else if (strcmp(a, "--threads") == 0) ok = cli_int(a, v, 0, 4096, &threads);
             else if (strcmp(a, "--lr") == 0) ok = cli_double(a, v, 1e-9, 100, &lr);
-            else {
-                fprintf(stderr, "gradus train: unknown option %s (see gradus train --help)\n", a);
-                return 2;
-            }
         } else if (model == NULL) {
             model = a;
         } else {

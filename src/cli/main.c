@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const cli_command commands[] = {
     {"train", "train the MLP or CNN classifier on Fashion-MNIST or the procedural shapes", cmd_train},
@@ -58,10 +59,44 @@ const char *cli_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
+/* The plugin path of the command: GRADUS_PLUGIN_PATH, then GD_CLI_PLUGIN_DIRS (relative
+ * to the directory this executable is in: the installed tree's plugin directory, then the
+ * build tree's). Found through /proc/self/exe, so a tree installed under any prefix, or
+ * moved, finds its own plugins, and nothing points into a build tree from an installed
+ * command. Empty when the executable's path is unknown (then the library's own search,
+ * and GRADUS_PLUGIN_PATH, still apply). */
+static void plugin_path(char *buf, size_t cap)
+{
+    buf[0] = '\0';
+#ifdef GD_CLI_PLUGIN_DIRS
+    char exe[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || (size_t)n >= sizeof exe - 1) return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL) return;
+    *slash = '\0';
+    const char *env = getenv("GRADUS_PLUGIN_PATH");
+    size_t used = 0;
+    if (env != NULL && env[0] != '\0') used = (size_t)snprintf(buf, cap, "%s", env);
+    for (const char *d = GD_CLI_PLUGIN_DIRS; *d != '\0' && used < cap;) {
+        size_t l = strcspn(d, ":");
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s/%.*s", used ? ":" : "", exe, (int)l, d);
+        d += l + (d[l] == ':');
+    }
+    if (used >= cap) buf[0] = '\0'; /* cut short: better none than a wrong directory */
+#else
+    (void)cap;
+#endif
+}
+
 gd_ctx *cli_ctx(const char *backend)
 {
     gd_ctx *ctx = NULL;
-    gd_status st = gd_ctx_create(&ctx, NULL);
+    char path[4096]; /* the library reads at most this much of a plugin path */
+    plugin_path(path, sizeof path);
+    gd_ctx_options opt = {.size = sizeof opt, .plugin_path = path[0] != '\0' ? path : NULL};
+    gd_status st = gd_ctx_create(&ctx, &opt);
     if (st != GD_OK || ctx == NULL) {
         fprintf(stderr, "gradus: cannot create a context: %s\n", gd_status_name(st));
         return NULL;
@@ -89,6 +124,9 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_commands; i++)
                 if (strcmp(argv[2], commands[i].name) == 0)
                     return commands[i].run(2, (char *[]){argv[2], "--help", NULL});
+            fprintf(stderr, "gradus help: no command \"%s\"\n\n", argv[2]);
+            usage(stderr);
+            return 2;
         }
         usage(stdout);
         return 0;

@@ -238,7 +238,7 @@ gd_status gd_ref_launch(gd_ctx *ctx, const gd_op_def *op, const gdp_node *node)
         char *ws = node->workspace;
         size_t used = own_workspace(op, node);
         if (ws == NULL || node->workspace_bytes < gd_ref_workspace(op, node))
-            return gd_fail(ctx, GD_ERR_INVALID, "%s: the reference needs a workspace for f16/bf16 operands", op->name);
+            return gd_fail(ctx, GD_ERR_INVALID, "the reference needs a workspace for f16/bf16 operands");
         for (int i = 0; i < node->n_in; i++) {
             in[i] = *node->in[i];
             inp[i] = &in[i];

@@ -85,7 +85,9 @@ typedef struct gd_op_def {
     unsigned dtypes;
     gd_infer_fn infer;
     gd_grad_fn grad;           /* NULL: not differentiable */
-    gdp_launch_fn ref;         /* reference kernel, single-threaded, host memory */
+    /* Reference kernel, single-threaded, host memory. Its error messages leave out the op
+     * name: the core puts "op: " in front (gd_ref_launch). */
+    gdp_launch_fn ref;
     /* Dtypes `ref` handles itself; others (f16/bf16) are converted through f32 by the core
      * with round-to-nearest-even. 0 means f32|f64|all integer types. */
     unsigned ref_dtypes;

@@ -1,19 +1,29 @@
 /* plugin.c — finding, loading and checking backends.
  *
  * Where plugins are looked for, in order: GRADUS_PLUGIN_PATH (or the context option), the
- * directory `gradus/plugins` beside the loaded libgradus, the installed plugin directory,
- * and the build tree's plugins/ directory. Files named libgradus_<name>.so. The first file
- * of a given name wins. GRADUS_DISABLE_<NAME>=1 (or GRADUS_DISABLE=name,name) skips one.
- * A plugin that declines or fails leaves one log line; gradus goes on with the others. */
+ * directory `gradus/plugins` beside the loaded libgradus, and the installed plugin
+ * directory; never the build tree, whose path is not compiled into the library (the
+ * `gradus` command adds its own tree's directory to the option). Files named
+ * libgradus_<name>.so. The first file of a given name wins. GRADUS_DISABLE_<NAME>=1 (or
+ * GRADUS_DISABLE=name,name) skips one.
+ * A plugin that fails or is refused leaves one log line; one that declines (no device
+ * here) leaves only its note for `gradus devices`, and a log line under GRADUS_TRACE.
+ * gradus goes on with the others. */
 #define _GNU_SOURCE 1
 #include "core.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <time.h>
 
@@ -183,7 +193,9 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     gdp_err e = {.size = sizeof e};
     gdp_status s = init(host, &pl, &e);
     char reason[600];
-    if (pl.abi_major != GDP_ABI_MAJOR) {
+    /* A plugin that fails before it sets its ABI version (checking its arguments, say)
+     * leaves 0: its own message says more than "built for ABI 0.0". */
+    if (pl.abi_major != GDP_ABI_MAJOR && !(s != GDP_OK && pl.abi_major == 0)) {
         if (pl.abi_major == 1)
             snprintf(reason, sizeof reason,
                      "built for plugin ABI %d.%d, this gradus speaks %d.%d: port it (docs/plugin-abi.md, "
@@ -200,7 +212,10 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     if (s != GDP_OK) {
         int declined = s == GDP_ERR_NODEVICE;
         snprintf(reason, sizeof reason, "%s", e.msg[0] ? e.msg : gd_status_name(s));
-        gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
+        /* No device is the normal case on most machines (the CUDA plugin without a GPU): it
+         * is for `gradus devices` and the trace, not a line on every run's stderr. */
+        if (!declined || ctx->trace)
+            gd_ctx_log(ctx, "plugin %s %s: %s", name, declined ? "declined" : "failed to initialize", reason);
         note(ctx, name, path, declined ? "declined" : "failed", reason);
         gd_free(b);
         return declined ? GD_ERR_NODEVICE : GD_ERR_DEVICE;
@@ -249,6 +264,151 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
     return GD_OK;
 }
 
+/* The ELF machine this process runs as (0: not known here, not checked). */
+#if defined(__x86_64__)
+#define GD_ELF_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define GD_ELF_MACHINE EM_AARCH64
+#elif defined(__i386__)
+#define GD_ELF_MACHINE EM_386
+#elif defined(__arm__)
+#define GD_ELF_MACHINE EM_ARM
+#elif defined(__powerpc64__)
+#define GD_ELF_MACHINE EM_PPC64
+#elif defined(__riscv)
+#define GD_ELF_MACHINE EM_RISCV
+#else
+#define GD_ELF_MACHINE 0
+#endif
+
+/* 1 when the table of n entries of size each at off lies within size bytes; its end in *end. */
+static int elf_within(uint64_t off, uint64_t n, uint64_t each, uint64_t size, uint64_t *end)
+{
+    uint64_t bytes;
+    if (__builtin_mul_overflow(n, each, &bytes) || __builtin_add_overflow(off, bytes, end)) {
+        *end = UINT64_MAX;
+        return 0;
+    }
+    return *end <= size;
+}
+
+/* Checks that path is a whole shared object for this process before dlopen sees it.
+ * dlopen maps segments straight from the file, and a segment of a file cut short (an
+ * install or copy interrupted) is mapped past the file's end: the loader's first touch of
+ * such a page raises SIGBUS and kills the process, with no error to return. So the ELF
+ * header must match this process, and the program header table, every loaded segment,
+ * the section header table and every section with file data must lie within the file.
+ * 0 when it passes; else -1 with the reason in why. (The file can still change between
+ * this check and dlopen; only installing by rename closes that window.) */
+static int elf_check(const char *path, char *why, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    ElfW(Ehdr) eh;
+    ElfW(Phdr) *ph = NULL;
+    uint64_t size = 0, end = 0;
+    ssize_t got = 0;
+    int ok = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "not a regular file");
+        goto done;
+    }
+    size = (uint64_t)st.st_size;
+    memset(&eh, 0, sizeof eh);
+    got = pread(fd, &eh, sizeof eh, 0);
+    if (got < 0 || memcmp(eh.e_ident, ELFMAG, (size_t)got < SELFMAG ? (size_t)got : SELFMAG) != 0) {
+        snprintf(why, cap, "not an ELF file");
+        goto done;
+    }
+    if ((size_t)got < sizeof eh) { /* an empty file, too: what an interrupted copy leaves first */
+        snprintf(why, cap, "truncated: the ELF header ends at byte %zu but the file has %llu bytes", sizeof eh,
+                 (unsigned long long)size);
+        goto done;
+    }
+    if (eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32)) {
+        snprintf(why, cap, "a %s-bit ELF file, this process is %d-bit", eh.e_ident[EI_CLASS] == ELFCLASS64 ? "64" : "32",
+                 (int)sizeof(void *) * 8);
+        goto done;
+    }
+    if (eh.e_ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB)) {
+        snprintf(why, cap, "ELF file of the other byte order");
+        goto done;
+    }
+    if (eh.e_type != ET_DYN) {
+        snprintf(why, cap, "not a shared object (ELF type %d)", (int)eh.e_type);
+        goto done;
+    }
+    if (GD_ELF_MACHINE != 0 && eh.e_machine != GD_ELF_MACHINE) {
+        snprintf(why, cap, "built for another machine (ELF machine %d, this process %d)", (int)eh.e_machine,
+                 (int)GD_ELF_MACHINE);
+        goto done;
+    }
+    if (eh.e_phnum == 0 || eh.e_phentsize != sizeof *ph) {
+        snprintf(why, cap, "no usable program header table (%d entries of %d bytes)", (int)eh.e_phnum,
+                 (int)eh.e_phentsize);
+        goto done;
+    }
+    if (!elf_within(eh.e_phoff, eh.e_phnum, sizeof *ph, size, &end)) {
+        snprintf(why, cap, "truncated: the program header table ends at byte %llu but the file has %llu bytes",
+                 (unsigned long long)end, (unsigned long long)size);
+        goto done;
+    }
+    ph = gd_malloc((size_t)eh.e_phnum * sizeof *ph);
+    if (ph == NULL || pread(fd, ph, (size_t)eh.e_phnum * sizeof *ph, (off_t)eh.e_phoff) != (ssize_t)(eh.e_phnum * sizeof *ph)) {
+        snprintf(why, cap, "cannot read the program header table");
+        goto done;
+    }
+    for (int i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && !elf_within(ph[i].p_offset, ph[i].p_filesz, 1, size, &end)) {
+            snprintf(why, cap, "truncated: segment %d ends at byte %llu but the file has %llu bytes", i,
+                     (unsigned long long)end, (unsigned long long)size);
+            goto done;
+        }
+    }
+    if (eh.e_shoff != 0) {
+        /* 0 entries with a table present: the count is in entry 0's sh_size (more than 65279 sections) */
+        ElfW(Shdr) sh;
+        uint64_t n = eh.e_shnum;
+        if (eh.e_shentsize != sizeof sh) {
+            snprintf(why, cap, "section headers of %d bytes, not %zu", (int)eh.e_shentsize, sizeof sh);
+            goto done;
+        }
+        if (!elf_within(eh.e_shoff, n > 0 ? n : 1, sizeof sh, size, &end)) {
+            snprintf(why, cap, "truncated: the section header table ends at byte %llu but the file has %llu bytes",
+                     (unsigned long long)end, (unsigned long long)size);
+            goto done;
+        }
+        for (uint64_t k = 0; k < (n > 0 ? n : 1); k++) {
+            if (pread(fd, &sh, sizeof sh, (off_t)(eh.e_shoff + k * sizeof sh)) != (ssize_t)sizeof sh) {
+                snprintf(why, cap, "cannot read section header %llu", (unsigned long long)k);
+                goto done;
+            }
+            if (k == 0 && n == 0) {
+                n = sh.sh_size;
+                if (!elf_within(eh.e_shoff, n, sizeof sh, size, &end)) {
+                    snprintf(why, cap, "truncated: the section header table ends at byte %llu but the file has %llu bytes",
+                             (unsigned long long)end, (unsigned long long)size);
+                    goto done;
+                }
+            }
+            if (sh.sh_type != SHT_NOBITS && !elf_within(sh.sh_offset, sh.sh_size, 1, size, &end)) {
+                snprintf(why, cap, "truncated: section %llu ends at byte %llu but the file has %llu bytes",
+                         (unsigned long long)k, (unsigned long long)end, (unsigned long long)size);
+                goto done;
+            }
+        }
+    }
+    ok = 1;
+done:
+    gd_free(ph);
+    close(fd);
+    return ok ? 0 : -1;
+}
+
 gd_status gd_plugin_load_file(gd_ctx *ctx, const char *path)
 {
     const char *base = strrchr(path, '/');
@@ -262,6 +422,12 @@ gd_status gd_plugin_load_file(gd_ctx *ctx, const char *path)
     if (disabled(name)) {
         note(ctx, name, path, "disabled", "disabled by environment");
         return GD_OK;
+    }
+    char bad[256];
+    if (elf_check(path, bad, sizeof bad) != 0) {
+        gd_ctx_log(ctx, "plugin %s could not be loaded: %s: %s", name, path, bad);
+        note(ctx, name, path, "failed", bad);
+        return gd_fail(ctx, GD_ERR_DEVICE, "plugin %s: %s", path, bad);
     }
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
@@ -282,8 +448,11 @@ gd_status gd_plugin_load_file(gd_ctx *ctx, const char *path)
     gd_status s = load_from_init(ctx, name, path, init, dl);
     if (s != GD_OK) {
         dlclose(dl);
-        if (s == GD_ERR_VERSION || s == GD_ERR_DEVICE)
-            gd_fail(ctx, s, "plugin %s: %s", name, ctx->n_notes ? ctx->notes[ctx->n_notes - 1].reason : "");
+        const gd_plugin_note *n = ctx->n_notes > 0 ? &ctx->notes[ctx->n_notes - 1] : NULL;
+        if (n != NULL && strcmp(n->path, path) == 0)
+            gd_fail(ctx, s, "plugin %s %s: %s", name, n->state, n->reason);
+        else
+            gd_fail(ctx, s, "plugin %s: %s", name, gd_status_name(s));
     }
     return s;
 }
@@ -346,8 +515,5 @@ void gd_plugins_load(gd_ctx *ctx, const gd_ctx_options *opt)
     }
 #ifdef GD_PLUGIN_DIR_INSTALLED
     scan_dir(ctx, GD_PLUGIN_DIR_INSTALLED);
-#endif
-#ifdef GD_PLUGIN_DIR_BUILD
-    scan_dir(ctx, GD_PLUGIN_DIR_BUILD);
 #endif
 }

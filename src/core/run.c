@@ -101,7 +101,8 @@ static gd_status launch(gd_ctx *ctx, gd_program *p, const gd_action *a)
         if (st != GD_OK) {
             char m[1024];
             snprintf(m, sizeof m, "%s", ctx->err);
-            return gd_fail(ctx, st, "node %d '%s' on %s: %s", x->node->id, node->label, x->be->name, m);
+            return gd_fail(ctx, st, "node %d '%s' on %s: %s: %s", x->node->id, node->label, x->be->name,
+                           x->node->op->name, m);
         }
         return GD_OK;
     }

@@ -109,14 +109,26 @@ static gd_status clip_grads(gd_graph *g, trainable *t, double clip, const char *
     return GD_OK;
 }
 
+/* Checks a hyperparameter: a finite number, at least 0 (above 0 when `positive`). The
+ * message says which of those it is not: NaN is not "negative", and an infinite rate
+ * would turn every parameter into Inf or NaN at the first step. */
+static gd_status check_hyper(gd_graph *g, const char *who, const char *name, double v, int positive)
+{
+    if (isnan(v)) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: %s is not a number", who, name);
+    if (isinf(v)) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: %s = %g is not finite", who, name, v);
+    if (v < 0 || (positive && v == 0))
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: %s = %g is %s", who, name, v, positive ? "not positive" : "negative");
+    return GD_OK;
+}
+
 gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg)
 {
     if (g == NULL) return GD_ERR_INVALID;
     const char *who = "gd_optimizer_sgd";
     if (cfg == NULL) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: cfg is NULL", who);
-    if (!(cfg->lr >= 0) || !(cfg->momentum >= 0) || !(cfg->weight_decay >= 0) || !(cfg->clip_norm >= 0))
-        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: lr %g, momentum %g, weight_decay %g, clip_norm %g must not be negative",
-                       who, cfg->lr, cfg->momentum, cfg->weight_decay, cfg->clip_norm);
+    if (check_hyper(g, who, "lr", cfg->lr, 0) || check_hyper(g, who, "momentum", cfg->momentum, 0) ||
+        check_hyper(g, who, "weight_decay", cfg->weight_decay, 0) || check_hyper(g, who, "clip_norm", cfg->clip_norm, 0))
+        return GD_ERR_INVALID;
     if (cfg->nesterov && cfg->momentum == 0)
         return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: nesterov needs momentum > 0", who);
 
@@ -146,12 +158,11 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
     // zeros take the defaults
     double lr = cfg->lr != 0 ? cfg->lr : 1e-3, b1 = cfg->beta1 != 0 ? cfg->beta1 : 0.9;
     double b2 = cfg->beta2 != 0 ? cfg->beta2 : 0.999, eps = cfg->eps != 0 ? cfg->eps : 1e-8;
-    if (!(lr > 0) || !(b1 > 0 && b1 < 1) || !(b2 > 0 && b2 < 1) || !(eps > 0) || !(cfg->weight_decay >= 0) ||
-        !(cfg->clip_norm >= 0))
-        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID,
-                       "%s: lr %g, beta1 %g, beta2 %g, eps %g, weight_decay %g, clip_norm %g: betas must be in (0, 1), "
-                       "lr and eps positive, the others not negative",
-                       who, lr, b1, b2, eps, cfg->weight_decay, cfg->clip_norm);
+    if (check_hyper(g, who, "lr", lr, 1) || check_hyper(g, who, "eps", eps, 1) ||
+        check_hyper(g, who, "weight_decay", cfg->weight_decay, 0) || check_hyper(g, who, "clip_norm", cfg->clip_norm, 0))
+        return GD_ERR_INVALID;
+    if (!(b1 > 0 && b1 < 1) || !(b2 > 0 && b2 < 1))
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: beta1 %g, beta2 %g: betas must be in (0, 1)", who, b1, b2);
 
     trainable t;
     gd_status s = collect(g, who, &t);
@@ -179,7 +190,7 @@ gd_status gd_optimizer_set_lr(gd_graph *g, double lr)
     if (g == NULL) return GD_ERR_INVALID;
     gd_tensor *t = gd_graph_find(g, LR_STATE);
     if (t == NULL) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "gd_optimizer_set_lr: the graph has no optimizer");
-    if (!(lr >= 0)) return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "gd_optimizer_set_lr: lr = %g is negative", lr);
+    if (check_hyper(g, "gd_optimizer_set_lr", "lr", lr, 0) != GD_OK) return GD_ERR_INVALID;
     float v = (float)lr;
     return gd_tensor_write(t, &v, sizeof v);
 }

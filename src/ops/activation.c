@@ -73,7 +73,7 @@ static gdp_status forward_ref(const gdp_node *n, gdp_err *err, act_fn f)
     const gdp_tensor *x = n->in[0], *y = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(y);
-    if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
+    if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)y->dtype);
     if (y->dtype == GDP_F32 && gdp_is_contiguous(x)) { // the training path of models run through the reference
         const float *px = x->data;
         float *py = y->data;
@@ -94,7 +94,7 @@ static gdp_status backward_ref(const gdp_node *n, gdp_err *err, act_fn fd)
     const gdp_tensor *dy = n->in[0], *v = n->in[1], *dx = n->out[0];
     int approx = (int)gdp_attr_int(&n->attrs, "approximate", 0);
     int64_t count = gdp_numel(dx);
-    if (!is_float(dx->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)dx->dtype);
+    if (!is_float(dx->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)dx->dtype);
     if (dx->dtype == GDP_F32 && gdp_is_contiguous(dy) && gdp_is_contiguous(v)) {
         const float *pdy = dy->data, *pv = v->data;
         float *pdx = dx->data;

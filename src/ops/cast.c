@@ -88,7 +88,7 @@ static gdp_status ref_cast(void *be, const gdp_node *n, void *stream, gdp_err *e
     const gdp_tensor *x = n->in[0], *y = n->out[0];
     int64_t count = gdp_numel(y);
     if (gdp_dtype_size(x->dtype) == 0 || gdp_dtype_size(y->dtype) == 0)
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cast: dtype %d -> %d is not supported", (int)x->dtype, (int)y->dtype);
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d -> %d is not supported", (int)x->dtype, (int)y->dtype);
     if (x->dtype == GDP_F32 && y->dtype == GDP_BF16 && gdp_is_contiguous(x)) { // the mixed-precision path, kept tight
         const float *px = x->data;
         uint16_t *py = y->data;

@@ -286,7 +286,7 @@ static gdp_status conv2d_ref(void *backend, const gdp_node *node, void *stream, 
     (void)stream;
     const gdp_tensor *x = node->in[0], *w = node->in[1], *b = node->n_in > 2 ? node->in[2] : NULL;
     const gdp_tensor *y = node->out[0];
-    if (!ref_dtype_ok(x)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d: reference takes f32/f64");
+    if (!ref_dtype_ok(x)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = node_geom(node, CONV_FWD);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
@@ -322,7 +322,7 @@ static gdp_status conv2d_grad_input_ref(void *backend, const gdp_node *node, voi
     (void)backend;
     (void)stream;
     const gdp_tensor *dy = node->in[0], *w = node->in[1], *dx = node->out[0];
-    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_input: reference takes f32/f64");
+    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = node_geom(node, CONV_GRAD_INPUT);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;
@@ -359,7 +359,7 @@ static gdp_status conv2d_grad_weight_ref(void *backend, const gdp_node *node, vo
     (void)backend;
     (void)stream;
     const gdp_tensor *dy = node->in[0], *x = node->in[1], *dw = node->out[0];
-    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "conv2d_grad_weight: reference takes f32/f64");
+    if (!ref_dtype_ok(dy)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     conv_geom g = node_geom(node, CONV_GRAD_WEIGHT);
     int64_t P = g.Ho * g.Wo, K = g.Cg * g.kh * g.kw, Cog = g.Co / g.groups;
     scratch s;

@@ -23,12 +23,11 @@ static int dropout_infer(gd_infer *c)
     const gd_shape *x = &c->in[0];
     char b[96];
     if (!is_float_dtype(x->dtype))
-        return gd_infer_fail(c, "x %s[%s] is not floating", gd_dtype_name((gd_dtype)x->dtype), gd_shape_str(x, b, sizeof b));
+        return gd_infer_fail(c, "x %s is not floating", gd_shape_str(x, b, sizeof b));
     if (c->n_in > 1) {
         const gd_shape *s = &c->in[1];
         if ((s->dtype != GDP_I64 && s->dtype != GDP_I32) || gd_shape_numel(s) != 1)
-            return gd_infer_fail(c, "step must be an i64 scalar, got %s%s", gd_dtype_name((gd_dtype)s->dtype),
-                                 gd_shape_str(s, b, sizeof b));
+            return gd_infer_fail(c, "step must be an i64 scalar, got %s", gd_shape_str(s, b, sizeof b));
     }
     double p = gdp_attr_float(c->attrs, "p", 0.5);
     if (!(p >= 0 && p <= 1)) return gd_infer_fail(c, "p = %g is not in [0, 1]", p);

@@ -61,7 +61,7 @@ static gdp_status binary_ref(const gdp_node *n, gdp_err *err, bin_fn f, bin_ifn 
     } else if (fi != NULL && is_int(y->dtype)) {
         for (int64_t i = 0; i < count; i++, rw_next(&it)) store_i(y, i, fi(load_i(a, it.off[0]), load_i(b, it.off[1])));
     } else {
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)y->dtype);
     }
     return GDP_OK;
 }
@@ -161,7 +161,7 @@ static gdp_status unary_ref(const gdp_node *n, gdp_err *err, un_fn f, un_ifn fi,
     } else if (fi != NULL && is_int(y->dtype)) {
         for (int64_t i = 0; i < count; i++, rw_next(&it)) store_i(y, i, fi(load_i(x, it.off[0])));
     } else {
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: dtype %d is not supported", n->op, (int)y->dtype);
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)y->dtype);
     }
     return GDP_OK;
 }

@@ -164,7 +164,7 @@ static gdp_status matmul_ref(void *backend, const gdp_node *node, void *stream, 
     (void)backend;
     (void)stream;
     const gdp_tensor *a = node->in[0], *b = node->in[1], *c = node->out[0];
-    if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "matmul: reference takes f32/f64");
+    if (!is_f32_or_f64(a->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     mm_dims d = mm_dims_of(node);
     char *ws = rw_workspace(node, ws_matmul(node), err);
     if (ws == NULL) return GDP_ERR_INVALID;
@@ -309,7 +309,7 @@ static gdp_status linear_ref(void *backend, const gdp_node *node, void *stream, 
     (void)stream;
     const gdp_tensor *x = node->in[0], *w = node->in[1], *b = node->n_in > 2 ? node->in[2] : NULL;
     const gdp_tensor *y = node->out[0];
-    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "%s: reference takes f32/f64", node->op);
+    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
     int act = (int)gdp_attr_int(&node->attrs, "act", 0);
     int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];

@@ -42,8 +42,7 @@ static int f32_scalar(gd_infer *c, int k, const char *name)
     const gd_shape *s = &c->in[k];
     if (s->dtype == GDP_F32 && gd_shape_numel(s) == 1) return 0;
     char b[96];
-    return gd_infer_fail(c, "%s must be an f32 scalar, got %s%s", name, gd_dtype_name((gd_dtype)s->dtype),
-                         gd_shape_str(s, b, sizeof b));
+    return gd_infer_fail(c, "%s must be an f32 scalar, got %s", name, gd_shape_str(s, b, sizeof b));
 }
 
 static int is_float_dtype(int32_t dt)
@@ -55,8 +54,17 @@ static int float_param(gd_infer *c)
 {
     if (is_float_dtype(c->in[0].dtype)) return 0;
     char b[96];
-    return gd_infer_fail(c, "p %s%s is not floating", gd_dtype_name((gd_dtype)c->in[0].dtype),
-                         gd_shape_str(&c->in[0], b, sizeof b));
+    return gd_infer_fail(c, "p %s is not floating", gd_shape_str(&c->in[0], b, sizeof b));
+}
+
+/* Fails c unless attribute `name` = v is a finite number, at least 0 (above 0 when
+ * `positive`), saying which of those it is not: NaN is not "negative". */
+static int finite_at_least_0(gd_infer *c, const char *name, double v, int positive)
+{
+    if (isnan(v)) return gd_infer_fail(c, "%s is not a number", name);
+    if (isinf(v)) return gd_infer_fail(c, "%s = %g is not finite", name, v);
+    if (v < 0 || (positive && v == 0)) return gd_infer_fail(c, "%s = %g is %s", name, v, positive ? "not positive" : "negative");
+    return 0;
 }
 
 /* ---- sgd_update(p, g, buf, lr) -> (p', buf') ------------------------------------------ */
@@ -66,8 +74,7 @@ static int sgd_infer(gd_infer *c)
     if (float_param(c) || same_as_first(c, 1, "g", "p") || same_as_first(c, 2, "buf", "p") || f32_scalar(c, 3, "lr"))
         return -1;
     double m = gdp_attr_float(c->attrs, "momentum", 0.0), wd = gdp_attr_float(c->attrs, "weight_decay", 0.0);
-    if (!(m >= 0)) return gd_infer_fail(c, "momentum = %g is negative", m);
-    if (!(wd >= 0)) return gd_infer_fail(c, "weight_decay = %g is negative", wd);
+    if (finite_at_least_0(c, "momentum", m, 0) || finite_at_least_0(c, "weight_decay", wd, 0)) return -1;
     if (gdp_attr_int(c->attrs, "nesterov", 0) && m == 0) return gd_infer_fail(c, "nesterov needs momentum > 0");
     c->out[0] = c->in[0];
     c->out[1] = c->in[2];
@@ -125,8 +132,7 @@ static int adamw_infer(gd_infer *c)
     double eps = gdp_attr_float(c->attrs, "eps", 1e-8), wd = gdp_attr_float(c->attrs, "weight_decay", 0.0);
     if (!(b1 >= 0 && b1 < 1)) return gd_infer_fail(c, "beta1 = %g is not in [0, 1)", b1);
     if (!(b2 >= 0 && b2 < 1)) return gd_infer_fail(c, "beta2 = %g is not in [0, 1)", b2);
-    if (!(eps > 0)) return gd_infer_fail(c, "eps = %g is not positive", eps);
-    if (!(wd >= 0)) return gd_infer_fail(c, "weight_decay = %g is negative", wd);
+    if (finite_at_least_0(c, "eps", eps, 1) || finite_at_least_0(c, "weight_decay", wd, 0)) return -1;
     c->out[0] = c->in[0];
     c->out[1] = c->in[2];
     c->out[2] = c->in[3];
@@ -209,8 +215,7 @@ static int clip_coef_infer(gd_infer *c)
     const gd_shape *s = &c->in[0];
     char b[96];
     if (!is_float_dtype(s->dtype) || gd_shape_numel(s) != 1)
-        return gd_infer_fail(c, "norm must be a floating scalar, got %s%s", gd_dtype_name((gd_dtype)s->dtype),
-                             gd_shape_str(s, b, sizeof b));
+        return gd_infer_fail(c, "norm must be a floating scalar, got %s", gd_shape_str(s, b, sizeof b));
     double mx = gdp_attr_float(c->attrs, "max_norm", 1.0);
     if (!(mx > 0)) return gd_infer_fail(c, "max_norm = %g is not positive", mx);
     c->out[0].dtype = s->dtype;

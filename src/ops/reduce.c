@@ -138,7 +138,7 @@ static gdp_status sum_or_mean(const gdp_node *node, gdp_err *err, int mean)
     int64_t n_out, n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, &n_out, &n_red, msg, sizeof msg) != 0)
-        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+        return gdp_fail(err, GDP_ERR_INVALID, "%s", msg);
     double *acc = rw_workspace(node, rw_doubles(n_out), err);
     if (acc == NULL) return GDP_ERR_INVALID;
     for (int64_t o = 0; o < n_out; o++) acc[o] = 0.0;
@@ -236,7 +236,7 @@ static gdp_status max_positions(const gdp_node *node, const gdp_tensor *x, int64
     int64_t n_red;
     char msg[300];
     if (reduce_walk(&w, x, &node->attrs, n_out, &n_red, msg, sizeof msg) != 0)
-        return gdp_fail(err, GDP_ERR_INVALID, "%s: %s", node->op, msg);
+        return gdp_fail(err, GDP_ERR_INVALID, "%s", msg);
     char *ws = rw_workspace(node, 2 * rw_doubles(*n_out), err);
     if (ws == NULL) return GDP_ERR_INVALID;
     int64_t *pos = (int64_t *)ws;
@@ -344,7 +344,7 @@ static gdp_status ref_argmax(void *be, const gdp_node *node, void *stream, gdp_e
     int64_t axis = gdp_attr_int(&node->attrs, "axis", -1);
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim || y->dtype != GDP_I64)
-        return gdp_fail(err, GDP_ERR_INVALID, "argmax: axis %lld of a %d-D x, output dtype %d",
+        return gdp_fail(err, GDP_ERR_INVALID, "axis %lld of a %d-D x, output dtype %d",
                         (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)x->ndim, (int)y->dtype);
     const int64_t n = x->shape[axis], step = x->stride[axis];
     // one row per index of the other dims, in the output's row-major order
@@ -401,7 +401,7 @@ static gdp_status ref_expand(void *be, const gdp_node *node, void *stream, gdp_e
     // x (aligned to the right of y's shape, 1 along broadcast axes) -> y; a copy of elements
     const gdp_tensor *x = node->in[0], *y = node->out[0];
     if (x->ndim > y->ndim || x->dtype != y->dtype)
-        return gdp_fail(err, GDP_ERR_INVALID, "expand: x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
+        return gdp_fail(err, GDP_ERR_INVALID, "x of %d dims into an output of %d", (int)x->ndim, (int)y->ndim);
     rw_walk w;
     rw_begin(&w, y->ndim, y->shape);
     rw_add(&w, x);

@@ -207,8 +207,8 @@ static inline size_t rw_doubles(int64_t n) { return (size_t)(n > 0 ? n : 1) * si
 static inline void *rw_workspace(const gdp_node *node, size_t bytes, gdp_err *err)
 {
     if (node->workspace == NULL || node->workspace_bytes < bytes) {
-        gdp_fail(err, GDP_ERR_INVALID, "%s: the reference kernel needs %zu bytes of workspace, it got %zu", node->op,
-                 bytes, node->workspace == NULL ? (size_t)0 : node->workspace_bytes);
+        gdp_fail(err, GDP_ERR_INVALID, "the reference kernel needs %zu bytes of workspace, it got %zu", bytes,
+                 node->workspace == NULL ? (size_t)0 : node->workspace_bytes);
         return NULL;
     }
     return node->workspace;

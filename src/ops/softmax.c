@@ -26,7 +26,7 @@ static int softmax_axis(const gdp_tensor *x, const gdp_attrs *attrs)
 
 static gdp_status bad_axis(const gdp_node *node, gdp_err *err)
 {
-    return gdp_fail(err, GDP_ERR_INVALID, "%s: axis %lld is out of range for a tensor of %d dims", node->op,
+    return gdp_fail(err, GDP_ERR_INVALID, "axis %lld is out of range for a tensor of %d dims",
                     (long long)gdp_attr_int(&node->attrs, "axis", -1), (int)node->in[0]->ndim);
 }
 
@@ -202,8 +202,8 @@ static gdp_status ce_count(const gdp_node *node, const gdp_tensor *logits, const
         if (t == ignore) continue;
         if (t < 0 || t >= classes) {
             char pos[200];
-            return gdp_fail(err, GDP_ERR_INVALID, "%s: %s = %lld is not a class of [0, %lld) nor ignore_index %lld",
-                            node->op, rw_position("targets", targets, r, pos, sizeof pos), (long long)t,
+            return gdp_fail(err, GDP_ERR_INVALID, "%s = %lld is not a class of [0, %lld) nor ignore_index %lld",
+                            rw_position("targets", targets, r, pos, sizeof pos), (long long)t,
                             (long long)classes, (long long)ignore);
         }
         (*count)++;
