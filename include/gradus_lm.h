@@ -67,7 +67,9 @@ gd_status gd_tokens_build(gd_ctx *ctx, const gd_tokenizer *t, const char *const 
 typedef struct gd_token_data gd_token_data;
 enum { GD_SPLIT_TRAIN = 0, GD_SPLIT_VAL = 1 };
 /* Opens a token file; the last val_fraction of its documents (at least one) is the
- * validation split. */
+ * validation split (a corpus of one document: its last val_fraction of tokens; 0: no
+ * validation split). A truncated or corrupt file is refused. The context receives the
+ * messages of later calls on the data too, so it must outlive it. */
 gd_status gd_token_data_open(gd_ctx *ctx, const char *path, double val_fraction, gd_token_data **out);
 void gd_token_data_close(gd_token_data *d);
 int64_t gd_token_data_tokens(const gd_token_data *d, int split);
@@ -81,8 +83,10 @@ typedef struct gd_data_pos {
     int64_t index; /* next window of the epoch */
 } gd_data_pos;
 /* Fills x and y (B*T int32 each): B windows of T+1 tokens, y the window shifted by one.
- * Training windows come in the shuffled order and advance pos (a new epoch when one is
- * done); validation windows are the split's first B, in order, whatever pos says. */
+ * Training windows start every T tokens of the split and come in the shuffled order and
+ * advance pos (a new epoch when one is done); validation windows are the split's first B,
+ * in order, whatever pos says (pos may be NULL), and it is an error if the split is too
+ * short for them. */
 gd_status gd_token_data_batch(gd_token_data *d, int split, int64_t B, int64_t T, gd_data_pos *pos, int32_t *x,
                               int32_t *y);
 
