@@ -67,7 +67,9 @@ gd_status gd_tokens_build(gd_ctx *ctx, const gd_tokenizer *t, const char *const 
 typedef struct gd_token_data gd_token_data;
 enum { GD_SPLIT_TRAIN = 0, GD_SPLIT_VAL = 1 };
 /* Opens a token file; the last val_fraction of its documents (at least one) is the
- * validation split. */
+ * validation split (a corpus of one document: its last val_fraction of tokens; 0: no
+ * validation split). A truncated or corrupt file is refused. The context receives the
+ * messages of later calls on the data too, so it must outlive it. */
 gd_status gd_token_data_open(gd_ctx *ctx, const char *path, double val_fraction, gd_token_data **out);
 void gd_token_data_close(gd_token_data *d);
 int64_t gd_token_data_tokens(const gd_token_data *d, int split);
@@ -81,9 +83,11 @@ typedef struct gd_data_pos {
     int64_t index; /* next window of the epoch */
 } gd_data_pos;
 /* Fills x and y (B*T int32 each): B windows of T+1 tokens, y the window shifted by one.
- * Training windows come in the shuffled order and advance pos (a new epoch when one is
- * done). Validation batches are fixed: batch pos->index holds the split's windows
- * [index*B, index*B + B), in order, wrapping around the split; pos is not advanced. */
+ * Training windows start every T tokens of the split and come in the shuffled order and
+ * advance pos (a new epoch when one is done). Validation batches are fixed: batch
+ * pos->index (0 when pos is NULL) holds the split's windows [index*B, index*B + B), in
+ * order, wrapping around the split; pos is not advanced. It is an error if a split is
+ * shorter than one window. */
 gd_status gd_token_data_batch(gd_token_data *d, int split, int64_t B, int64_t T, gd_data_pos *pos, int32_t *x,
                               int32_t *y);
 
