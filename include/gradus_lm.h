@@ -93,14 +93,29 @@ gd_status gd_token_data_batch(gd_token_data *d, int split, int64_t B, int64_t T,
 
 /* ---- safetensors ---------------------------------------------------------------------- */
 
+/* The format: an 8-byte little-endian header length N, N bytes of JSON naming each
+ * tensor's dtype, shape and [begin, end) byte range in the data that follows, and the
+ * data. Tensor dtypes map to gd_dtype: F32, F16, BF16, F64, I64, I32, U8, I8, BOOL; other
+ * safetensors dtypes (F8_*, U16, ...) are refused by name. */
 typedef struct gd_st_file gd_st_file;
-/* Opens and validates a safetensors file (header length and JSON, dtypes, shapes, offsets
- * inside the file and not overlapping). */
+/* Opens and validates a safetensors file before trusting any size in it: the header
+ * length (at most 100 MB and inside the file), the header JSON, each tensor's dtype,
+ * shape (at most GD_MAX_DIMS non-negative dims whose byte count matches its range) and
+ * data offsets (inside the data, the ranges covering it exactly with no overlap or gap,
+ * as the reference reader requires), names unique, and __metadata__ an object of strings.
+ * The file is mapped where it can be (read otherwise) and stays so until gd_st_close. */
 gd_status gd_st_open(gd_ctx *ctx, const char *path, gd_st_file **out);
+/* The same for a file already in memory: `data` is not copied and must outlive the
+ * gd_st_file; `name` (may be NULL) names it in messages. */
+gd_status gd_st_open_mem(gd_ctx *ctx, const char *name, const void *data, size_t n, gd_st_file **out);
 void gd_st_close(gd_st_file *f);
+/* Tensors in the order of the header (0 for NULL). */
 int gd_st_count(const gd_st_file *f);
-const char *gd_st_name(const gd_st_file *f, int i);
-/* The tensor called name: dtype, dims, and its bytes (valid until close). 0 if absent. */
+const char *gd_st_name(const gd_st_file *f, int i); /* NULL when i is out of range */
+/* The tensor called name: dtype, dims (shape has room for GD_MAX_DIMS), and its bytes
+ * (valid until close). Any output pointer may be NULL. Returns 1 if found, 0 if absent.
+ * The data is little-endian and, in files other writers made, not necessarily aligned
+ * to its element size: copy it out (memcpy) rather than cast the pointer. */
 int gd_st_find(const gd_st_file *f, const char *name, gd_dtype *dt, int *ndim, int64_t *shape, const void **data,
                size_t *bytes);
 const char *gd_st_metadata(const gd_st_file *f, const char *key); /* __metadata__ entry or NULL */
@@ -110,10 +125,14 @@ typedef struct gd_st_entry {
     gd_dtype dtype;
     int ndim;
     int64_t shape[GD_MAX_DIMS];
-    const void *data; /* host bytes */
+    const void *data; /* host bytes, numel * dtype size (may be NULL when that is 0) */
 } gd_st_entry;
-/* Writes tensors (and string metadata pairs, may be 0) atomically: a temporary file in
- * the same directory, flushed and renamed over path. */
+/* Writes tensors in the order given, back to back after a header padded with spaces to a
+ * multiple of 8 bytes (tensors are aligned to their element size when the caller orders
+ * them by falling element size), with string metadata pairs (may be 0). Names must be
+ * unique, non-empty UTF-8 and not "__metadata__". Written atomically: a temporary file in
+ * the same directory, flushed to disk and renamed over path; on failure path is left as
+ * it was and the message names the file and the tensor. */
 gd_status gd_st_write(gd_ctx *ctx, const char *path, const gd_st_entry *entries, int n, const char *const *meta_keys,
                       const char *const *meta_values, int n_meta);
 
@@ -136,15 +155,36 @@ typedef struct gd_lm_config {
     double norm_eps;
     int qk_norm;            /* per-head RMSNorm of q and k (Qwen3) */
     int tied_embeddings;    /* the output projection is the embedding table */
+    int attn_bias;          /* llama family: the q, k and v projections have biases (Qwen2);
+                               a model builder that has none must refuse a config that sets it */
 } gd_lm_config;
 
-/* "tiny", "stories15m", "stories42m", "stories110m", "qwen3-0.6b-shape", "gpt2-124m". */
+/* "tiny", "stories15m", "stories42m", "stories110m", "qwen3-0.6b-shape", "gpt2-124m"; an
+ * unknown name is refused with the list. The result has passed gd_lm_config_check. */
 gd_status gd_lm_preset(gd_ctx *ctx, const char *name, gd_lm_config *out);
-/* Fills the derived fields and checks that the dims agree (dim divisible by heads, kv
- * heads dividing heads, ...), naming the field that does not. */
+/* Fills the derived fields (n_kv_heads, head_dim, hidden_dim, vocab_padded where 0) and
+ * checks that the dims agree, naming the field that does not: sizes positive, dim
+ * divisible by n_heads when head_dim is derived, n_kv_heads dividing n_heads, head_dim
+ * even for RoPE, vocab_padded >= vocab_size, GPT-2's heads spanning dim, and a parameter
+ * count that fits int64. */
 gd_status gd_lm_config_check(gd_ctx *ctx, gd_lm_config *cfg);
-/* Hugging Face config.json: LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, GPT2LMHeadModel. */
+/* Parameters of the model a checked config describes (the Hugging Face model's count:
+ * biases and norms included, the output projection once when tied); -1 when the config
+ * does not pass gd_lm_config_check. */
+int64_t gd_lm_param_count(const gd_lm_config *cfg);
+/* Hugging Face config.json: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+ * GPT2LMHeadModel. Keys absent take the defaults of the transformers config class; a key
+ * that would change the model's function in a way gradus does not compute (rope scaling,
+ * sliding windows, biases it lacks, another activation, quantized weights, an unknown
+ * architecture) is refused naming the key. The result has passed gd_lm_config_check. */
 gd_status gd_lm_config_read(gd_ctx *ctx, const char *path, gd_lm_config *out);
+/* The same for config.json text in memory; `name` (may be NULL) names it in messages. */
+gd_status gd_lm_config_parse(gd_ctx *ctx, const char *json, size_t n, const char *name, gd_lm_config *out);
+/* Writes config.json (atomically) that transformers loads into the class the config
+ * belongs to (llama: LlamaForCausalLM, with qk_norm Qwen3ForCausalLM, with attn_bias
+ * Qwen2ForCausalLM; GPT-2: GPT2LMHeadModel) with the same shapes: vocab_size is the padded
+ * row count, and the unpadded size goes in "gradus_vocab_size" for gd_lm_config_read.
+ * Refuses a config that class cannot express, naming the field. */
 gd_status gd_lm_config_write(gd_ctx *ctx, const gd_lm_config *cfg, const char *path);
 
 /* The model's forward pass in g: ids (B, T) i32 -> logits (B, T, vocab_size), making its
