@@ -211,6 +211,8 @@ typedef struct gd_lm_train_config {
     gd_token_data *data;
     const gd_tokenizer *tokenizer; /* saved with each checkpoint; may be NULL */
     int64_t steps;               /* optimizer steps; 0: 100 */
+    int64_t stop_at;             /* end this run after that step (the schedule still spans
+                                    `steps`, so a resumed run continues it); 0: steps */
     int64_t batch, seq;          /* 0: 8, the model's max_seq */
     int64_t grad_accum;          /* micro-batches per step; 0: 1 */
     double lr;                   /* peak learning rate; 0: 1e-3 */

@@ -1,0 +1,139 @@
+/* lm_generate.c — sampling, and generation by recomputing the whole window for every
+ * token: simple and exact (the same logits a training step computes), quadratic in the
+ * length. The inference engine with a KV cache replaces the recomputation; the sampler
+ * is shared.
+ *
+ * The window is one compiled program of (1, T) tokens, T the prompt plus the tokens to
+ * make (at most the model's positions): tokens past the current length are padding,
+ * which the causal mask keeps from touching the logits read at the last real position. */
+#include "gradus_lm.h"
+#include "gradus_semantics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A uniform number in [0, 1) for draw `counter` of a run seeded `seed`: the same on every
+ * machine, so a seed gives the same tokens everywhere. */
+static double uniform(uint64_t seed, uint64_t counter)
+{
+    gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, seed);
+    return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
+}
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+static int by_logit_desc(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id; /* ties: the lower id first, so the order is total */
+}
+
+int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch)
+{
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (c == NULL || !(c->temperature > 0)) return (int32_t)best; /* greedy */
+    cand *cs = scratch;
+    for (int64_t v = 0; v < V; v++) cs[v] = (cand){logits[v] / (float)c->temperature, (int32_t)v};
+    qsort(cs, (size_t)V, sizeof *cs, by_logit_desc);
+    int64_t n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
+    double sum = 0, max = cs[0].logit;
+    double *p = (double *)(cs + V);
+    for (int64_t i = 0; i < n; i++) sum += p[i] = exp((double)cs[i].logit - max);
+    if (c->top_p > 0 && c->top_p < 1) { /* the smallest prefix whose mass reaches top_p */
+        double acc = 0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; i++) {
+            acc += p[i] / sum;
+            if (acc >= c->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        sum = 0;
+        for (int64_t i = 0; i < keep; i++) sum += p[i];
+        n = keep;
+    }
+    double u = uniform(c->seed, counter) * sum, acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += p[i];
+        if (u < acc) return cs[i].id;
+    }
+    return cs[n - 1].id;
+}
+
+size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double)); }
+
+gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prompt, int64_t n_prompt,
+                         const gd_lm_generate_config *c, int32_t **out, int64_t *n_out)
+{
+    if (ctx == NULL) return GD_ERR_INVALID;
+    if (model_dir == NULL || c == NULL || out == NULL || n_out == NULL || (n_prompt > 0 && prompt == NULL))
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: NULL argument");
+    *out = NULL;
+    *n_out = 0;
+    if (n_prompt < 1) return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: an empty prompt (give at least one token)");
+    char dir[1100], path[1300];
+    gd_status st = gd_lm_checkpoint_resolve(ctx, model_dir, dir, sizeof dir);
+    if (st != GD_OK) return st;
+    gd_lm_config cfg;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((st = gd_lm_config_read(ctx, path, &cfg)) != GD_OK || (st = gd_lm_config_check(ctx, &cfg)) != GD_OK) return st;
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
+            return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: prompt token %lld is id %d, outside the model's %lld",
+                               (long long)i, (int)prompt[i], (long long)cfg.vocab_size);
+    if (n_prompt >= cfg.max_seq)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: a prompt of %lld tokens leaves no room in the model's %lld",
+                           (long long)n_prompt, (long long)cfg.max_seq);
+    int64_t T = n_prompt + (c->max_tokens > 0 ? c->max_tokens : 64);
+    if (T > cfg.max_seq) T = cfg.max_seq;
+    int64_t V = cfg.vocab_size;
+
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){1, T});
+    gd_tensor *logits = gd_lm_forward(g, &cfg, ids, NULL, GD_F32);
+    gd_program *p = NULL;
+    int32_t *win = calloc((size_t)T, sizeof *win);
+    float *lg = malloc(sizeof(float) * (size_t)(T * V));
+    void *scratch = malloc(gd_lm_sample_scratch(V));
+    if (logits == NULL) st = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
+    else if (win == NULL || lg == NULL || scratch == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "generate: out of memory");
+    if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, g, &cfg, dir, 0, NULL);
+    if (st == GD_OK && (p = gd_compile(g, 1, &logits, 0)) == NULL) st = gd_ctx_status(ctx);
+    memcpy(win, prompt, sizeof *win * (size_t)(win != NULL ? n_prompt : 0));
+    int64_t len = n_prompt;
+    while (st == GD_OK && len < T) {
+        st = gd_tensor_write(ids, win, sizeof *win * (size_t)T);
+        if (st == GD_OK) st = gd_program_run(p);
+        if (st == GD_OK) st = gd_tensor_read(logits, lg, sizeof(float) * (size_t)(T * V));
+        if (st != GD_OK) break;
+        int32_t next = gd_lm_sample(lg + (len - 1) * V, V, &c->sample, (uint64_t)len, scratch);
+        win[len++] = next;
+        if (c->on_token != NULL) c->on_token(c->user, next);
+        int stop = 0;
+        for (int i = 0; i < c->n_stop; i++) stop |= c->stop_ids[i] == next;
+        if (stop) break;
+    }
+    if (st == GD_OK) {
+        *out = malloc(sizeof **out * (size_t)len);
+        if (*out == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "generate: out of memory");
+        else {
+            memcpy(*out, win, sizeof **out * (size_t)len);
+            *n_out = len;
+        }
+    }
+    free(win);
+    free(lg);
+    free(scratch);
+    gd_program_free(p);
+    gd_graph_free(g);
+    return st;
+}

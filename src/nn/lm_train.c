@@ -1,0 +1,317 @@
+/* lm_train.c — training a language model: the step built once (forward, loss, backward,
+ * gradient accumulation, clipping and AdamW), compiled into programs that share the
+ * graph's memory, and run step after step with the learning rate written as a runtime
+ * value; validation, metrics, checkpoints and exact resumption.
+ *
+ * Programs (one graph):
+ *   step   the last micro-batch of a step: loss, gradients, accumulation, the global
+ *          norm, the optimizer's updates and the accumulators' reset
+ *   micro  the other micro-batches (with --accum > 1): loss, gradients, accumulation
+ *   eval   the loss alone, for validation
+ * Accumulation: acc <- acc + grad each micro-batch; the optimizer updates with acc / k;
+ * then acc <- 0. The losses printed are means over a step's micro-batches. */
+#include "gradus_lm.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static gd_status failed(gd_ctx *ctx, const char *what)
+{
+    char m[1024];
+    snprintf(m, sizeof m, "%s", gd_ctx_error(ctx));
+    gd_status s = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
+    return gd_ctx_fail(ctx, s, "train lm: %s: %s", what, m[0] ? m : "unknown error");
+}
+
+typedef struct trainer {
+    gd_ctx *ctx;
+    gd_lm_train_config c;    /* with defaults filled */
+    gd_graph *g;
+    gd_tensor *ids, *targets, *loss, *norm;
+    gd_program *step, *micro, *eval;
+    int32_t *x, *y;          /* a batch on the host */
+    FILE *metrics;
+} trainer;
+
+static void trainer_free(trainer *t)
+{
+    gd_program_free(t->step);
+    gd_program_free(t->micro);
+    gd_program_free(t->eval);
+    gd_graph_free(t->g);
+    free(t->x);
+    if (t->metrics != NULL) fclose(t->metrics);
+}
+
+static double schedule(const gd_lm_train_config *c, int64_t step)
+{
+    if (step < c->warmup) return c->lr * (double)(step + 1) / (double)c->warmup;
+    int64_t span = c->steps - c->warmup;
+    double frac = span > 1 ? (double)(step - c->warmup) / (double)(span - 1) : 1.0;
+    return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * frac));
+}
+
+static gd_status build(trainer *t)
+{
+    gd_ctx *ctx = t->ctx;
+    const gd_lm_train_config *c = &t->c;
+    gd_graph *g = t->g = gd_graph_new(ctx);
+    if (g == NULL) return failed(ctx, "creating the graph");
+    int64_t B = c->batch, T = c->seq;
+    t->ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){B, T});
+    t->targets = gd_input(g, "targets", GD_I32, 2, (int64_t[]){B, T});
+    t->loss = gd_lm_loss(gd_lm_forward(g, &c->model, t->ids, NULL, c->dtype), t->targets);
+    if (t->loss == NULL) return failed(ctx, "building the model");
+    if (gd_backward(g, t->loss) != GD_OK) return failed(ctx, "the backward pass");
+
+    int np = gd_graph_param_count(g);
+    gd_tensor **grads = calloc((size_t)np + 1, sizeof *grads), **acc1 = calloc((size_t)np + 1, sizeof *acc1);
+    if (grads == NULL || acc1 == NULL) {
+        free(grads);
+        free(acc1);
+        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "train lm: out of memory");
+    }
+    gd_status st = GD_OK;
+    int n = 0;
+    for (int i = 0; i < np && st == GD_OK; i++) {
+        gd_tensor *p = gd_graph_param(g, i), *gp = gd_grad(g, p);
+        if (gp == NULL) continue;
+        if (c->grad_accum > 1) {
+            char name[512];
+            snprintf(name, sizeof name, "%s.grad_acc", gd_tensor_name(p));
+            int64_t shape[GD_MAX_DIMS];
+            for (int k = 0; k < gd_tensor_ndim(p); k++) shape[k] = gd_tensor_dim(p, k);
+            gd_tensor *acc = gd_state(g, name, gd_tensor_dtype(p), gd_tensor_ndim(p), shape);
+            acc1[n] = gd_assign(acc, gd_add(acc, gp));
+            gp = gd_scale(acc1[n], 1.0 / (double)c->grad_accum, 0.0);
+            if (gp == NULL || gd_set_grad(g, p, gp) != GD_OK) st = failed(ctx, "gradient accumulation");
+        }
+        grads[n++] = gp;
+    }
+    if (st == GD_OK && n == 0) st = gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: no parameter has a gradient");
+    if (st == GD_OK && (t->norm = gd_label(gd_global_norm(g, n, grads), "grad_norm")) == NULL)
+        st = failed(ctx, "the gradient norm");
+    gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
+                          .weight_decay = c->weight_decay, .clip_norm = c->clip};
+    if (st == GD_OK && gd_optimizer_adamw(g, &oc) != GD_OK) st = failed(ctx, "the optimizer");
+    /* the accumulators' reset, after the optimizer has read them (graph order) */
+    for (int i = 0; i < np && st == GD_OK && c->grad_accum > 1; i++) {
+        gd_tensor *p = gd_graph_param(g, i);
+        char name[512];
+        snprintf(name, sizeof name, "%s.grad_acc", gd_tensor_name(p));
+        gd_tensor *acc = gd_graph_find(g, name);
+        if (acc != NULL && gd_assign(acc, gd_scale(acc, 0.0, 0.0)) == NULL) st = failed(ctx, "gradient accumulation");
+    }
+    if (st == GD_OK) {
+        t->step = gd_compile(g, 2, (gd_tensor *[]){t->loss, t->norm}, GD_COMPILE_UPDATES);
+        if (t->step == NULL) st = failed(ctx, "compiling the training step");
+    }
+    if (st == GD_OK && c->grad_accum > 1) {
+        /* the accumulation is an update of its own: its output as a target runs it */
+        acc1[n] = t->loss;
+        t->micro = gd_compile(g, n + 1, acc1, 0);
+        if (t->micro == NULL) st = failed(ctx, "compiling the accumulation step");
+    }
+    if (st == GD_OK && (t->eval = gd_compile(g, 1, &t->loss, 0)) == NULL) st = failed(ctx, "compiling the evaluation");
+    free(grads);
+    free(acc1);
+    return st;
+}
+
+static gd_status run_batch(trainer *t, gd_program *p, int split, gd_data_pos *pos, float *loss)
+{
+    const gd_lm_train_config *c = &t->c;
+    size_t n = (size_t)(c->batch * c->seq);
+    gd_status st = gd_token_data_batch(c->data, split, c->batch, c->seq, pos, t->x, t->y);
+    if (st == GD_OK) st = gd_tensor_write(t->ids, t->x, n * sizeof(int32_t));
+    if (st == GD_OK) st = gd_tensor_write(t->targets, t->y, n * sizeof(int32_t));
+    if (st == GD_OK) st = gd_program_run(p);
+    if (st == GD_OK) st = gd_tensor_read(t->loss, loss, sizeof *loss);
+    return st;
+}
+
+/* Mean loss over val_batches batches of the validation split (the same ones every time). */
+static gd_status validate(trainer *t, double *out)
+{
+    double sum = 0;
+    for (int64_t i = 0; i < t->c.val_batches; i++) {
+        float l;
+        gd_data_pos pos = {.index = i}; /* validation batch i: the same windows every time */
+        gd_status st = run_batch(t, t->eval, GD_SPLIT_VAL, &pos, &l);
+        if (st != GD_OK) return st;
+        sum += l;
+    }
+    *out = sum / (double)t->c.val_batches;
+    return GD_OK;
+}
+
+static void metric(trainer *t, const gd_lm_progress *p)
+{
+    if (t->metrics == NULL) return;
+    fprintf(t->metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.6g,\"elapsed_s\":%.3f",
+            (long long)p->step, p->loss, p->lr, p->grad_norm, p->tokens_per_s, p->elapsed_s);
+    if (!isnan(p->val_loss)) fprintf(t->metrics, ",\"val_loss\":%.6g", p->val_loss);
+    fprintf(t->metrics, "}\n");
+    fflush(t->metrics);
+}
+
+/* Opens metrics.jsonl for appending; on resume, drops the lines past the step resumed
+ * from (the run that wrote them did not reach its next checkpoint). */
+static gd_status open_metrics(trainer *t, int64_t keep_upto, char *path, size_t cap)
+{
+    mkdir(t->c.out_dir, 0755); /* may exist; if it cannot be made, the open below says so */
+    snprintf(path, cap, "%s/metrics.jsonl", t->c.out_dir);
+    if (keep_upto >= 0) {
+        FILE *in = fopen(path, "r");
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *out = in != NULL ? fopen(tmp, "w") : NULL;
+        if (in != NULL && out != NULL) {
+            char line[4096];
+            while (fgets(line, sizeof line, in) != NULL) {
+                long long step = -1;
+                if (sscanf(line, "{\"step\":%lld", &step) == 1 && step <= keep_upto) fputs(line, out);
+            }
+        }
+        if (in != NULL) fclose(in);
+        if (out != NULL && fclose(out) == 0) rename(tmp, path);
+    }
+    t->metrics = fopen(path, keep_upto >= 0 ? "a" : "w");
+    if (t->metrics == NULL) return gd_ctx_fail(t->ctx, GD_ERR_IO, "train lm: %s: cannot write the metrics log", path);
+    return GD_OK;
+}
+
+static gd_status defaults(gd_ctx *ctx, gd_lm_train_config *c)
+{
+    if (c->data == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: no data");
+    if (c->steps == 0) c->steps = 100;
+    if (c->batch == 0) c->batch = 8;
+    if (c->seq == 0) c->seq = c->model.max_seq;
+    if (c->grad_accum == 0) c->grad_accum = 1;
+    if (c->lr == 0) c->lr = 1e-3;
+    if (c->min_lr == 0) c->min_lr = c->lr / 10;
+    if (c->beta1 == 0) c->beta1 = 0.9;
+    if (c->beta2 == 0) c->beta2 = 0.95;
+    if (c->val_batches == 0) c->val_batches = 8;
+    if (c->report_every_s == 0) c->report_every_s = 1;
+    if (c->dtype != GD_F32 && c->dtype != GD_BF16 && c->dtype != GD_F16)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: dtype %s; f32, bf16 or f16", gd_dtype_name(c->dtype));
+    if (c->steps < 0 || c->stop_at < 0 || c->batch < 1 || c->seq < 1 || c->grad_accum < 1 || c->warmup < 0 || c->warmup >= c->steps ||
+        !(c->lr > 0) || !(c->min_lr >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0) || c->val_every < 0 ||
+        c->val_batches < 1 || c->ckpt_every < 0)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID,
+                           "train lm: steps %lld, batch %lld, seq %lld, accum %lld, warmup %lld (below steps), lr %g, "
+                           "min_lr %g, weight decay %g, clip %g: none may be negative",
+                           (long long)c->steps, (long long)c->batch, (long long)c->seq, (long long)c->grad_accum,
+                           (long long)c->warmup, c->lr, c->min_lr, c->weight_decay, c->clip);
+    if (c->seq > c->model.max_seq)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: sequences of %lld tokens, longer than the model's %lld",
+                           (long long)c->seq, (long long)c->model.max_seq);
+    if (gd_token_data_vocab(c->data) > c->model.vocab_size)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: the data was encoded with %d tokens, the model has %lld",
+                           (int)gd_token_data_vocab(c->data), (long long)c->model.vocab_size);
+    if (gd_token_data_tokens(c->data, GD_SPLIT_TRAIN) < c->seq + 1 || gd_token_data_tokens(c->data, GD_SPLIT_VAL) < c->seq + 1)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID,
+                           "train lm: %lld training and %lld validation tokens; each split needs more than seq = %lld",
+                           (long long)gd_token_data_tokens(c->data, GD_SPLIT_TRAIN),
+                           (long long)gd_token_data_tokens(c->data, GD_SPLIT_VAL), (long long)c->seq);
+    return GD_OK;
+}
+
+gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_result *out)
+{
+    if (ctx == NULL) return GD_ERR_INVALID;
+    if (cfg == NULL || out == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: NULL config or result");
+    memset(out, 0, sizeof *out);
+    out->val_loss = NAN;
+    trainer t = {.ctx = ctx, .c = *cfg};
+    gd_status st = defaults(ctx, &t.c);
+    if (st != GD_OK) return st;
+    const gd_lm_train_config *c = &t.c;
+    size_t n = (size_t)(c->batch * c->seq);
+    t.x = malloc(2 * n * sizeof(int32_t));
+    if (t.x == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "train lm: out of memory for a batch");
+    t.y = t.x + n;
+    if ((st = build(&t)) != GD_OK) goto done;
+    out->activation_bytes = gd_program_planned_bytes(t.step, gd_ctx_backend(ctx));
+
+    gd_lm_state state = {.step = 0, .pos = {.seed = c->seed}, .seed = c->seed};
+    if (c->resume_dir != NULL) {
+        if ((st = gd_lm_checkpoint_load(ctx, t.g, &c->model, c->resume_dir, 1, &state)) != GD_OK) goto done;
+    } else if ((st = gd_graph_init_params(t.g, c->seed)) != GD_OK) {
+        st = failed(ctx, "initializing parameters");
+        goto done;
+    }
+    if (c->out_dir != NULL && (st = open_metrics(&t, c->resume_dir != NULL ? state.step : -1, out->metrics,
+                                                 sizeof out->metrics)) != GD_OK)
+        goto done;
+
+    double t0 = now_s(), last_report = 0;
+    int64_t first = state.step, tokens_per_step = c->batch * c->seq * c->grad_accum;
+    int64_t end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    for (int64_t s = state.step; s < end; s++) {
+        double lr = schedule(c, s);
+        if ((st = gd_optimizer_set_lr(t.g, lr)) != GD_OK) break;
+        double loss_sum = 0;
+        float l = 0, norm = 0;
+        for (int64_t m = 0; m + 1 < c->grad_accum && st == GD_OK; m++) {
+            st = run_batch(&t, t.micro, GD_SPLIT_TRAIN, &state.pos, &l);
+            loss_sum += l;
+        }
+        if (st == GD_OK) st = run_batch(&t, t.step, GD_SPLIT_TRAIN, &state.pos, &l);
+        if (st == GD_OK) st = gd_tensor_read(t.norm, &norm, sizeof norm);
+        if (st != GD_OK) {
+            st = failed(ctx, "a training step");
+            break;
+        }
+        loss_sum += l;
+        state.step = s + 1;
+        double loss = loss_sum / (double)c->grad_accum;
+        out->steps = state.step;
+        out->train_loss = loss;
+        if (!isfinite(loss) || !isfinite(norm)) {
+            out->saw_nan = 1;
+            break;
+        }
+        double val = NAN;
+        int last = state.step == end;
+        if (last || (c->val_every > 0 && state.step % c->val_every == 0)) {
+            if ((st = validate(&t, &val)) != GD_OK) {
+                st = failed(ctx, "validation");
+                break;
+            }
+            out->val_loss = val;
+        }
+        double el = now_s() - t0;
+        gd_lm_progress pr = {.step = state.step, .steps = c->steps, .loss = loss, .lr = lr, .grad_norm = norm,
+                             .val_loss = val, .elapsed_s = el};
+        pr.tokens_per_s = el > 0 ? (double)((state.step - first) * tokens_per_step) / el : 0;
+        pr.eta_s = state.step > first ? el / (double)(state.step - first) * (double)(c->steps - state.step) : 0;
+        out->tokens_per_s = pr.tokens_per_s;
+        metric(&t, &pr);
+        if (c->progress != NULL && (last || !isnan(val) || el - last_report >= c->report_every_s)) {
+            c->progress(c->user, &pr);
+            last_report = el;
+        }
+        if (c->out_dir != NULL && (last || (c->ckpt_every > 0 && state.step % c->ckpt_every == 0))) {
+            st = gd_lm_checkpoint_save(ctx, t.g, &c->model, c->tokenizer, &state, c->out_dir, out->checkpoint,
+                                       sizeof out->checkpoint);
+            if (st != GD_OK) break;
+        }
+    }
+done:
+    trainer_free(&t);
+    return st;
+}
