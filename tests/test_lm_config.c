@@ -383,6 +383,10 @@ static void read_files(void)
                  "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 24, \"use_sliding_window\": true,"
                  " \"max_window_layers\": 21}",
                  GD_ERR_UNSUPPORTED, "'use_sliding_window'", "layers 21 on");
+    read_refused("qwen2-window-all.json",
+                 "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, \"use_sliding_window\": true,"
+                 " \"max_window_layers\": 0, \"sliding_window\": 8}",
+                 GD_ERR_UNSUPPORTED, "'use_sliding_window'", "layers 0 on");
     read_refused("qwen3-layer-types.json",
                  "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"layer_types\": [\"full_attention\","
                  " \"sliding_attention\"]}",

@@ -72,18 +72,24 @@ static const gd_json *member(const gd_json *obj, const char *key)
     return v != NULL && v->kind != GD_JSON_NULL ? v : NULL;
 }
 
-/* A positive integer key, or def when absent. */
-static gd_status get_size(const reader *r, const char *key, int64_t def, int64_t *out)
+/* An integer key of at least `min`, or def when absent. */
+static gd_status get_int_at_least(const reader *r, const char *key, int64_t min, int64_t def, int64_t *out)
 {
     const gd_json *v = member(r->root, key);
     if (v == NULL) {
         *out = def;
         return GD_OK;
     }
-    if (v->kind != GD_JSON_NUMBER || !v->is_int || v->i <= 0)
-        return rfail(r, GD_ERR_FORMAT, "'%s' must be a positive integer", key);
+    if (v->kind != GD_JSON_NUMBER || !v->is_int || v->i < min)
+        return rfail(r, GD_ERR_FORMAT, "'%s' must be a%s integer", key, min > 0 ? " positive" : " non-negative");
     *out = v->i;
     return GD_OK;
+}
+
+/* A positive integer key (a size), or def when absent. */
+static gd_status get_size(const reader *r, const char *key, int64_t def, int64_t *out)
+{
+    return get_int_at_least(r, key, 1, def, out);
 }
 
 /* A finite number under key in obj, or def when absent. */
@@ -263,7 +269,7 @@ static gd_status read_llama(const reader *r, family fam, gd_lm_config *c)
     int sliding = 0;
     int64_t from_layer = 28;
     st = get_flag(r, "use_sliding_window", 0, &sliding);
-    if (st == GD_OK) st = get_size(r, "max_window_layers", 28, &from_layer);
+    if (st == GD_OK) st = get_int_at_least(r, "max_window_layers", 0, 28, &from_layer);
     const gd_json *window = gd_json_get(r->root, "sliding_window"); /* absent: 4096; null: off */
     if (st == GD_OK && sliding && (window == NULL || window->kind != GD_JSON_NULL) && from_layer < c->n_layers)
         return rfail(r, GD_ERR_UNSUPPORTED,
