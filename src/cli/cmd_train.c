@@ -116,6 +116,7 @@ static int takes_value(const char *a)
 
 int cmd_train(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "lm") == 0) return cmd_train_lm(argc - 1, argv + 1);
     const char *model = NULL, *data = NULL, *backend = NULL;
     int64_t epochs = 0, batch = 64, seed = 1, limit = 0, hidden = 128, threads = -1;
     double lr = 0;

@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 static const cli_command commands[] = {
-    {"train", "train the MLP or CNN classifier on Fashion-MNIST or the procedural shapes", cmd_train},
+    {"train", "train a language model (lm) on text, or the MLP or CNN classifier of images", cmd_train},
+    {"generate", "continue a prompt with a trained language model", cmd_generate},
     {"devices", "list backends, plugins found (and why any declined) and device memory", cmd_devices},
     {"sweep", "verify every op on every backend against the CPU reference", cmd_sweep},
 };

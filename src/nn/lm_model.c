@@ -5,7 +5,8 @@
  * loads here:
  *   llama: model.embed_tokens.weight (V, D); per layer model.layers.L.
  *          {input_layernorm, post_attention_layernorm}.weight (D),
- *          self_attn.{q,k,v,o}_proj.weight (out, in), [self_attn.{q,k}_norm.weight (hd)],
+ *          self_attn.{q,k,v,o}_proj.weight (out, in), [self_attn.{q,k,v}_proj.bias (Qwen2)],
+ *          [self_attn.{q,k}_norm.weight (hd)],
  *          mlp.{gate,up,down}_proj.weight (out, in); model.norm.weight; lm_head.weight
  *          unless the embeddings are tied.
  *   GPT-2: transformer.wte.weight (Vp, D), transformer.wpe.weight (P, D); per layer
@@ -89,6 +90,19 @@ static gd_tensor *proj(builder *b, gd_tensor *x, const char *prefix, const char 
     return gd_linear(x, w, NULL);
 }
 
+/* q, k or v projection of a llama-family layer: with biases in Qwen2 (attn_bias). */
+static gd_tensor *qkv(builder *b, gd_tensor *x, const char *prefix, const char *what, int64_t out, int64_t in)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s.weight", what);
+    gd_tensor *w = use(b, mat(b, prefix, name, out, in, 0.02)), *bias = NULL;
+    if (b->cfg->attn_bias) {
+        snprintf(name, sizeof name, "%s.bias", what);
+        if ((bias = vec(b, prefix, name, out, GD_INIT_ZEROS)) == NULL) return NULL;
+    }
+    return gd_linear(x, w, bias);
+}
+
 /* x (..., in) @ W + bias with W (in, out): GPT-2's Conv1D. */
 static gd_tensor *conv1d(builder *b, gd_tensor *x, const char *prefix, int64_t in, int64_t out, double std)
 {
@@ -132,9 +146,9 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         snprintf(A, sizeof A, "%s.self_attn", L);
         snprintf(M, sizeof M, "%s.mlp", L);
         gd_tensor *h = gd_rms_norm(x, vec(b, L, "input_layernorm.weight", D, GD_INIT_ONES), eps);
-        gd_tensor *q = heads(proj(b, h, A, "q_proj.weight", H * hd, D, std), B, T, H, hd);
-        gd_tensor *k = heads(proj(b, h, A, "k_proj.weight", Hkv * hd, D, std), B, T, Hkv, hd);
-        gd_tensor *v = heads(proj(b, h, A, "v_proj.weight", Hkv * hd, D, std), B, T, Hkv, hd);
+        gd_tensor *q = heads(qkv(b, h, A, "q_proj", H * hd, D), B, T, H, hd);
+        gd_tensor *k = heads(qkv(b, h, A, "k_proj", Hkv * hd, D), B, T, Hkv, hd);
+        gd_tensor *v = heads(qkv(b, h, A, "v_proj", Hkv * hd, D), B, T, Hkv, hd);
         if (c->qk_norm) {
             q = gd_rms_norm(q, vec(b, A, "q_norm.weight", hd, GD_INIT_ONES), eps);
             k = gd_rms_norm(k, vec(b, A, "k_norm.weight", hd, GD_INIT_ONES), eps);

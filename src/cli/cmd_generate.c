@@ -1,0 +1,167 @@
+/* cmd_generate.c — `gradus generate`: continues a prompt with a trained model, streaming
+ * the tokens as they come, and ends with the rate. The model is a gradus checkpoint (or
+ * training directory, whose latest checkpoint it takes); its tokenizer.json decodes the
+ * tokens, and --prompt-ids / --print-ids serve models without one and tools comparing
+ * token by token. */
+#include "cli.h"
+#include "gradus_lm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: gradus generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+               "\n"
+               "  --model DIR        a checkpoint, or a training directory (its latest checkpoint)\n"
+               "  --prompt TEXT      text to continue (encoded with the model's tokenizer.json)\n"
+               "  --prompt-ids LIST  token ids to continue, comma separated\n"
+               "  --max-tokens N     tokens to add (default 64)\n"
+               "  --temperature X    0 for greedy (default 0.8)\n"
+               "  --top-k K          sample among the K most likely (default 0: all)\n"
+               "  --top-p P          sample among the most likely holding mass P (default 0.95)\n"
+               "  --seed S           the sampler's seed (default 1)\n"
+               "  --print-ids        print token ids instead of text\n"
+               "  --backend NAME     run on this backend\n");
+}
+
+typedef struct stream {
+    const gd_tokenizer *tok;
+    int ids;
+    int64_t n;
+} stream;
+
+static void on_token(void *user, int32_t id)
+{
+    stream *s = user;
+    size_t len = 0;
+    const uint8_t *b = s->tok != NULL && !s->ids ? gd_tokenizer_token(s->tok, id, &len) : NULL;
+    if (b != NULL) fwrite(b, 1, len, stdout);
+    else printf("%s%d", s->n ? "," : "", (int)id);
+    s->n++;
+    fflush(stdout);
+}
+
+static int parse_ids(const char *s, int32_t **out, size_t *n)
+{
+    size_t cap = 16;
+    *n = 0;
+    *out = malloc(cap * sizeof **out);
+    while (*out != NULL && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX) return 0;
+        if (*n == cap && (*out = realloc(*out, (cap *= 2) * sizeof **out)) == NULL) return 0;
+        (*out)[(*n)++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0') return 0;
+    }
+    return *out != NULL && *n > 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL;
+    int64_t max_tokens = 64, top_k = 0, seed = 1;
+    double temperature = 0.8, top_p = 0.95;
+    int print_ids = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int ok = 1;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--print-ids") == 0) {
+            print_ids = 1;
+            continue;
+        }
+        static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
+                                             "--top-k", "--top-p", "--seed", "--backend"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "gradus generate: %s \"%s\" (see gradus generate --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return 2;
+        }
+        if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
+        if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--prompt") == 0) prompt = v;
+        else if (strcmp(a, "--prompt-ids") == 0) prompt_ids = v;
+        else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
+        else if (strcmp(a, "--top-k") == 0) ok = cli_int(a, v, 0, INT32_MAX, &top_k);
+        else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
+        else if (strcmp(a, "--temperature") == 0) ok = cli_double(a, v, 0, 100, &temperature);
+        else if (strcmp(a, "--top-p") == 0) ok = cli_double(a, v, 0, 1, &top_p);
+        if (!ok) return 2;
+    }
+    if (model == NULL || (prompt == NULL) == (prompt_ids == NULL)) {
+        fprintf(stderr, "gradus generate: %s\n\n",
+                model == NULL ? "which model? (--model DIR)" : "give --prompt or --prompt-ids (one of them)");
+        help(stderr);
+        return 2;
+    }
+    gd_ctx *ctx = cli_ctx(backend);
+    if (ctx == NULL) return 1;
+    int rc = 1;
+    gd_tokenizer *tok = NULL;
+    int32_t *ids = NULL, *out = NULL;
+    size_t n = 0;
+    int64_t n_out = 0;
+    char dir[4200], tpath[4300];
+    gd_status st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir);
+    if (st != GD_OK) goto fail;
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    FILE *tf = fopen(tpath, "rb");
+    if (tf != NULL) {
+        fclose(tf);
+        if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
+    }
+    if (prompt_ids != NULL) {
+        if (!parse_ids(prompt_ids, &ids, &n)) {
+            fprintf(stderr, "gradus generate: --prompt-ids \"%s\": want ids like 1,2,3\n", prompt_ids);
+            goto done;
+        }
+    } else if (tok == NULL) {
+        fprintf(stderr, "gradus generate: %s has no tokenizer.json; give the prompt as --prompt-ids\n", dir);
+        goto done;
+    } else if ((st = gd_tokenizer_encode(ctx, tok, (const uint8_t *)prompt, strlen(prompt), &ids, &n)) != GD_OK) {
+        goto fail;
+    }
+    stream s = {.tok = tok, .ids = print_ids || tok == NULL};
+    if (!s.ids) fwrite(prompt != NULL ? prompt : "", 1, prompt != NULL ? strlen(prompt) : 0, stdout);
+    fflush(stdout);
+    gd_lm_generate_config gc = {.max_tokens = max_tokens,
+                                .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = (uint64_t)seed},
+                                .on_token = on_token, .user = &s};
+    int32_t eos = tok != NULL ? gd_tokenizer_eos(tok) : -1;
+    if (eos >= 0) gc.stop_ids = &eos, gc.n_stop = 1;
+    double t0 = now_s();
+    st = gd_lm_generate(ctx, dir, ids, (int64_t)n, &gc, &out, &n_out);
+    double el = now_s() - t0;
+    printf("\n");
+    if (st != GD_OK) goto fail;
+    fprintf(stderr, "%lld prompt and %lld new tokens in %.2f s: %.1f tokens/s (the window recomputed per token)\n",
+            (long long)n, (long long)(n_out - (int64_t)n), el, el > 0 ? (double)(n_out - (int64_t)n) / el : 0.0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "gradus generate: %s\n", gd_ctx_error(ctx));
+done:
+    gd_free_mem(out);
+    free(ids);
+    gd_tokenizer_free(tok);
+    gd_ctx_free(ctx);
+    return rc;
+}

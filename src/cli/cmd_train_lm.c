@@ -1,0 +1,376 @@
+/* cmd_train_lm.c — `gradus train lm`: trains a language model on text.
+ *
+ * Text (files or directories) is encoded once into OUT/data.tok with a tokenizer trained
+ * on it (saved as OUT/tokenizer.json, which the `tokenizers` library reads), unless a
+ * tokenizer file or a token file is given; a resumed run reuses them. Progress goes to
+ * stdout a line a second (rewritten in place on a terminal); the end prints the
+ * validation loss beside the corpus's unigram entropy, both in bits per byte, and where
+ * the checkpoint and the metrics log are. */
+#include "cli.h"
+#include "gradus_lm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Text read to train a tokenizer and measure the corpus: enough for either, bounded. */
+#define SAMPLE_BYTES ((size_t)64 << 20)
+
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: gradus train lm [options]\n"
+            "\n"
+            "Trains a transformer language model (llama or GPT-2 family) on text.\n"
+            "\n"
+            "  --preset NAME     tiny (default), stories15m, stories42m, stories110m, qwen3-0.6b-shape, gpt2-124m\n"
+            "  --config FILE     a Hugging Face config.json (Llama, Qwen2/3, GPT-2) instead of a preset\n"
+            "  --data PATH       a text file or a directory of them (repeatable), or a token file (.tok)\n"
+            "  --tokenizer FILE  encode with this tokenizer.json (default: train one on the data)\n"
+            "  --out DIR         checkpoints, metrics.jsonl, tokenizer.json, data.tok (default lm-out)\n"
+            "  --resume DIR      continue the run whose directory this is (its data and tokenizer too)\n"
+            "  --steps N         optimizer steps (default 200)\n"
+            "  --batch B         sequences per micro-batch (default 8)\n"
+            "  --seq T           tokens per sequence (default: the model's positions, at most 256)\n"
+            "  --accum K         micro-batches per step (default 1)\n"
+            "  --lr X            peak learning rate (default 1e-3), after --warmup N steps (default 5%%)\n"
+            "  --min-lr X        end of the cosine decay (default lr/10)\n"
+            "  --weight-decay X  AdamW's (default 0.1); --clip X: gradient norm clip (default 1)\n"
+            "  --val-every N     validate every N steps (default: 10 times a run); --val-batches N (default 8)\n"
+            "  --ckpt-every N    checkpoint every N steps (default: at the end)\n"
+            "  --dtype T         f32, or bf16 (activations; the weights stay f32) (default: bf16 on a GPU)\n"
+            "  --stop-at N       end this run after step N (resume it later)\n"
+            "  --seed N          initialization and data order (default 1)\n"
+            "  --backend NAME    run on this backend (default: the highest-priority one)\n"
+            "  --threads N       threads for the CPU backends\n");
+}
+
+static int takes_value(const char *a)
+{
+    static const char *const valued[] = {"--preset", "--config", "--data", "--tokenizer", "--out", "--resume",
+                                         "--steps", "--batch", "--seq", "--accum", "--lr", "--min-lr",
+                                         "--warmup", "--weight-decay", "--clip", "--val-every", "--val-batches",
+                                         "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at"};
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+        if (strcmp(a, valued[k]) == 0) return 1;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Appends what a file holds to the sample (up to its cap); walks directories. */
+typedef struct sample {
+    uint8_t *buf;
+    size_t len, cap;
+    int64_t files;
+} sample;
+
+static int read_into(sample *s, const char *path, int depth)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        if (depth > 32) return 1;
+        DIR *d = opendir(path);
+        if (d == NULL) {
+            fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
+            return 0;
+        }
+        struct dirent *e;
+        int ok = 1;
+        while (ok && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.') continue;
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+            ok = read_into(s, p, depth + 1);
+        }
+        closedir(d);
+        return ok;
+    }
+    if (!S_ISREG(sb.st_mode) || s->len >= s->cap) return 1;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    s->len += fread(s->buf + s->len, 1, s->cap - s->len, f);
+    fclose(f);
+    s->files++;
+    return 1;
+}
+
+/* Shannon entropy (bits) of a histogram. */
+static double entropy(const int64_t *count, int64_t n, int64_t total)
+{
+    double h = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (count[i] > 0) {
+            double p = (double)count[i] / (double)total;
+            h -= p * log2(p);
+        }
+    return h;
+}
+
+typedef struct corpus_stats {
+    double bytes_per_token;
+    double byte_entropy;      /* bits per byte, of bytes */
+    double token_entropy_bpb; /* bits per byte, of tokens */
+} corpus_stats;
+
+static void measure(gd_ctx *ctx, const gd_tokenizer *tok, const sample *s, corpus_stats *cs)
+{
+    int64_t bytes[256] = {0};
+    for (size_t i = 0; i < s->len; i++) bytes[s->buf[i]]++;
+    cs->byte_entropy = entropy(bytes, 256, (int64_t)s->len);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int32_t V = gd_tokenizer_vocab_size(tok);
+    int64_t *count = calloc((size_t)V, sizeof *count);
+    if (count != NULL && gd_tokenizer_encode(ctx, tok, s->buf, s->len, &ids, &n) == GD_OK && n > 0) {
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < V) count[ids[i]]++;
+        cs->bytes_per_token = (double)s->len / (double)n;
+        cs->token_entropy_bpb = entropy(count, V, (int64_t)n) / cs->bytes_per_token;
+    }
+    gd_free_mem(ids);
+    free(count);
+}
+
+typedef struct progress_out {
+    int tty, width;
+    double bytes_per_token;
+} progress_out;
+
+static void fmt_time(double s, char *buf, size_t cap)
+{
+    int t = (int)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%dh%02dm", t / 3600, t / 60 % 60);
+    else snprintf(buf, cap, "%dm%02ds", t / 60, t % 60);
+}
+
+static void progress(void *user, const gd_lm_progress *p)
+{
+    progress_out *o = user;
+    char eta[32], line[256];
+    fmt_time(p->eta_s, eta, sizeof eta);
+    int len = snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1fk tok/s | ETA %s",
+                       (long long)p->step, (long long)p->steps, p->loss, p->lr, p->grad_norm, p->tokens_per_s / 1000,
+                       eta);
+    if (o->tty) printf("\r%s%*s", line, o->width > len ? o->width - len : 0, "");
+    else printf("%s\n", line);
+    o->width = o->tty ? len : 0;
+    if (!isnan(p->val_loss)) {
+        if (o->tty) printf("\n");
+        printf("step %lld: validation loss %.4f (%.3f bits/byte)\n", (long long)p->step, p->val_loss,
+               p->val_loss / log(2) / o->bytes_per_token);
+        o->width = 0;
+    }
+    fflush(stdout);
+}
+
+int cmd_train_lm(int argc, char **argv)
+{
+    const char *preset = NULL, *config = NULL, *tokfile = NULL, *out = "lm-out", *resume = NULL, *backend = NULL;
+    const char *dtype_name = NULL, *data[32];
+    int n_data = 0;
+    int64_t steps = 200, batch = 8, seq = 0, accum = 1, warmup = -1, val_every = -1, val_batches = 8, ckpt_every = 0;
+    int64_t seed = 1, threads = -1, stop_at = 0;
+    double lr = 1e-3, min_lr = 0, wd = 0.1, clip = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int ok = 1;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help(stdout);
+            return 0;
+        }
+        if (!takes_value(a)) {
+            fprintf(stderr, "gradus train lm: %s \"%s\" (see gradus train lm --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return 2;
+        }
+        if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
+        if (strcmp(a, "--preset") == 0) preset = v;
+        else if (strcmp(a, "--config") == 0) config = v;
+        else if (strcmp(a, "--data") == 0) {
+            if (n_data == 32) {
+                fprintf(stderr, "gradus train lm: at most 32 --data paths\n");
+                return 2;
+            }
+            data[n_data++] = v;
+        } else if (strcmp(a, "--tokenizer") == 0) tokfile = v;
+        else if (strcmp(a, "--out") == 0) out = v;
+        else if (strcmp(a, "--resume") == 0) resume = v;
+        else if (strcmp(a, "--dtype") == 0) dtype_name = v;
+        else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--steps") == 0) ok = cli_int(a, v, 1, INT64_MAX / 2, &steps);
+        else if (strcmp(a, "--stop-at") == 0) ok = cli_int(a, v, 1, INT64_MAX / 2, &stop_at);
+        else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 20, &batch);
+        else if (strcmp(a, "--seq") == 0) ok = cli_int(a, v, 1, 1 << 24, &seq);
+        else if (strcmp(a, "--accum") == 0) ok = cli_int(a, v, 1, 1 << 16, &accum);
+        else if (strcmp(a, "--warmup") == 0) ok = cli_int(a, v, 0, INT64_MAX / 2, &warmup);
+        else if (strcmp(a, "--val-every") == 0) ok = cli_int(a, v, 0, INT64_MAX / 2, &val_every);
+        else if (strcmp(a, "--val-batches") == 0) ok = cli_int(a, v, 1, 1 << 20, &val_batches);
+        else if (strcmp(a, "--ckpt-every") == 0) ok = cli_int(a, v, 0, INT64_MAX / 2, &ckpt_every);
+        else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
+        else if (strcmp(a, "--threads") == 0) ok = cli_int(a, v, 0, 4096, &threads);
+        else if (strcmp(a, "--lr") == 0) ok = cli_double(a, v, 1e-12, 10, &lr);
+        else if (strcmp(a, "--min-lr") == 0) ok = cli_double(a, v, 0, 10, &min_lr);
+        else if (strcmp(a, "--weight-decay") == 0) ok = cli_double(a, v, 0, 10, &wd);
+        else if (strcmp(a, "--clip") == 0) ok = cli_double(a, v, 0, 1e9, &clip);
+        if (!ok) return 2;
+    }
+    if (preset != NULL && config != NULL) {
+        fprintf(stderr, "gradus train lm: give --preset or --config, not both\n");
+        return 2;
+    }
+    if (dtype_name != NULL && strcmp(dtype_name, "f32") != 0 && strcmp(dtype_name, "bf16") != 0) {
+        fprintf(stderr, "gradus train lm: --dtype %s: want f32 or bf16\n", dtype_name);
+        return 2;
+    }
+    if (resume != NULL) out = resume;
+    gd_ctx *ctx = cli_ctx(backend);
+    if (ctx == NULL) return 1;
+    if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
+    int rc = 1;
+    gd_tokenizer *tok = NULL;
+    gd_token_data *td = NULL;
+    sample smp = {0};
+    char tok_path[4200], data_path[4200], cfg_path[4200];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", out);
+    snprintf(data_path, sizeof data_path, "%s/data.tok", out);
+
+    /* the model */
+    gd_lm_config m;
+    gd_status st;
+    if (resume != NULL) { /* the run's own config */
+        char ck[4200];
+        st = gd_lm_checkpoint_resolve(ctx, resume, ck, sizeof ck);
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", ck);
+        if (st == GD_OK) st = gd_lm_config_read(ctx, cfg_path, &m);
+    } else if (config != NULL) {
+        st = gd_lm_config_read(ctx, config, &m);
+    } else {
+        st = gd_lm_preset(ctx, preset != NULL ? preset : "tiny", &m);
+    }
+    if (st == GD_OK) st = gd_lm_config_check(ctx, &m);
+    if (st != GD_OK) goto fail;
+    if (seq == 0) seq = m.max_seq < 256 ? m.max_seq : 256;
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "gradus train lm: %s: %s\n", out, strerror(errno));
+        goto done;
+    }
+
+    /* the data: a token file, or text encoded into OUT/data.tok once */
+    smp.cap = SAMPLE_BYTES;
+    smp.buf = malloc(smp.cap);
+    if (smp.buf == NULL) {
+        fprintf(stderr, "gradus train lm: out of memory\n");
+        goto done;
+    }
+    const char *tokens = NULL;
+    if (n_data == 1 && ends_with(data[0], ".tok")) tokens = data[0];
+    else if (n_data == 0 && exists(data_path)) tokens = data_path;
+    if (n_data == 0 && tokens == NULL) {
+        fprintf(stderr, "gradus train lm: no --data given and %s has none from an earlier run\n", out);
+        goto done;
+    }
+    const char *use_tok = tokfile != NULL ? tokfile : exists(tok_path) && (tokens != NULL || resume) ? tok_path : NULL;
+    if (use_tok != NULL) {
+        if ((st = gd_tokenizer_load(ctx, use_tok, &tok)) != GD_OK) goto fail;
+        if (gd_tokenizer_vocab_size(tok) > m.vocab_size || (tokfile != NULL && gd_tokenizer_vocab_size(tok) != m.vocab_size)) {
+            fprintf(stderr, "gradus train lm: %s has %d tokens, the model's vocabulary %lld\n", use_tok,
+                    (int)gd_tokenizer_vocab_size(tok), (long long)m.vocab_size);
+            goto done;
+        }
+    }
+    for (int i = 0; i < n_data && tokens == NULL; i++)
+        if (!read_into(&smp, data[i], 0)) goto done;
+    if (tokens == NULL && smp.len == 0) {
+        fprintf(stderr, "gradus train lm: the corpus (%s%s) is empty\n", data[0], n_data > 1 ? ", ..." : "");
+        goto done;
+    }
+    if (tok == NULL) {
+        printf("training a byte-level BPE tokenizer of %lld tokens on %.1f MB of text (%lld files)\n",
+               (long long)m.vocab_size, (double)smp.len / 1e6, (long long)smp.files);
+        fflush(stdout);
+        if ((st = gd_tokenizer_train(ctx, smp.buf, smp.len, (int32_t)m.vocab_size, &tok)) != GD_OK ||
+            (st = gd_tokenizer_save(ctx, tok, tok_path)) != GD_OK)
+            goto fail;
+    }
+    if (tokens == NULL) {
+        gd_token_file_info info;
+        if ((st = gd_tokens_build(ctx, tok, data, n_data, data_path, NULL, NULL, &info)) != GD_OK) goto fail;
+        printf("encoded %lld documents, %.1f MB, into %lld tokens: %s\n", (long long)info.documents,
+               (double)info.bytes / 1e6, (long long)info.tokens, data_path);
+        tokens = data_path;
+    }
+    if ((st = gd_token_data_open(ctx, tokens, 0.05, &td)) != GD_OK) goto fail;
+    corpus_stats cs = {.bytes_per_token = 1, .byte_entropy = NAN, .token_entropy_bpb = NAN};
+    if (smp.len > 0) measure(ctx, tok, &smp, &cs);
+    free(smp.buf);
+    smp.buf = NULL;
+
+    /* train */
+    int gpu = strcmp(gd_ctx_backend(ctx), "cuda") == 0;
+    gd_dtype dt = dtype_name != NULL ? (strcmp(dtype_name, "bf16") == 0 ? GD_BF16 : GD_F32) : gpu ? GD_BF16 : GD_F32;
+    progress_out po = {.tty = isatty(fileno(stdout)), .bytes_per_token = cs.bytes_per_token};
+    gd_lm_train_config c = {
+        .model = m, .data = td, .tokenizer = tok, .steps = steps, .stop_at = stop_at, .batch = batch, .seq = seq,
+        .grad_accum = accum, .lr = lr, .min_lr = min_lr, .warmup = warmup >= 0 ? warmup : steps / 20,
+        .weight_decay = wd, .clip = clip, .val_every = val_every >= 0 ? val_every : (steps >= 10 ? steps / 10 : 0),
+        .val_batches = val_batches, .ckpt_every = ckpt_every, .out_dir = out, .resume_dir = resume, .dtype = dt,
+        .seed = (uint64_t)seed, .report_every_s = po.tty ? 0.25 : 1.0, .progress = progress, .user = &po};
+    printf("model %s: %s, dim %lld, %lld layers, %lld heads (%lld kv), vocab %lld\n",
+           config != NULL ? config : resume != NULL ? "resumed" : preset != NULL ? preset : "tiny",
+           m.arch == GD_LM_GPT2 ? "GPT-2" : "llama", (long long)m.dim, (long long)m.n_layers, (long long)m.n_heads,
+           (long long)m.n_kv_heads, (long long)m.vocab_size);
+    printf("backend %s, %s, batch %lld x %lld tokens%s, %lld steps, AdamW lr %g, %s\n", gd_ctx_backend(ctx),
+           gd_dtype_name(dt), (long long)batch, (long long)seq, accum > 1 ? " (accumulated)" : "", (long long)steps,
+           lr, resume != NULL ? "resumed" : "from scratch");
+    fflush(stdout);
+    gd_lm_train_result r;
+    st = gd_lm_train(ctx, &c, &r);
+    if (po.width > 0) printf("\n");
+    if (st != GD_OK) goto fail;
+    if (r.saw_nan) {
+        fprintf(stderr, "gradus train lm: the loss became NaN or infinite at step %lld\n", (long long)r.steps);
+        goto done;
+    }
+    printf("trained %lld steps at %.1fk tokens/s; activation memory %.1f MB on %s\n", (long long)r.steps,
+           r.tokens_per_s / 1000, (double)r.activation_bytes / 1e6, gd_ctx_backend(ctx));
+    if (!isnan(r.val_loss))
+        printf("validation loss %.4f nats/token = %.3f bits/byte\n", r.val_loss, r.val_loss / log(2) / cs.bytes_per_token);
+    if (!isnan(cs.token_entropy_bpb))
+        printf("unigram entropy of the corpus: %.3f bits/byte (of its tokens), %.3f bits/byte (of its bytes)\n",
+               cs.token_entropy_bpb, cs.byte_entropy);
+    if (r.checkpoint[0]) printf("checkpoint: %s\n", r.checkpoint);
+    if (r.metrics[0]) printf("metrics: %s\n", r.metrics);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "gradus train lm: %s\n", gd_ctx_error(ctx));
+done:
+    free(smp.buf);
+    gd_token_data_close(td);
+    gd_tokenizer_free(tok);
+    gd_ctx_free(ctx);
+    return rc;
+}
