@@ -153,15 +153,19 @@ static void fwd_items(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-/* Shared buffers of one call: packed weights and tap offsets, in the calling thread's
- * scratch (the kernels run from the application thread, which is thread 0 of the pool). */
-static void *call_buffers(size_t float_count, size_t int_count, int32_t **ints)
+/* Bytes of the shared buffers of one call: float_count floats (packed weights or padded
+ * planes), then int_count tap offsets. */
+static size_t call_bytes(size_t float_count, size_t int_count)
 {
-    size_t fb = (sizeof(float) * float_count + 63) & ~(size_t)63;
-    char *p = gcpu_scratch(0, GCPU_SLOT_KERNEL2, fb + sizeof(int32_t) * int_count + 64);
-    if (p == NULL) return NULL;
-    *ints = (int32_t *)(void *)(p + fb);
-    return p;
+    return ((sizeof(float) * float_count + 63) & ~(size_t)63) + sizeof(int32_t) * int_count + 64;
+}
+
+/* Those buffers in the caller's workspace; NULL when it is too small. */
+static void *call_buffers(void *ws, size_t ws_bytes, size_t float_count, size_t int_count, int32_t **ints)
+{
+    if (ws == NULL || ws_bytes < call_bytes(float_count, int_count)) return NULL;
+    *ints = (int32_t *)(void *)((char *)ws + ((sizeof(float) * float_count + 63) & ~(size_t)63));
+    return ws;
 }
 
 static void plan_offsets(int32_t *koff, int64_t Cin, int64_t Hp, int64_t Wp, int64_t kh, int64_t kw, int64_t dil)
@@ -214,9 +218,45 @@ static int worth(int64_t width, int64_t K)
     return 10 * width >= 7 * SEG * vectors || K <= 128;
 }
 
-int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y)
+static int fwd_takes(const gcpu_conv_shape *s)
 {
-    if (!shape_ok(s) || !worth(s->Wo, s->Cg * s->kh * s->kw)) return GDP_ERR_UNSUPPORTED;
+    return shape_ok(s) && worth(s->Wo, s->Cg * s->kh * s->kw);
+}
+
+/* fewer than 4 input channels: tiles of so few rows are bound by their loads, which
+ * matters where there are many taps (3 channels, 576 taps: 1.6x slower than im2col) */
+static int dx_takes(const gcpu_conv_shape *s)
+{
+    int64_t taps = s->Co / s->groups * s->kh * s->kw;
+    return shape_ok(s) && worth(s->W, taps) && !(s->Cg < 4 && taps > 128) && s->dil * (s->kh - 1) - s->pad >= 0 &&
+           s->dil * (s->kw - 1) - s->pad >= 0;
+}
+
+static int dw_takes(const gcpu_conv_shape *s)
+{
+    return shape_ok(s) && worth(s->Wo, s->Cg * s->kh * s->kw);
+}
+
+size_t gcpu_dconv_workspace(gcpu_dconv_op op, const gcpu_conv_shape *s)
+{
+    int64_t khw = s->kh * s->kw;
+    switch (op) {
+    case GCPU_DCONV_FORWARD:
+        return fwd_takes(s) ? call_bytes((size_t)(s->Co * s->Cg * khw), (size_t)(s->Cg * khw)) : 0;
+    case GCPU_DCONV_GRAD_INPUT:
+        return dx_takes(s) ? call_bytes((size_t)(s->Co * s->Cg * khw), (size_t)(s->Co / s->groups * khw)) : 0;
+    default: {
+        if (!dw_takes(s)) return 0;
+        int64_t plane = s->Cg * (s->H + 2 * s->pad) * (s->W + 2 * s->pad);
+        return call_bytes(s->pad > 0 ? (size_t)(s->groups * s->N * plane) : 0, (size_t)(s->Cg * khw));
+    }
+    }
+}
+
+int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y, void *ws,
+                       size_t ws_bytes)
+{
+    if (!fwd_takes(s)) return GDP_ERR_UNSUPPORTED;
     fwd_plan p = {.N = s->N, .groups = s->groups, .Cin = s->Cg, .H = s->H, .W = s->W, .ph = s->pad,
                   .pw = s->pad, .M = s->Co / s->groups, .Ho = s->Ho, .Wo = s->Wo, .in = x, .out = y, .bias = b};
     p.Hp = s->H + 2 * s->pad;
@@ -226,8 +266,8 @@ int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w,
     p.out_sample = s->Co * s->Ho * s->Wo;
     if (p.Cin * p.Hp * p.Wp >= INT32_MAX) return GDP_ERR_UNSUPPORTED;
     int32_t *koff;
-    float *apk = call_buffers((size_t)(s->Co * p.K), (size_t)p.K, &koff);
-    if (apk == NULL) return GDP_ERR_NOMEM;
+    float *apk = call_buffers(ws, ws_bytes, (size_t)(s->Co * p.K), (size_t)p.K, &koff);
+    if (apk == NULL) return GDP_ERR_INVALID;
     int64_t npan = (p.M + DMR - 1) / DMR, K = p.K;
     for (int64_t gr = 0; gr < s->groups; gr++) {
         const float *wg = w + gr * p.M * K;
@@ -242,14 +282,11 @@ int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w,
 /* dx = the stride-1 convolution of dy padded by dil (k - 1) - padding with
  * w'[c][o][i][j] = w[o][c][kh-1-i][kw-1-j]: dx[c][h][w] sums w[o][c][i][j] dy[o][h+pad-i dil]
  * [w+pad-j dil], which is that convolution's output at (h, w). */
-int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx)
+int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx, void *ws,
+                          size_t ws_bytes)
 {
-    /* fewer than 4 input channels: tiles of so few rows are bound by their loads, which
-     * matters where there are many taps (3 channels, 576 taps: 1.6x slower than im2col) */
-    int64_t taps = s->Co / s->groups * s->kh * s->kw;
-    if (!shape_ok(s) || !worth(s->W, taps) || (s->Cg < 4 && taps > 128)) return GDP_ERR_UNSUPPORTED;
+    if (!dx_takes(s)) return GDP_ERR_UNSUPPORTED;
     int64_t ph = s->dil * (s->kh - 1) - s->pad, pw = s->dil * (s->kw - 1) - s->pad;
-    if (ph < 0 || pw < 0) return GDP_ERR_UNSUPPORTED;
     int64_t Cog = s->Co / s->groups;
     fwd_plan p = {.N = s->N, .groups = s->groups, .Cin = Cog, .H = s->Ho, .W = s->Wo, .ph = ph, .pw = pw,
                   .M = s->Cg, .Ho = s->H, .Wo = s->W, .in = dy, .out = dx, .bias = NULL};
@@ -261,8 +298,8 @@ int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float
     if (p.Cin * p.Hp * p.Wp >= INT32_MAX || p.Hp - s->dil * (s->kh - 1) != s->H || p.Wp - s->dil * (s->kw - 1) != s->W)
         return GDP_ERR_UNSUPPORTED;
     int32_t *koff;
-    float *apk = call_buffers((size_t)(s->groups * p.M * p.K), (size_t)p.K, &koff);
-    if (apk == NULL) return GDP_ERR_NOMEM;
+    float *apk = call_buffers(ws, ws_bytes, (size_t)(s->groups * p.M * p.K), (size_t)p.K, &koff);
+    if (apk == NULL) return GDP_ERR_INVALID;
     int64_t npan = (p.M + DMR - 1) / DMR, K = p.K, khw = s->kh * s->kw, kh = s->kh, kw = s->kw;
     for (int64_t gr = 0; gr < s->groups; gr++) {
         const float *wg = w + gr * Cog * s->Cg * khw; /* (Cog, Cg, kh, kw) */
@@ -384,9 +421,10 @@ static void dw_items(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw)
+int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw, void *ws,
+                           size_t ws_bytes)
 {
-    if (!shape_ok(s) || !worth(s->Wo, s->Cg * s->kh * s->kw)) return GDP_ERR_UNSUPPORTED;
+    if (!dw_takes(s)) return GDP_ERR_UNSUPPORTED;
     dw_plan p = {.s = s, .dy = dy, .x = x, .dw = dw};
     p.Cog = s->Co / s->groups;
     p.K = s->Cg * s->kh * s->kw;
@@ -405,8 +443,8 @@ int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const floa
     int32_t *koff;
     /* every sample padded once, before the tiles (each of which runs over all samples) */
     size_t padded = s->pad > 0 ? (size_t)(s->groups * s->N * plane) : 0;
-    p.xpad = call_buffers(padded, (size_t)p.K, &koff);
-    if (p.xpad == NULL) return GDP_ERR_NOMEM;
+    p.xpad = call_buffers(ws, ws_bytes, padded, (size_t)p.K, &koff);
+    if (p.xpad == NULL) return GDP_ERR_INVALID;
     plan_offsets(koff, s->Cg, p.Hp, p.Wp, s->kh, s->kw, s->dil);
     p.koff = koff;
     if (s->pad > 0) {
@@ -425,21 +463,30 @@ int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const floa
 
 #else /* no AVX-512: k_conv.c's im2col path does everything */
 
-int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y)
+size_t gcpu_dconv_workspace(gcpu_dconv_op op, const gcpu_conv_shape *s)
 {
-    (void)s; (void)x; (void)w; (void)b; (void)y;
+    (void)op; (void)s;
+    return 0;
+}
+
+int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y, void *ws,
+                       size_t ws_bytes)
+{
+    (void)s; (void)x; (void)w; (void)b; (void)y; (void)ws; (void)ws_bytes;
     return GDP_ERR_UNSUPPORTED;
 }
 
-int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx)
+int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx, void *ws,
+                          size_t ws_bytes)
 {
-    (void)s; (void)dy; (void)w; (void)dx;
+    (void)s; (void)dy; (void)w; (void)dx; (void)ws; (void)ws_bytes;
     return GDP_ERR_UNSUPPORTED;
 }
 
-int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw)
+int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw, void *ws,
+                           size_t ws_bytes)
 {
-    (void)s; (void)dy; (void)x; (void)dw;
+    (void)s; (void)dy; (void)x; (void)dw; (void)ws; (void)ws_bytes;
     return GDP_ERR_UNSUPPORTED;
 }
 

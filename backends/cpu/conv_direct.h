@@ -4,7 +4,8 @@
  * planes are copied once with their zero padding around them, and the micro-kernels read
  * the taps straight from that copy, 16 output positions of one output row per vector
  * (a masked load at the end of a row). Nothing is packed but the weights, so there is no
- * im2col, no col2im and no copy of dy:
+ * im2col, no col2im and no copy of dy. The packed weights and padded planes live in the
+ * node's workspace (gcpu_dconv_workspace says how much):
  *
  *   forward      y (Cog, P) = w (Cog, K) . x: a 12-row tile of output channels times two
  *                vectors of output positions, w broadcast from a packed panel;
@@ -25,6 +26,7 @@
 #ifndef GCPU_CONV_DIRECT_H
 #define GCPU_CONV_DIRECT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct gcpu_conv_shape {
@@ -34,11 +36,21 @@ typedef struct gcpu_conv_shape {
     int64_t stride, pad, dil, groups;
 } gcpu_conv_shape;
 
+typedef enum gcpu_dconv_op { GCPU_DCONV_FORWARD, GCPU_DCONV_GRAD_INPUT, GCPU_DCONV_GRAD_WEIGHT } gcpu_dconv_op;
+
+/* Bytes of workspace the entry for op needs for shape s (packed weights or padded planes,
+ * and tap offsets); 0 when it declines the shape. Each entry below takes that much at ws
+ * and returns GDP_ERR_INVALID, having done nothing, when given less. */
+size_t gcpu_dconv_workspace(gcpu_dconv_op op, const gcpu_conv_shape *s);
+
 /* y (N, Co, Ho, Wo) = conv(x, w) + b (b may be NULL) */
-int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y);
+int gcpu_dconv_forward(const gcpu_conv_shape *s, const float *x, const float *w, const float *b, float *y, void *ws,
+                       size_t ws_bytes);
 /* dx (N, C, H, W) from dy (N, Co, Ho, Wo) and w */
-int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx);
+int gcpu_dconv_grad_input(const gcpu_conv_shape *s, const float *dy, const float *w, float *dx, void *ws,
+                          size_t ws_bytes);
 /* dw (Co, Cg, kh, kw) from dy (N, Co, Ho, Wo) and x */
-int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw);
+int gcpu_dconv_grad_weight(const gcpu_conv_shape *s, const float *dy, const float *x, float *dw, void *ws,
+                           size_t ws_bytes);
 
 #endif

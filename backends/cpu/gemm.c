@@ -295,22 +295,28 @@ static int gemm_blas(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
 
 /* ---- choice ------------------------------------------------------------------------------- */
 
-static int policy = -1; /* -1: not read yet from GRADUS_GEMM */
+/* Process-wide (a tuning knob, not an instance's state); atomic, as instances may read it
+ * from two threads. -1: not read yet from GRADUS_GEMM. */
+static atomic_int policy = -1;
 
 static gcpu_gemm_impl current_policy(void)
 {
-    if (policy < 0) {
+    int p = atomic_load_explicit(&policy, memory_order_relaxed);
+    if (p < 0) {
         const char *s = getenv("GRADUS_GEMM");
-        policy = GCPU_GEMM_AUTO;
-        if (s != NULL && strcmp(s, "own") == 0) policy = GCPU_GEMM_OWN;
-        if (s != NULL && strcmp(s, "blas") == 0) policy = GCPU_GEMM_BLAS;
+        p = GCPU_GEMM_AUTO;
+        if (s != NULL && strcmp(s, "own") == 0) p = GCPU_GEMM_OWN;
+        if (s != NULL && strcmp(s, "blas") == 0) p = GCPU_GEMM_BLAS;
+        int unset = -1;
+        atomic_compare_exchange_strong(&policy, &unset, p);
+        p = atomic_load(&policy);
     }
-    return (gcpu_gemm_impl)policy;
+    return (gcpu_gemm_impl)p;
 }
 
 void gcpu_gemm_set_policy(gcpu_gemm_impl impl)
 {
-    policy = impl;
+    atomic_store(&policy, (int)impl);
 }
 
 int gcpu_gemm_have_blas(void)

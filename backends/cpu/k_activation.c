@@ -6,9 +6,11 @@
  * products and selections, computed here in the reference's double expression, so they
  * match it to the bit. The others use the vectorizable f32 functions of vmath.h, within a
  * few ulp of the reference (the ops' tolerance is 1e-10 normalized MSE, about 10 ulp);
- * each loop compiles to SIMD code. Work is split by element over the pool.
+ * each loop compiles to SIMD code. Work is split by element over the pool. Strided inputs
+ * (GDP_KERNEL_STRIDED) are walked row by row (ewplan.h) and gathered into small buffers
+ * for the same loops, so a view gives the bits its contiguous copy would.
  */
-#include "kernels.h"
+#include "ewplan.h"
 #include "vmath.h"
 
 #define SQRT1_2 0.70710678118654752440f        /* 1/sqrt(2) */
@@ -24,13 +26,9 @@ typedef struct act_job {
     float *y;
 } act_job;
 
-static void act_task(void *ctx, int64_t begin, int64_t end, int tid)
+// y[0..n) = op(x[0..n)) (backward ops: of dy and x)
+static void act_run(const act_job *j, const float *x, const float *dy, float *y, int64_t n)
 {
-    (void)tid;
-    const act_job *j = ctx;
-    const float *x = j->x + begin, *dy = j->dy + begin;
-    float *y = j->y + begin;
-    int64_t n = end - begin;
     switch (j->op) {
     case A_RELU:
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN passes */
@@ -94,6 +92,50 @@ static void act_task(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+static void act_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const act_job *j = ctx;
+    act_run(j, j->x + begin, j->dy != NULL ? j->dy + begin : NULL, j->y + begin, end - begin);
+}
+
+/* ---- strided inputs ------------------------------------------------------------------------ */
+
+#define GATHER 512 /* elements gathered at a time */
+
+typedef struct act_strided {
+    const act_job *j;
+    gcpu_ewplan p; /* operands: x, then dy for the backward ops */
+} act_strided;
+
+static void act_row(const void *ctx, int64_t oy, const int64_t *off, int64_t n)
+{
+    const act_strided *u = ctx;
+    const act_job *j = u->j;
+    int in = u->p.ndim - 1;
+    int64_t sx = u->p.st[0][in], sd = j->dy != NULL ? u->p.st[1][in] : 1;
+    const float *x = j->x + off[0], *dy = j->dy != NULL ? j->dy + off[1] : NULL;
+    float *y = j->y + oy;
+    if (sx == 1 && sd == 1) {
+        act_run(j, x, dy, y, n);
+        return;
+    }
+    float xb[GATHER], db[GATHER];
+    for (int64_t i = 0; i < n; i += GATHER) {
+        int64_t m = n - i < GATHER ? n - i : GATHER;
+        gcpu_gather(xb, x + i * sx, sx, sizeof(float), m);
+        if (dy != NULL) gcpu_gather(db, dy + i * sd, sd, sizeof(float), m);
+        act_run(j, xb, dy != NULL ? db : NULL, y + i, m);
+    }
+}
+
+static void act_strided_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const act_strided *u = ctx;
+    gcpu_ewplan_walk(&u->p, u->j->dy != NULL ? 2 : 1, begin, end, act_row, u);
+}
+
 static gdp_status activation(const gdp_node *n, int op)
 {
     int grad = n->n_in == 2;
@@ -101,7 +143,16 @@ static gdp_status activation(const gdp_node *n, int op)
                  .dy = grad ? n->in[0]->data : NULL, .y = n->out[0]->data};
     /* the transcendental ones cost ~10x a relu an element: threads pay off sooner */
     int cheap = op == A_RELU || op == A_RELU_GRAD || op == A_SIGMOID_GRAD || op == A_TANH_GRAD;
-    gcpu_parallel_for_grain(gdp_numel(n->out[0]), cheap ? GCPU_GRAIN_ELEMS : GCPU_GRAIN_ELEMS / 8, act_task, &j);
+    int64_t grain = cheap ? GCPU_GRAIN_ELEMS : GCPU_GRAIN_ELEMS / 8;
+    if (gdp_numel(n->out[0]) == 0) return GDP_OK;
+    if (gcpu_inputs_contiguous(n)) {
+        gcpu_parallel_for_grain(gdp_numel(n->out[0]), grain, act_task, &j);
+        return GDP_OK;
+    }
+    act_strided u = {.j = &j};
+    const gdp_tensor *ops[2] = {n->in[grad ? 1 : 0], n->in[0]};
+    gcpu_ewplan_make(&u.p, n->out[0], grad ? 2 : 1, ops);
+    gcpu_parallel_for_grain(gcpu_ewplan_items(&u.p), gcpu_ewplan_grain(&u.p, grain), act_strided_task, &u);
     return GDP_OK;
 }
 
@@ -117,7 +168,7 @@ static int s_f32(void *backend, const gdp_node *n)
         (void)be; (void)stream; (void)err;                                               \
         return activation(n, OP);                                                        \
     }                                                                                    \
-    GCPU_HALF_OF(k_##name, s_f32)
+    GCPU_HALF_OF(k_##name, s_f32, NULL)
 ACT_KERNEL(relu, A_RELU)
 ACT_KERNEL(relu_grad, A_RELU_GRAD)
 ACT_KERNEL(gelu, A_GELU)
@@ -129,20 +180,19 @@ ACT_KERNEL(sigmoid_grad, A_SIGMOID_GRAD)
 ACT_KERNEL(tanh, A_TANH)
 ACT_KERNEL(tanh_grad, A_TANH_GRAD)
 
-gdp_status gcpu_register_activation(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_activation(gcpu_regctx *r, gdp_err *err)
 {
-#define K(name) {#name, k_##name, k_##name##_half, k_##name##_half_ok}
+#define K(name) {#name, GCPU_FLOATS_INIT(k_##name, s_f32, NULL)}
     static const struct {
         const char *op;
-        gdp_launch_fn f32, half;
-        gdp_supports_fn half_ok;
+        gcpu_floats k;
     } ks[] = {
         K(relu), K(relu_grad), K(gelu), K(gelu_grad), K(silu), K(silu_grad),
         K(sigmoid), K(sigmoid_grad), K(tanh), K(tanh_grad),
     };
 #undef K
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        gdp_status s = gcpu_reg_floats(host, ks[i].op, ks[i].f32, s_f32, ks[i].half, ks[i].half_ok, NULL, err);
+        gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, GDP_KERNEL_STRIDED, NULL, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;

@@ -1,9 +1,14 @@
-/* k_attention.c — rope, attention and attention_grad (f32; f16 and bf16 through f32 copies).
+/* k_attention.c — rope, attention, attention_grad (f32; f16 and bf16 through f32 copies)
+ * and cache_write.
  *
  * Definitions are in src/ops/attention.c: q (B, H, T, D), k and v (B, Hkv, S, D), query
- * head h reads key/value head h / (H / Hkv); causal query t sees keys s <= t + S - T (a
- * prefix, empty when that is negative, in which case the row's output and gradients are
- * zero).
+ * head h reads key/value head h / (H / Hkv). An optional kv_len input (an i32/i64 scalar
+ * read at launch) says how many keys are valid, L (default S); keys at L and beyond are
+ * never read and get zero gradients. Causal query t sees keys s <= t + L - T (a prefix,
+ * empty when that is negative, in which case the row's output and gradients are zero).
+ * rope's optional position input (an i32/i64 scalar too) is the position of its row 0;
+ * cache_write copies x's steps into a cache at a position, in place. A length or position
+ * out of range is bad data: GDP_ERR_INVALID with the value in the message.
  *
  * The query heads of a group (H / Hkv of them share a key/value head) are adjacent in q,
  * so a group's queries are one run of G*T rows, and work is cut into blocks of those rows:
@@ -17,7 +22,7 @@
  * between threads:
  *   1. per (b, kv head, block of rows): P and dP = dy V^T, the row terms
  *      pdp = sum_s P dP, and dq = scale (P * (dP - pdp)) K; each row's max, 1/sum and
- *      pdp are kept;
+ *      pdp are kept (in the node's workspace);
  *   2. per (b, kv head, block of keys): for every block of the group's rows in order, P
  *      and dP of that tile again, dv += P^T dy and dk += scale dS^T q, accumulated by
  *      GEMMs with beta = 1 in a fixed order.
@@ -39,7 +44,7 @@
 typedef struct rope_job {
     const float *x;
     float *y;
-    int64_t B, T, H, D, half, pos_offset;
+    int64_t B, T, H, D, half, pos;
     double theta, sign;
     int interleaved;
     float *cs;    /* (T, half, 2): cos, sign * sin */
@@ -52,7 +57,7 @@ static void rope_table(void *ctx, int64_t begin, int64_t end, int tid)
     (void)tid;
     const rope_job *j = ctx;
     for (int64_t t = begin; t < end; t++) {
-        double pos = (double)(t + j->pos_offset);
+        double pos = (double)(t + j->pos);
         float *cs = j->cs + t * 2 * j->half;
         for (int64_t i = 0; i < j->half; i++) {
             double angle = pos * j->freq[i];
@@ -90,23 +95,32 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+/* The frequencies (half doubles), then the table (T, half, 2) floats. */
+static size_t ws_rope(void *be, const gdp_node *n)
+{
+    (void)be;
+    const gdp_tensor *x = n->in[0];
+    int64_t half = x->shape[3] / 2;
+    return gcpu_ws_piece(half, sizeof(double)) + gcpu_ws_piece(x->shape[1] * 2 * half, sizeof(float));
+}
+
+// x (B, T, H, D) [, pos] -> y: pairs rotated by (t + pos) * theta^(-2i/D)
 static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    (void)be; (void)stream;
+    (void)stream;
     const gdp_tensor *x = n->in[0];
     rope_job j = {.x = x->data, .y = n->out[0]->data, .B = x->shape[0], .T = x->shape[1], .H = x->shape[2],
                   .D = x->shape[3]};
     j.half = j.D / 2;
     j.theta = gdp_attr_float(&n->attrs, "theta", 10000.0);
     j.interleaved = gdp_attr_int(&n->attrs, "interleaved", 1) != 0;
-    j.pos_offset = gdp_attr_int(&n->attrs, "pos_offset", 0);
+    j.pos = n->n_in > 1 ? gcpu_index_scalar(n->in[1]) : 0;
     j.sign = gdp_attr_int(&n->attrs, "inverse", 0) ? -1.0 : 1.0;
     if (gdp_numel(x) == 0 || j.half == 0) return GDP_OK;
-    /* the frequencies (half doubles) and the table (T, D) floats in the caller's scratch;
-     * the row pass needs no other */
-    j.freq = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)j.half + sizeof(float) * (size_t)(j.T * 2 * j.half));
-    if (j.freq == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "rope: no memory for %lld angles", (long long)(j.T * j.half));
-    j.cs = (float *)(j.freq + j.half);
+    if (n->workspace == NULL || n->workspace_bytes < ws_rope(be, n))
+        return gdp_fail(err, GDP_ERR_INVALID, "rope: workspace of %zu bytes is too small", n->workspace_bytes);
+    j.freq = n->workspace;
+    j.cs = (float *)(void *)((char *)n->workspace + gcpu_ws_piece(j.half, sizeof(double)));
     for (int64_t i = 0; i < j.half; i++) j.freq[i] = pow(j.theta, -2.0 * (double)i / (double)j.D);
     /* a cos and a sin in double cost some 50 ns */
     gcpu_parallel_for_grain(j.T, GCPU_GRAIN_ELEMS / (8 * j.half) + 1, rope_table, &j);
@@ -117,7 +131,9 @@ static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err
 static int s_rope(void *be, const gdp_node *n)
 {
     (void)be;
-    return gcpu_all_f32(n) && n->in[0]->ndim == 4 && n->in[0]->shape[3] % 2 == 0;
+    const gdp_tensor *x = n->in[0];
+    if (x->dtype != GDP_F32 || n->out[0]->dtype != GDP_F32 || x->ndim != 4 || x->shape[3] % 2 != 0) return 0;
+    return n->n_in == 1 || (n->n_in == 2 && gcpu_is_index_scalar(n->in[1]));
 }
 
 /* ---- shared by attention and attention_grad ------------------------------------------------- */
@@ -147,27 +163,37 @@ static inline float exp_neg(float x)
 
 typedef struct attn_dims {
     int64_t B, H, T, D, Hkv, S, group;
+    int64_t L; /* valid keys: the first L of the S */
     int causal;
     float scale;
 } attn_dims;
 
-static attn_dims dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k)
+/* The dims of q and k, and kv_len from input len_at when the node has it (GDP_ERR_INVALID
+ * when it lies outside [0, S]). */
+static gdp_status dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at, attn_dims *a,
+                          gdp_err *err)
 {
-    attn_dims a = {q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], 1, 0, 0};
-    a.group = a.Hkv > 0 ? a.H / a.Hkv : 1;
-    a.causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
+    *a = (attn_dims){q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], 1, k->shape[2], 0, 0};
+    a->group = a->Hkv > 0 ? a->H / a->Hkv : 1;
+    a->causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
     double scale = gdp_attr_float(&n->attrs, "scale", 0.0);
-    if (!(scale > 0)) scale = 1.0 / sqrt((double)a.D);
-    a.scale = (float)scale;
-    return a;
+    if (!(scale > 0)) scale = 1.0 / sqrt((double)a->D);
+    a->scale = (float)scale;
+    if (n->n_in > len_at) {
+        a->L = gcpu_index_scalar(n->in[len_at]);
+        if (a->L < 0 || a->L > a->S)
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: kv_len = %lld is outside [0, %lld], the keys k has", n->op,
+                            (long long)a->L, (long long)a->S);
+    }
+    return GDP_OK;
 }
 
-/* How many keys query t sees: a prefix of the S keys. */
+/* How many keys query t sees: a prefix of the L valid keys. */
 static inline int64_t visible(const attn_dims *a, int64_t t)
 {
-    if (!a->causal) return a->S;
-    int64_t n = t + a->S - a->T + 1;
-    return n < 0 ? 0 : n > a->S ? a->S : n;
+    if (!a->causal) return a->L;
+    int64_t n = t + a->L - a->T + 1;
+    return n < 0 ? 0 : n > a->L ? a->L : n;
 }
 
 /* Rows per block: enough for the GEMM's register tile, few enough that a block's scores
@@ -342,10 +368,12 @@ static void attn_plan(attn_job *j)
     j->nqb = (j->a.group * j->a.T + j->qb - 1) / j->qb;
 }
 
+// (q, k, v [, kv_len]) -> y (B, H, T, D)
 static gdp_status k_attention(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
-    attn_job j = {.n = n, .a = dims_of(n, n->in[0], n->in[1])};
+    attn_job j = {.n = n};
+    if (dims_of(n, n->in[0], n->in[1], 3, &j.a, err) != GDP_OK) return GDP_ERR_INVALID;
     atomic_init(&j.status, GDP_OK);
     if (gdp_numel(n->out[0]) == 0) return GDP_OK;
     attn_plan(&j);
@@ -354,13 +382,18 @@ static gdp_status k_attention(void *be, const gdp_node *n, void *stream, gdp_err
     return st == GDP_OK ? GDP_OK : attn_failed(n, st, err);
 }
 
-static int s_attention(void *be, const gdp_node *n)
+/* nt 4-D f32 tensors, then an optional kv_len scalar; f32 outputs. */
+static int attention_operands(const gdp_node *n, int nt)
 {
-    (void)be;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i]->ndim != 4) return 0;
-    return gcpu_all_f32(n);
+    if (n->n_in < nt || n->n_in > nt + 1) return 0;
+    for (int i = 0; i < nt; i++)
+        if (n->in[i]->ndim != 4 || n->in[i]->dtype != GDP_F32) return 0;
+    for (int k = 0; k < n->n_out; k++)
+        if (n->out[k]->dtype != GDP_F32) return 0;
+    return n->n_in == nt || gcpu_is_index_scalar(n->in[nt]);
 }
+static int s_attention(void *be, const gdp_node *n) { (void)be; return attention_operands(n, 3); }
+static int s_attention_grad(void *be, const gdp_node *n) { (void)be; return attention_operands(n, 4); }
 
 /* ---- attention_grad ------------------------------------------------------------------------- */
 
@@ -466,19 +499,27 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-// (dy, q, k, v) -> dq (B, H, T, D), dk, dv (B, Hkv, S, D)
+/* The row statistics pass 1 leaves for pass 2: (B, H, T, 3) floats. */
+static size_t ws_attention_grad(void *be, const gdp_node *n)
+{
+    (void)be;
+    return gcpu_ws_piece(gdp_numel(n->in[1]) / (n->in[1]->shape[3] > 0 ? n->in[1]->shape[3] : 1) * 3, sizeof(float));
+}
+
+// (dy, q, k, v [, kv_len]) -> dq (B, H, T, D), dk, dv (B, Hkv, S, D)
 static gdp_status k_attention_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
-    (void)be; (void)stream;
-    attn_job j = {.n = n, .a = dims_of(n, n->in[1], n->in[2])};
+    (void)stream;
+    attn_job j = {.n = n};
+    if (dims_of(n, n->in[1], n->in[2], 4, &j.a, err) != GDP_OK) return GDP_ERR_INVALID;
     atomic_init(&j.status, GDP_OK);
     const attn_dims *a = &j.a;
     if (a->D == 0 || a->B == 0 || a->Hkv == 0) return GDP_OK; /* every output is empty */
     attn_plan(&j);
     if (a->T > 0 && a->H > 0) {
-        /* row statistics for pass 2 in the caller's second slot (the threads use the first) */
-        j.stat = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(float) * (size_t)(a->B * a->H * a->T * 3));
-        if (j.stat == NULL) return attn_failed(n, GDP_ERR_NOMEM, err);
+        j.stat = n->workspace;
+        if (j.stat == NULL || n->workspace_bytes < ws_attention_grad(be, n))
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
         run_items(a->B * a->Hkv * j.nqb, 8 * j.qb * a->S * a->D, grad_query_blocks, &j);
     }
     if (atomic_load(&j.status) == GDP_OK && a->S > 0) {
@@ -489,15 +530,84 @@ static gdp_status k_attention_grad(void *be, const gdp_node *n, void *stream, gd
     return st == GDP_OK ? GDP_OK : attn_failed(n, st, err);
 }
 
-/* f16 and bf16: the f32 kernels on f32 copies, rounded back, as the reference does them */
-GCPU_HALF_OF(k_rope, s_rope)
-GCPU_HALF_OF(k_attention, s_attention)
-GCPU_HALF_OF(k_attention_grad, s_attention)
+/* ---- cache_write ------------------------------------------------------------------------- */
 
-gdp_status gcpu_register_attention(const gdp_host *host, gdp_err *err)
+typedef struct cw_job {
+    const char *x;
+    char *y;
+    size_t row;           /* bytes of x's (T, D) block */
+    int64_t S, T, D, pos;
+    size_t es;
+} cw_job;
+
+static void cw_rows(void *ctx, int64_t begin, int64_t end, int tid)
 {
-    gdp_status s = GCPU_REG_FLOATS(host, "rope", k_rope, s_rope, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "attention", k_attention, s_attention, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "attention_grad", k_attention_grad, s_attention, NULL, err);
+    (void)tid;
+    const cw_job *j = ctx;
+    for (int64_t o = begin; o < end; o++)
+        memcpy(j->y + (size_t)((o * j->S + j->pos) * j->D) * j->es, j->x + (size_t)o * j->row, j->row);
+}
+
+typedef struct bytes_job {
+    const char *src;
+    char *dst;
+    size_t n;
+} bytes_job;
+
+#define COPY_PIECE ((int64_t)1 << 16)
+
+static void bytes_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const bytes_job *j = ctx;
+    size_t b = (size_t)(begin * COPY_PIECE), e = (size_t)(end * COPY_PIECE);
+    if (e > j->n) e = j->n;
+    if (e > b) memcpy(j->dst + b, j->src + b, e - b);
+}
+
+// (cache (..., S, D), x (..., T, D), pos) -> cache' with steps [pos, pos + T) replaced by x
+static gdp_status k_cache_write(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream;
+    const gdp_tensor *c = n->in[0], *x = n->in[1], *y = n->out[0];
+    int nd = y->ndim;
+    cw_job j = {.x = x->data, .y = y->data, .S = y->shape[nd - 2], .T = x->shape[nd - 2], .D = y->shape[nd - 1],
+                .pos = gcpu_index_scalar(n->in[2]), .es = gdp_dtype_size(y->dtype)};
+    if (j.pos < 0 || j.pos > j.S - j.T)
+        return gdp_fail(err, GDP_ERR_INVALID, "cache_write: pos = %lld: steps [%lld, %lld) do not fit the cache's %lld",
+                        (long long)j.pos, (long long)j.pos, (long long)(j.pos + j.T), (long long)j.S);
+    if (y->data != c->data) { /* not in place: the cache first */
+        bytes_job b = {.src = c->data, .dst = y->data, .n = (size_t)gdp_numel(y) * j.es};
+        gcpu_parallel_for_grain(((int64_t)b.n + COPY_PIECE - 1) / COPY_PIECE, 16, bytes_task, &b);
+    }
+    j.row = (size_t)(j.T * j.D) * j.es;
+    if (j.row == 0) return GDP_OK;
+    int64_t outer = gdp_numel(x) / (j.T * j.D);
+    gcpu_parallel_for_grain(outer, (int64_t)(4 * GCPU_GRAIN_ELEMS / j.row) + 1, cw_rows, &j);
+    return GDP_OK;
+}
+
+static int s_cache_write(void *be, const gdp_node *n)
+{
+    (void)be;
+    return n->in[0]->ndim >= 2 && gcpu_is_index_scalar(n->in[2]);
+}
+
+/* f16 and bf16: the f32 kernels on f32 copies, rounded back, as the reference does them */
+GCPU_HALF_OF(k_rope, s_rope, ws_rope)
+GCPU_HALF_OF(k_attention, s_attention, NULL)
+GCPU_HALF_OF(k_attention_grad, s_attention_grad, ws_attention_grad)
+
+gdp_status gcpu_register_attention(gcpu_regctx *r, gdp_err *err)
+{
+    gdp_status s = gcpu_reg_floats(r, "rope", GCPU_FLOATS(k_rope, s_rope, ws_rope), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "attention", GCPU_FLOATS(k_attention, s_attention, NULL), 0, NULL, err);
+    if (s == GDP_OK)
+        s = gcpu_reg_floats(r, "attention_grad", GCPU_FLOATS(k_attention_grad, s_attention_grad, ws_attention_grad), 0,
+                            NULL, err);
+    /* cache_write moves bytes: one kernel for every float dtype */
+    static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0] && s == GDP_OK; d++)
+        s = gcpu_reg(r, "cache_write", dts[d], k_cache_write, s_cache_write, NULL, err);
     return s;
 }

@@ -8,7 +8,8 @@
  * A 1x1 convolution with stride 1 and no padding needs no im2col: col is x itself.
  *
  * Threads: with at least as many samples as threads, each thread takes whole samples (its
- * GEMMs then run inline); otherwise samples go one by one with threaded GEMMs. The weight
+ * GEMMs then run inline, each thread's columns in its scratch); otherwise samples go one
+ * by one with threaded GEMMs and one column buffer in the node's workspace. The weight
  * gradient sums over samples in chunks fixed by the shape (never by the thread count) and
  * adds the chunks' partial sums in order, so its bits do not depend on the threads either.
  *
@@ -22,7 +23,6 @@
 #include "kernels.h"
 
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct geom {
@@ -63,7 +63,52 @@ static gcpu_conv_shape shape_of(const geom *g)
 static gdp_status direct_status(const gdp_node *n, int st, gdp_err *err)
 {
     if (st == GDP_OK || st == GDP_ERR_UNSUPPORTED) return (gdp_status)st;
-    return gdp_fail(err, st, "%s: out of memory", n->op);
+    return gdp_fail(err, st, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
+}
+
+/* The geometry of each conv op's node: x's shape and w's. */
+static void geom_of(geom *g, const gdp_node *n)
+{
+    if (strcmp(n->op, "conv2d") == 0) geom_make(g, &n->attrs, n->in[0]->shape, n->in[1]->shape);
+    else if (strcmp(n->op, "conv2d_grad_input") == 0) geom_make(g, &n->attrs, n->out[0]->shape, n->in[1]->shape);
+    else geom_make(g, &n->attrs, n->in[1]->shape, n->out[0]->shape);
+}
+
+/* Samples per chunk of the weight gradient, and chunks: at most 8 chunks (enough for the
+ * threads of a small machine, few partial sums to add), each holding at most 16M floats of
+ * columns. Both depend on the shape only. */
+static int64_t dw_chunks(const geom *g, int64_t *chunk)
+{
+    int64_t chunks = g->N < 8 ? g->N : 8;
+    int64_t c = chunks > 0 ? (g->N + chunks - 1) / chunks : 1;
+    int64_t per_sample = (g->K + g->Cog) * g->P;
+    int64_t cap = per_sample > 0 ? (int64_t)16 * 1024 * 1024 / per_sample : g->N;
+    if (cap < 1) cap = 1;
+    if (c > cap) c = cap;
+    if (c < 1) c = 1;
+    *chunk = c;
+    return (g->N + c - 1) / c;
+}
+
+/* The workspace: the direct path's buffers, or the im2col path's (a column buffer shared
+ * by one-sample-at-a-time runs; the weight gradient's partial sums), whichever is larger:
+ * one call takes one path. */
+static size_t ws_conv(void *be, const gdp_node *n)
+{
+    (void)be;
+    geom g;
+    geom_of(&g, n);
+    gcpu_conv_shape cs = shape_of(&g);
+    size_t direct, other;
+    if (strcmp(n->op, "conv2d_grad_weight") == 0) {
+        int64_t chunk, chunks = dw_chunks(&g, &chunk);
+        direct = gcpu_dconv_workspace(GCPU_DCONV_GRAD_WEIGHT, &cs);
+        other = gcpu_ws_piece(chunks * g.Co * g.K, sizeof(float));
+    } else {
+        direct = gcpu_dconv_workspace(strcmp(n->op, "conv2d") == 0 ? GCPU_DCONV_FORWARD : GCPU_DCONV_GRAD_INPUT, &cs);
+        other = g.direct ? 0 : gcpu_ws_piece(g.K * g.P, sizeof(float));
+    }
+    return direct > other ? direct : other;
 }
 
 /* Output columns [lo, hi) of a kernel tap at offset `off` (= tap*dil - pad) land inside
@@ -148,7 +193,7 @@ static float *col_buffer(conv_job *j, int tid, size_t floats)
 }
 
 /* Runs fn over samples: whole samples per thread when there are enough of them, else one
- * at a time with a shared column buffer and threaded GEMMs. */
+ * at a time with a shared column buffer (the node's workspace) and threaded GEMMs. */
 static gdp_status over_samples(conv_job *j, gcpu_range_fn fn, size_t col_floats, gdp_err *err)
 {
     atomic_init(&j->status, GDP_OK);
@@ -157,10 +202,11 @@ static gdp_status over_samples(conv_job *j, gcpu_range_fn fn, size_t col_floats,
     } else if (j->g.direct) {
         for (int64_t s = 0; s < j->g.N; s++) fn(j, s, s + 1, 0);
     } else {
-        j->col = malloc(sizeof(float) * (col_floats > 0 ? col_floats : 1));
-        if (j->col == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for im2col", j->n->op);
+        if (j->n->workspace == NULL || j->n->workspace_bytes < sizeof(float) * col_floats)
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small for im2col", j->n->op,
+                            j->n->workspace_bytes);
+        j->col = j->n->workspace;
         for (int64_t s = 0; s < j->g.N; s++) fn(j, s, s + 1, 0);
-        free(j->col);
         j->col = NULL;
     }
     int st = atomic_load(&j->status);
@@ -201,7 +247,8 @@ static gdp_status k_conv2d(void *backend, const gdp_node *n, void *stream, gdp_e
     geom_make(&j.g, &n->attrs, n->in[0]->shape, n->in[1]->shape);
     gcpu_conv_shape s = shape_of(&j.g);
     gdp_status st = direct_status(n, gcpu_dconv_forward(&s, n->in[0]->data, n->in[1]->data,
-                                                        n->n_in > 2 ? n->in[2]->data : NULL, n->out[0]->data), err);
+                                                        n->n_in > 2 ? n->in[2]->data : NULL, n->out[0]->data,
+                                                        n->workspace, n->workspace_bytes), err);
     if (st != GDP_ERR_UNSUPPORTED) return st;
     return over_samples(&j, conv_fwd_samples, (size_t)(j.g.K * j.g.P), err);
 }
@@ -236,7 +283,8 @@ static gdp_status k_conv2d_grad_input(void *backend, const gdp_node *n, void *st
     conv_job j = {.n = n};
     geom_make(&j.g, &n->attrs, n->out[0]->shape, n->in[1]->shape);
     gcpu_conv_shape s = shape_of(&j.g);
-    gdp_status st = direct_status(n, gcpu_dconv_grad_input(&s, n->in[0]->data, n->in[1]->data, n->out[0]->data), err);
+    gdp_status st = direct_status(n, gcpu_dconv_grad_input(&s, n->in[0]->data, n->in[1]->data, n->out[0]->data,
+                                                           n->workspace, n->workspace_bytes), err);
     if (st != GDP_ERR_UNSUPPORTED) return st;
     return over_samples(&j, conv_dx_samples, (size_t)(j.g.K * j.g.P), err);
 }
@@ -304,28 +352,21 @@ static gdp_status k_conv2d_grad_weight(void *backend, const gdp_node *n, void *s
     geom *g = &j.g;
     geom_make(g, &n->attrs, n->in[1]->shape, n->out[0]->shape);
     gcpu_conv_shape cs = shape_of(g);
-    gdp_status dst = direct_status(n, gcpu_dconv_grad_weight(&cs, n->in[0]->data, n->in[1]->data, n->out[0]->data), err);
+    gdp_status dst = direct_status(n, gcpu_dconv_grad_weight(&cs, n->in[0]->data, n->in[1]->data, n->out[0]->data,
+                                                             n->workspace, n->workspace_bytes), err);
     if (dst != GDP_ERR_UNSUPPORTED) return dst;
     atomic_init(&j.status, GDP_OK);
-    /* At most 8 chunks (enough for the threads of a small machine, few partial sums to
-     * add), each holding at most 16M floats of columns. Both depend on the shape only. */
-    int64_t chunks = g->N < 8 ? g->N : 8;
-    j.chunk = (g->N + chunks - 1) / chunks;
-    int64_t per_sample = (g->K + g->Cog) * g->P;
-    int64_t cap = per_sample > 0 ? (int64_t)16 * 1024 * 1024 / per_sample : g->N;
-    if (cap < 1) cap = 1;
-    if (j.chunk > cap) j.chunk = cap;
-    chunks = (g->N + j.chunk - 1) / j.chunk;
-    int64_t nw = g->Co * g->K;
-    j.partial = malloc(sizeof(float) * (size_t)(chunks * nw > 0 ? chunks * nw : 1));
-    if (j.partial == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for partial sums", n->op);
+    int64_t chunks = dw_chunks(g, &j.chunk), nw = g->Co * g->K;
+    if (chunks * nw > 0 && (n->workspace == NULL || n->workspace_bytes < sizeof(float) * (size_t)(chunks * nw)))
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small for partial sums", n->op,
+                        n->workspace_bytes);
+    j.partial = n->workspace;
     gcpu_parallel_for(chunks, conv_dw_chunks, &j);
     int st = atomic_load(&j.status);
     if (st == GDP_OK) {
         sum_job s = {.partial = j.partial, .out = n->out[0]->data, .n = nw, .chunks = chunks};
         gcpu_parallel_for_grain(nw, GCPU_GRAIN_ELEMS, sum_partials, &s);
     }
-    free(j.partial);
     if (st != GDP_OK) return gdp_fail(err, st, "%s: %s", n->op, st == GDP_ERR_NOMEM ? "out of memory" : "GEMM failed");
     return GDP_OK;
 }
@@ -337,14 +378,23 @@ static int s_conv(void *backend, const gdp_node *n)
 }
 
 /* f16 and bf16: widened to f32 around the f32 kernels, as the reference does (k_half.c) */
-GCPU_HALF_OF(k_conv2d, s_conv)
-GCPU_HALF_OF(k_conv2d_grad_input, s_conv)
-GCPU_HALF_OF(k_conv2d_grad_weight, s_conv)
+GCPU_HALF_OF(k_conv2d, s_conv, ws_conv)
+GCPU_HALF_OF(k_conv2d_grad_input, s_conv, ws_conv)
+GCPU_HALF_OF(k_conv2d_grad_weight, s_conv, ws_conv)
 
-gdp_status gcpu_register_conv(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_conv(gcpu_regctx *r, gdp_err *err)
 {
-    gdp_status s = GCPU_REG_FLOATS(host, "conv2d", k_conv2d, s_conv, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "conv2d_grad_input", k_conv2d_grad_input, s_conv, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "conv2d_grad_weight", k_conv2d_grad_weight, s_conv, NULL, err);
-    return s;
+    static const struct {
+        const char *op;
+        gcpu_floats k;
+    } ks[] = {
+        {"conv2d", GCPU_FLOATS_INIT(k_conv2d, s_conv, ws_conv)},
+        {"conv2d_grad_input", GCPU_FLOATS_INIT(k_conv2d_grad_input, s_conv, ws_conv)},
+        {"conv2d_grad_weight", GCPU_FLOATS_INIT(k_conv2d_grad_weight, s_conv, ws_conv)},
+    };
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, 0, NULL, err);
+        if (s != GDP_OK) return s;
+    }
+    return GDP_OK;
 }

@@ -8,112 +8,15 @@
  * reference's int64 arithmetic stored back to the operand width does. f16 and bf16 run
  * through the f32 kernels (k_half.c).
  *
- * Broadcasting: operands are aligned to the right of the output's shape with stride 0
- * where they are broadcast; neighbouring dims are merged wherever every operand steps
- * across them as across one dim, leaving an inner run along which each operand steps by
- * 1 or 0. Work items are pieces of rows of that run, so one long row is split as well as
- * many short ones; items never share an output element, so the thread count changes no
- * bit.
+ * Operands are walked through their strides (ewplan.h): broadcasts step by 0, and views
+ * the planner passes as they are (the kernels register with GDP_KERNEL_STRIDED: a
+ * transpose or a slice feeding an add needs no copy) by their own strides. Inner runs of
+ * stride 1 or 0 take plain vector loops; others a strided loop. Items never share an
+ * output element, so the thread count changes no bit.
  */
-#include "kernels.h"
+#include "ewplan.h"
 
 #include <string.h>
-
-/* ---- the broadcast plan ------------------------------------------------------------------ */
-
-#define MAX_OPS 3    /* operands read per element */
-#define PIECE 8192   /* elements of a row per work item at most */
-
-typedef struct bplan {
-    int ndim;                          /* merged dims, outer to inner; the last is the run */
-    int64_t shape[GDP_MAX_DIMS];
-    int64_t st[MAX_OPS][GDP_MAX_DIMS]; /* per operand, in elements */
-    int64_t rows, len;                 /* rows of the run, and its length */
-    int64_t pieces;                    /* work items per row */
-} bplan;
-
-/* Plans the walk of y's elements for operands ops[0..nops) (each broadcastable to y). */
-static void bplan_make(bplan *p, const gdp_tensor *y, int nops, const gdp_tensor *const *ops)
-{
-    int nd = y->ndim;
-    int64_t st[MAX_OPS][GDP_MAX_DIMS];
-    for (int k = 0; k < nops; k++) {
-        int64_t s = 1;
-        for (int d = nd - 1, e = ops[k]->ndim - 1; d >= 0; d--, e--) {
-            int64_t dim = e >= 0 ? ops[k]->shape[e] : 1;
-            st[k][d] = dim == 1 ? 0 : s;
-            s *= dim;
-        }
-    }
-    /* merge from the inside out; size-1 dims drop out. The dims are collected inner first
-     * and reversed at the end. */
-    int64_t sh[GDP_MAX_DIMS], ms[MAX_OPS][GDP_MAX_DIMS];
-    int m = 0;
-    for (int d = nd - 1; d >= 0; d--) {
-        if (y->shape[d] == 1) continue;
-        int merge = m > 0;
-        for (int k = 0; k < nops && merge; k++) merge = st[k][d] == ms[k][m - 1] * sh[m - 1];
-        if (merge) {
-            sh[m - 1] *= y->shape[d];
-            continue;
-        }
-        sh[m] = y->shape[d];
-        for (int k = 0; k < nops; k++) ms[k][m] = st[k][d];
-        m++;
-    }
-    if (m == 0) { /* a single element */
-        sh[0] = 1;
-        for (int k = 0; k < nops; k++) ms[k][0] = 0;
-        m = 1;
-    }
-    p->ndim = m;
-    for (int i = 0; i < m; i++) {
-        p->shape[m - 1 - i] = sh[i];
-        for (int k = 0; k < nops; k++) p->st[k][m - 1 - i] = ms[k][i];
-    }
-    p->len = p->shape[m - 1];
-    p->rows = gdp_numel(y) / p->len;
-    p->pieces = (p->len + PIECE - 1) / PIECE;
-}
-
-/* Calls row(ctx, y offset, operand offsets, n) for every piece of rows in items
- * [begin, end) (item = row * pieces + piece). Offsets of successive rows are kept like an
- * odometer: one division per dim for the first row of the range only. */
-typedef void (*row_fn)(const void *ctx, int64_t oy, const int64_t *off, int64_t n);
-
-static void bplan_walk(const bplan *p, int nops, int64_t begin, int64_t end, row_fn row, const void *ctx)
-{
-    int outer = p->ndim - 1;
-    int64_t idx[GDP_MAX_DIMS], off[MAX_OPS] = {0};
-    int64_t r = begin / p->pieces, piece = begin % p->pieces, rem = r;
-    for (int d = outer - 1; d >= 0; d--) {
-        idx[d] = rem % p->shape[d];
-        rem /= p->shape[d];
-        for (int k = 0; k < nops; k++) off[k] += idx[d] * p->st[k][d];
-    }
-    for (int64_t it = begin; it < end;) {
-        int64_t s = piece * PIECE, n = p->len - s < PIECE ? p->len - s : PIECE;
-        int64_t o[MAX_OPS];
-        for (int k = 0; k < nops; k++) o[k] = off[k] + s * p->st[k][outer];
-        row(ctx, r * p->len + s, o, n);
-        it++;
-        if (++piece < p->pieces) continue;
-        piece = 0;
-        r++;
-        for (int d = outer - 1; d >= 0; d--) { /* next row */
-            for (int k = 0; k < nops; k++) off[k] += p->st[k][d];
-            if (++idx[d] < p->shape[d]) break;
-            for (int k = 0; k < nops; k++) off[k] -= p->st[k][d] * p->shape[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-static int64_t bplan_grain(const bplan *p)
-{
-    int64_t per_item = p->len < PIECE ? p->len : PIECE;
-    return GCPU_GRAIN_ELEMS / per_item + 1;
-}
 
 /* ---- binary ops ------------------------------------------------------------------------------- */
 
@@ -124,19 +27,20 @@ typedef struct bin_job {
     int32_t dt;
     const void *a, *b;
     void *y;
-    bplan p;
+    gcpu_ewplan p;
 } bin_job;
 
-/* y[0..n) = a[i*sa] op b[i*sb], sa and sb in {0, 1}: four loops, so that each one is a
- * plain vector loop. min and max: NaN in either operand gives NaN, and a tie gives a (the
+/* y[0..n) = a[i*sa] op b[i*sb]: a loop for each of sa, sb in {0, 1}, so that each one is
+ * a plain vector loop, and a strided one for views. min and max: NaN in either operand gives NaN, and a tie gives a (the
  * reference's rule, which decides where the gradient goes and the sign of a zero). */
 static void bin_f32(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *y, int64_t n)
 {
 #define LOOPS(T, EXPR)                                                                                     \
     if (sa == 1 && sb == 1) for (int64_t i = 0; i < n; i++) { T x = a[i], z = b[i]; y[i] = EXPR; }           \
-    else if (sa == 1) { T z = b[0]; for (int64_t i = 0; i < n; i++) { T x = a[i]; y[i] = EXPR; } }          \
-    else if (sb == 1) { T x = a[0]; for (int64_t i = 0; i < n; i++) { T z = b[i]; y[i] = EXPR; } }          \
-    else { T x = a[0], z = b[0]; for (int64_t i = 0; i < n; i++) y[i] = EXPR; }
+    else if (sa == 1 && sb == 0) { T z = b[0]; for (int64_t i = 0; i < n; i++) { T x = a[i]; y[i] = EXPR; } } \
+    else if (sa == 0 && sb == 1) { T x = a[0]; for (int64_t i = 0; i < n; i++) { T z = b[i]; y[i] = EXPR; } } \
+    else if (sa == 0 && sb == 0) { T x = a[0], z = b[0]; for (int64_t i = 0; i < n; i++) y[i] = EXPR; }       \
+    else for (int64_t i = 0; i < n; i++) { T x = a[i * sa], z = b[i * sb]; y[i] = EXPR; }
     switch (op) {
     case OP_ADD: LOOPS(float, x + z); break;
     case OP_SUB: LOOPS(float, x - z); break;
@@ -181,7 +85,7 @@ static void bin_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const bin_job *j = ctx;
-    bplan_walk(&j->p, 2, begin, end, bin_row, j);
+    gcpu_ewplan_walk(&j->p, 2, begin, end, bin_row, j);
 }
 
 static gdp_status binary(const gdp_node *n, int op)
@@ -189,8 +93,8 @@ static gdp_status binary(const gdp_node *n, int op)
     const gdp_tensor *ops[2] = {n->in[0], n->in[1]}, *y = n->out[0];
     if (gdp_numel(y) == 0) return GDP_OK;
     bin_job j = {.op = op, .dt = y->dtype, .a = ops[0]->data, .b = ops[1]->data, .y = y->data};
-    bplan_make(&j.p, y, 2, ops);
-    gcpu_parallel_for_grain(j.p.rows * j.p.pieces, bplan_grain(&j.p), bin_task, &j);
+    gcpu_ewplan_make(&j.p, y, 2, ops);
+    gcpu_parallel_for_grain(gcpu_ewplan_items(&j.p), gcpu_ewplan_grain(&j.p, GCPU_GRAIN_ELEMS), bin_task, &j);
     return GDP_OK;
 }
 
@@ -200,7 +104,7 @@ static gdp_status binary(const gdp_node *n, int op)
         (void)be; (void)stream; (void)err;                                                \
         return binary(n, OP);                                                             \
     }                                                                                     \
-    GCPU_HALF_OF(k_##name, s_f32)
+    GCPU_HALF_OF(k_##name, s_f32, NULL)
 static int s_f32(void *backend, const gdp_node *n);
 BINARY_KERNEL(add, OP_ADD)
 BINARY_KERNEL(sub, OP_SUB)
@@ -217,22 +121,23 @@ typedef struct mmg_job {
     int is_max;
     const float *dy, *a, *b;
     float *da, *db;
-    bplan p;
+    gcpu_ewplan p;
 } mmg_job;
 
 static void mmg_row(const void *ctx, int64_t oy, const int64_t *off, int64_t n)
 {
     const mmg_job *j = ctx;
     int in = j->p.ndim - 1;
-    int64_t sa = j->p.st[1][in], sb = j->p.st[2][in];
+    int64_t sg = j->p.st[0][in], sa = j->p.st[1][in], sb = j->p.st[2][in];
     const float *g = j->dy + off[0], *a = j->a + off[1], *b = j->b + off[2];
     float *da = j->da + oy, *db = j->db + oy;
 #define PICK(TO_A)                              \
     for (int64_t i = 0; i < n; i++) {           \
         float x = a[i * sa], z = b[i * sb];     \
+        float gi = g[i * sg];                   \
         int to_a = TO_A;                        \
-        da[i] = to_a ? g[i] : 0.0f;             \
-        db[i] = to_a ? 0.0f : g[i];             \
+        da[i] = to_a ? gi : 0.0f;               \
+        db[i] = to_a ? 0.0f : gi;               \
     }
     if (j->is_max) PICK((x >= z) | (x != x))
     else PICK((x <= z) | (x != x))
@@ -243,7 +148,7 @@ static void mmg_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const mmg_job *j = ctx;
-    bplan_walk(&j->p, 3, begin, end, mmg_row, j);
+    gcpu_ewplan_walk(&j->p, 3, begin, end, mmg_row, j);
 }
 
 static gdp_status minmax_grad(const gdp_node *n, int is_max)
@@ -252,8 +157,8 @@ static gdp_status minmax_grad(const gdp_node *n, int is_max)
     if (gdp_numel(n->out[0]) == 0) return GDP_OK;
     mmg_job j = {.is_max = is_max, .dy = ops[0]->data, .a = ops[1]->data, .b = ops[2]->data,
                  .da = n->out[0]->data, .db = n->out[1]->data};
-    bplan_make(&j.p, n->out[0], 3, ops);
-    gcpu_parallel_for_grain(j.p.rows * j.p.pieces, bplan_grain(&j.p), mmg_task, &j);
+    gcpu_ewplan_make(&j.p, n->out[0], 3, ops);
+    gcpu_parallel_for_grain(gcpu_ewplan_items(&j.p), gcpu_ewplan_grain(&j.p, GCPU_GRAIN_ELEMS), mmg_task, &j);
     return GDP_OK;
 }
 
@@ -262,14 +167,14 @@ static gdp_status k_minimum_grad(void *be, const gdp_node *n, void *stream, gdp_
     (void)be; (void)stream; (void)err;
     return minmax_grad(n, 0);
 }
-GCPU_HALF_OF(k_minimum_grad, s_f32)
+GCPU_HALF_OF(k_minimum_grad, s_f32, NULL)
 
 static gdp_status k_maximum_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
     return minmax_grad(n, 1);
 }
-GCPU_HALF_OF(k_maximum_grad, s_f32)
+GCPU_HALF_OF(k_maximum_grad, s_f32, NULL)
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
@@ -289,27 +194,28 @@ static int same_int(const gdp_node *n, int32_t dt)
 static int s_i32(void *backend, const gdp_node *n) { (void)backend; return same_int(n, GDP_I32); }
 static int s_i64(void *backend, const gdp_node *n) { (void)backend; return same_int(n, GDP_I64); }
 
-gdp_status gcpu_register_elementwise(const gdp_host *host, gdp_err *err)
+/* Every kernel here reads its inputs through their strides. */
+gdp_status gcpu_register_elementwise(gcpu_regctx *r, gdp_err *err)
 {
     static const struct {
         const char *op;
-        gdp_launch_fn f32, half;
-        gdp_supports_fn half_ok;
+        gcpu_floats k;
         int ints; /* also integer operands */
     } ks[] = {
-        {"add", k_add, k_add_half, k_add_half_ok, 1},
-        {"sub", k_sub, k_sub_half, k_sub_half_ok, 1},
-        {"mul", k_mul, k_mul_half, k_mul_half_ok, 1},
-        {"div", k_div, k_div_half, k_div_half_ok, 0},
-        {"minimum", k_minimum, k_minimum_half, k_minimum_half_ok, 1},
-        {"maximum", k_maximum, k_maximum_half, k_maximum_half_ok, 1},
-        {"minimum_grad", k_minimum_grad, k_minimum_grad_half, k_minimum_grad_half_ok, 0},
-        {"maximum_grad", k_maximum_grad, k_maximum_grad_half, k_maximum_grad_half_ok, 0},
+        {"add", GCPU_FLOATS_INIT(k_add, s_f32, NULL), 1},
+        {"sub", GCPU_FLOATS_INIT(k_sub, s_f32, NULL), 1},
+        {"mul", GCPU_FLOATS_INIT(k_mul, s_f32, NULL), 1},
+        {"div", GCPU_FLOATS_INIT(k_div, s_f32, NULL), 0},
+        {"minimum", GCPU_FLOATS_INIT(k_minimum, s_f32, NULL), 1},
+        {"maximum", GCPU_FLOATS_INIT(k_maximum, s_f32, NULL), 1},
+        {"minimum_grad", GCPU_FLOATS_INIT(k_minimum_grad, s_f32, NULL), 0},
+        {"maximum_grad", GCPU_FLOATS_INIT(k_maximum_grad, s_f32, NULL), 0},
     };
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        gdp_status s = gcpu_reg_floats(host, ks[i].op, ks[i].f32, s_f32, ks[i].half, ks[i].half_ok, NULL, err);
-        if (s == GDP_OK && ks[i].ints) s = gcpu_reg(host, ks[i].op, GDP_I32, ks[i].f32, s_i32, NULL, err);
-        if (s == GDP_OK && ks[i].ints) s = gcpu_reg(host, ks[i].op, GDP_I64, ks[i].f32, s_i64, NULL, err);
+        const uint32_t fl = GDP_KERNEL_STRIDED;
+        gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, fl, NULL, err);
+        if (s == GDP_OK && ks[i].ints) s = gcpu_reg_flags(r, ks[i].op, GDP_I32, fl, ks[i].k.f32, s_i32, NULL, err);
+        if (s == GDP_OK && ks[i].ints) s = gcpu_reg_flags(r, ks[i].op, GDP_I64, fl, ks[i].k.f32, s_i64, NULL, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;

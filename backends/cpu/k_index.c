@@ -1,5 +1,5 @@
-/* k_index.c — gathers and scatters: embedding, index_select and their gradients; concat,
- * slice and slice_grad.
+/* k_index.c — gathers and scatters: embedding, index_select and their gradients; concat
+ * and slice_grad (slice itself is a view: the planner aliases it, no kernel runs).
  *
  * Definitions are in src/ops/index.c and layout.c. The forward ops move whole elements, so
  * one kernel serves every float dtype and matches the reference bit for bit.
@@ -194,12 +194,10 @@ static void scatter_task(void *ctx, int64_t begin, int64_t end, int tid)
 }
 
 /* Counting sort of the m entries of sel (each in [0, n), checked) into start (n + 1 used) and
- * order (m), in thread 0's second kernel slot; NULL when out of memory. Stable: a target's
+ * order (m), both in `start` (n + 2 + m long, the node's workspace). Stable: a target's
  * positions come out ascending, the order in which the reference adds them. */
-static int64_t *sort_by_target(const gdp_tensor *sel, int64_t m, int64_t n, int64_t **order)
+static void sort_by_target(const gdp_tensor *sel, int64_t m, int64_t n, int64_t *start, int64_t **order)
 {
-    int64_t *start = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(int64_t) * (size_t)(n + 2 + m));
-    if (start == NULL) return NULL;
     *order = start + n + 2;
     /* counts at start[i + 2], so that after the prefix sum start[i + 1] is where target i
      * begins; filling advances it to where target i ends, leaving start[i] .. start[i+1] */
@@ -207,15 +205,33 @@ static int64_t *sort_by_target(const gdp_tensor *sel, int64_t m, int64_t n, int6
     for (int64_t j = 0; j < m; j++) start[load_index(sel, j) + 2]++;
     for (int64_t i = 2; i < n + 2; i++) start[i] += start[i - 1];
     for (int64_t j = 0; j < m; j++) (*order)[start[load_index(sel, j) + 1]++] = j;
-    return start;
+}
+
+/* The sort's arrays: n + 2 + m indices, n the rows of the gradient's axis (the table's
+ * rows for embedding_grad), m the ids. */
+static size_t ws_scatter(void *be, const gdp_node *n)
+{
+    (void)be;
+    const gdp_tensor *dx = n->out[0];
+    int64_t rows;
+    if (strcmp(n->op, "embedding_grad") == 0) {
+        rows = dx->shape[0];
+    } else {
+        int64_t axis = gdp_attr_int(&n->attrs, "axis", 0);
+        if (axis < 0) axis += dx->ndim;
+        rows = axis >= 0 && axis < dx->ndim ? dx->shape[axis] : 0;
+    }
+    return gcpu_ws_piece(rows + 2 + gdp_numel(n->in[1]), sizeof(int64_t));
 }
 
 static gdp_status scatter(const gdp_node *n, scatter_job *j, int64_t outer, gdp_err *err)
 {
     if (outer * j->n == 0 || j->inner == 0) return GDP_OK;
-    int64_t *order;
-    int64_t *start = sort_by_target(n->in[1], j->m, j->n, &order);
-    if (start == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory to sort %lld ids", n->op, (long long)j->m);
+    int64_t *order, *start = n->workspace;
+    if (start == NULL || n->workspace_bytes < sizeof(int64_t) * (size_t)(j->n + 2 + j->m))
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small to sort %lld ids", n->op,
+                        n->workspace_bytes, (long long)j->m);
+    sort_by_target(n->in[1], j->m, j->n, start, &order);
     j->start = start;
     j->order = order;
     atomic_init(&j->oom, 0);
@@ -252,7 +268,7 @@ static gdp_status k_index_select_grad(void *be, const gdp_node *n, void *stream,
     return scatter(n, &j, prod(dx->shape, 0, axis), err);
 }
 
-/* ---- concat, slice, slice_grad: byte movers over pieces of the output -------------------------- */
+/* ---- concat, slice_grad: byte movers over pieces of the output --------------------------------- */
 
 /* Each of these writes rows of `row` bytes; a row is made of segments copied from an input
  * (or zeroed). The output is cut into pieces of PIECE bytes, whatever the row length, so
@@ -262,12 +278,12 @@ static gdp_status k_index_select_grad(void *be, const gdp_node *n, void *stream,
 typedef struct move_job {
     char *dst;
     int64_t total, row;          /* bytes of the output and of one of its rows */
-    int kind;                    /* 0 concat, 1 slice, 2 slice_grad */
+    int kind;                    /* 0 concat, 1 slice_grad */
     int n_src;
     const char *src[GDP_MAX_INPUTS];
     int64_t seg[GDP_MAX_INPUTS + 1]; /* concat: input k fills row bytes [seg[k], seg[k+1]) */
-    int64_t src_row;             /* slice, slice_grad: bytes of a row of the other tensor */
-    int64_t first;               /* slice: byte offset in the big row where the slice starts */
+    int64_t src_row;             /* slice_grad: bytes of a row of dy */
+    int64_t first;               /* slice_grad: byte offset in dx's row where dy's row goes */
 } move_job;
 
 static void move_task(void *ctx, int64_t begin, int64_t end, int tid)
@@ -284,10 +300,6 @@ static void move_task(void *ctx, int64_t begin, int64_t end, int tid)
             len = j->seg[k + 1] - r;
             if (len > stop - pos) len = stop - pos;
             memcpy(d, j->src[k] + o * (j->seg[k + 1] - j->seg[k]) + (r - j->seg[k]), (size_t)len);
-        } else if (j->kind == 1) {
-            len = j->row - r;
-            if (len > stop - pos) len = stop - pos;
-            memcpy(d, j->src[0] + o * j->src_row + j->first + r, (size_t)len);
         } else {
             /* the big row: zeros, then the slice's row of dy, then zeros */
             int64_t a = j->first, b = j->first + j->src_row;
@@ -339,26 +351,6 @@ static gdp_status k_concat(void *be, const gdp_node *n, void *stream, gdp_err *e
     return GDP_OK;
 }
 
-// x (outer, n, inner) -> y (outer, len, inner) = x[:, first:first+len, :]
-static gdp_status k_slice(void *be, const gdp_node *n, void *stream, gdp_err *err)
-{
-    (void)be; (void)stream; (void)err;
-    const gdp_tensor *x = n->in[0];
-    int axis = (int)gdp_attr_int(&n->attrs, "axis", 0);
-    if (axis < 0) axis += x->ndim;
-    int64_t first, len;
-    slice_bounds(x->shape[axis], gdp_attr_int(&n->attrs, "start", 0), gdp_attr_int(&n->attrs, "end", INT64_MAX),
-                 &first, &len);
-    int64_t es = (int64_t)gdp_dtype_size(x->dtype), inner = prod(x->shape, axis + 1, x->ndim);
-    move_job j = {.dst = n->out[0]->data, .total = gdp_numel(n->out[0]) * es, .kind = 1, .n_src = 1};
-    j.src[0] = x->data;
-    j.row = len * inner * es;
-    j.src_row = x->shape[axis] * inner * es;
-    j.first = first * inner * es;
-    move_run(&j);
-    return GDP_OK;
-}
-
 // dy (outer, len, inner) -> dx (outer, n, inner): dy at [first, first+len), zeros elsewhere
 static gdp_status k_slice_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
@@ -370,7 +362,7 @@ static gdp_status k_slice_grad(void *be, const gdp_node *n, void *stream, gdp_er
     slice_bounds(dx->shape[axis], gdp_attr_int(&n->attrs, "start", 0), gdp_attr_int(&n->attrs, "end", INT64_MAX),
                  &first, &len);
     int64_t es = (int64_t)gdp_dtype_size(dx->dtype), inner = prod(dx->shape, axis + 1, dx->ndim);
-    move_job j = {.dst = dx->data, .total = gdp_numel(dx) * es, .kind = 2, .n_src = 1};
+    move_job j = {.dst = dx->data, .total = gdp_numel(dx) * es, .kind = 1, .n_src = 1};
     j.src[0] = n->in[0]->data;
     j.row = dx->shape[axis] * inner * es;
     j.src_row = len * inner * es;
@@ -381,18 +373,19 @@ static gdp_status k_slice_grad(void *be, const gdp_node *n, void *stream, gdp_er
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
-gdp_status gcpu_register_index(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_index(gcpu_regctx *r, gdp_err *err)
 {
     /* every kernel here moves elements or adds them in double: one for each float dtype */
     static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
-    static const struct { const char *op; gdp_launch_fn fn; } ks[] = {
-        {"embedding", k_embedding},   {"embedding_grad", k_embedding_grad},
-        {"index_select", k_index_select}, {"index_select_grad", k_index_select_grad},
-        {"concat", k_concat},         {"slice", k_slice}, {"slice_grad", k_slice_grad},
+    static const struct { const char *op; gdp_launch_fn fn; gdp_workspace_fn ws; } ks[] = {
+        {"embedding", k_embedding, NULL},         {"embedding_grad", k_embedding_grad, ws_scatter},
+        {"index_select", k_index_select, NULL},   {"index_select_grad", k_index_select_grad, ws_scatter},
+        {"concat", k_concat, NULL},               {"slice_grad", k_slice_grad, NULL},
     };
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-            gdp_status s = gcpu_reg(host, ks[i].op, dts[d], ks[i].fn, NULL, NULL, err);
+            gcpu_kdef k = {.op = ks[i].op, .dtype = dts[d], .launch = ks[i].fn, .workspace = ks[i].ws};
+            gdp_status s = gcpu_register(r, &k, err);
             if (s != GDP_OK) return s;
         }
     return GDP_OK;

@@ -209,15 +209,19 @@ static gdp_status scopy_strided(const gdp_tensor *x, const gdp_tensor *y)
     return GDP_OK;
 }
 
-gdp_status gcpu_register_layout(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_layout(gcpu_regctx *r, gdp_err *err)
 {
     static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
-        gdp_status s = gcpu_reg_flags(host, "copy", dts[d], GDP_KERNEL_STRIDED, k_copy, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "assign", dts[d], k_assign, NULL, NULL, err);
+        gdp_status s = gcpu_reg_flags(r, "copy", dts[d], GDP_KERNEL_STRIDED, k_copy, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(r, "assign", dts[d], k_assign, NULL, NULL, err);
         if (s != GDP_OK) return s;
     }
-    gdp_status s = gcpu_reg(host, "assign", GDP_I32, k_assign, NULL, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "assign", GDP_I64, k_assign, NULL, NULL, err);
+    gdp_status s = gcpu_reg(r, "assign", GDP_I32, k_assign, NULL, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg(r, "assign", GDP_I64, k_assign, NULL, NULL, err);
+    /* strided ids, targets and masks (and f64 values, which casts read) are made contiguous here too */
+    static const int32_t ints[] = {GDP_I32, GDP_I64, GDP_U8, GDP_I8, GDP_BOOL, GDP_F64};
+    for (size_t d = 0; d < sizeof ints / sizeof ints[0] && s == GDP_OK; d++)
+        s = gcpu_reg_flags(r, "copy", ints[d], GDP_KERNEL_STRIDED, k_copy, NULL, NULL, err);
     return s;
 }

@@ -319,6 +319,24 @@ static void sum_partials(void *ctx, int64_t begin, int64_t end, int tid)
  * few enough that the partials stay small next to x. */
 #define MAX_BLOCKS 128
 
+/* Blocks of about GRAIN elements, at most MAX_BLOCKS of them: a function of the shape. */
+static int64_t row_blocks(int64_t rows, int64_t C, int64_t *rows_per_block)
+{
+    int64_t rpb = GCPU_GRAIN_ELEMS / (C > 0 ? C : 1) + 1;
+    if ((rows + rpb - 1) / rpb > MAX_BLOCKS) rpb = (rows + MAX_BLOCKS - 1) / MAX_BLOCKS;
+    *rows_per_block = rpb;
+    return (rows + rpb - 1) / rpb;
+}
+
+/* The backward ops' partial sums: per block, dweight (C) then dbias (C), in double. */
+static size_t ws_backward(void *be, const gdp_node *n)
+{
+    (void)be;
+    const gdp_tensor *x = n->in[1];
+    int64_t C = x->ndim > 0 ? x->shape[x->ndim - 1] : 1, rows = C > 0 ? gdp_numel(x) / C : 0, rpb;
+    return gcpu_ws_piece(row_blocks(rows, C, &rpb) * 2 * C, sizeof(double));
+}
+
 static gdp_status backward(const gdp_node *n, gcpu_range_fn fn, double eps_default, int has_db, gdp_err *err)
 {
     norm_job j = {.dy = n->in[0]->data, .x = n->in[1]->data, .w = n->n_in > 2 ? n->in[2]->data : NULL,
@@ -335,15 +353,12 @@ static gdp_status backward(const gdp_node *n, gcpu_range_fn fn, double eps_defau
         }
         return GDP_OK;
     }
-    /* blocks of about GRAIN elements, at most MAX_BLOCKS of them: a function of the shape */
-    j.rows_per_block = GCPU_GRAIN_ELEMS / j.C + 1;
-    if ((j.rows + j.rows_per_block - 1) / j.rows_per_block > MAX_BLOCKS)
-        j.rows_per_block = (j.rows + MAX_BLOCKS - 1) / MAX_BLOCKS;
-    j.blocks = (j.rows + j.rows_per_block - 1) / j.rows_per_block;
-    /* the partials live in the caller's second slot; the threads' rows use the first */
-    j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(j.blocks * 2 * j.C));
-    if (j.part == NULL)
-        return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for %lld partial sums", n->op, (long long)(j.blocks * j.C));
+    j.blocks = row_blocks(j.rows, j.C, &j.rows_per_block);
+    /* the partials live in the node's workspace */
+    j.part = n->workspace;
+    if (j.part == NULL || n->workspace_bytes < sizeof(double) * (size_t)(j.blocks * 2 * j.C))
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small for %lld partial sums", n->op,
+                        n->workspace_bytes, (long long)(j.blocks * 2 * j.C));
     gcpu_parallel_for(j.blocks, fn, &j);
     if (atomic_load(&j.oom)) return gdp_fail(err, GDP_ERR_NOMEM, "%s: no memory for rows of %lld", n->op, (long long)j.C);
     /* chunks of whole COLS runs, so that a chunk's inner loops stay long */
@@ -378,15 +393,22 @@ static int s_norm(void *be, const gdp_node *n)
     return n->in[0]->ndim >= 1;
 }
 
-gdp_status gcpu_register_norm(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_norm(gcpu_regctx *r, gdp_err *err)
 {
     static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
-    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
-        gdp_status s = gcpu_reg(host, "layer_norm", dts[d], k_layer_norm, s_norm, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "layer_norm_grad", dts[d], k_layer_norm_grad, s_norm, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "rms_norm", dts[d], k_rms_norm, s_norm, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "rms_norm_grad", dts[d], k_rms_norm_grad, s_norm, NULL, err);
-        if (s != GDP_OK) return s;
-    }
+    static const struct {
+        const char *op;
+        gdp_launch_fn fn;
+        gdp_workspace_fn ws;
+    } ks[] = {
+        {"layer_norm", k_layer_norm, NULL}, {"layer_norm_grad", k_layer_norm_grad, ws_backward},
+        {"rms_norm", k_rms_norm, NULL}, {"rms_norm_grad", k_rms_norm_grad, ws_backward},
+    };
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+            gcpu_kdef k = {.op = ks[i].op, .dtype = dts[d], .launch = ks[i].fn, .supports = s_norm, .workspace = ks[i].ws};
+            gdp_status s = gcpu_register(r, &k, err);
+            if (s != GDP_OK) return s;
+        }
     return GDP_OK;
 }

@@ -1,4 +1,5 @@
-/* k_optim.c — the optimizer updates adamw_update and sgd_update (f32, in place), and
+/* k_optim.c — the optimizer updates adamw_update (f32, and its mixed-precision forms with a
+ * half copy of the weights) and sgd_update (f32, in place), and
  * clip_coef, the factor of clipping by global norm (f32; f16 and bf16 through k_half.c).
  * assign is a copy, in k_layout.c.
  *
@@ -23,22 +24,37 @@ typedef struct opt_job {
 /* Elements go through in blocks of ADAM_BLOCK: widened into local double arrays, updated
  * there, stored back. The outputs alias the inputs (in place), so a single loop over the
  * tensors would not vectorize (gcc cannot prove the stores miss later loads); over the
- * local arrays each of the three loops is SIMD code, with the same arithmetic per element. */
+ * local arrays each of the three loops is SIMD code, with the same arithmetic per element.
+ *
+ * Mixed precision: the gradient may be bf16 or f16 (the gradient of a half copy of the
+ * weights), and an optional 7th input, that half copy, gets p' rounded to its dtype (4th
+ * output, in place). The master weights and moments stay f32. */
 #define ADAM_BLOCK 256
 
 static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const opt_job *j = ctx;
-    const float *P = j->n->in[0]->data, *G = j->n->in[1]->data, *M = j->n->in[2]->data, *V = j->n->in[3]->data;
-    float *Po = j->n->out[0]->data, *Mo = j->n->out[1]->data, *Vo = j->n->out[2]->data;
+    const gdp_node *nd = j->n;
+    const float *P = nd->in[0]->data, *M = nd->in[2]->data, *V = nd->in[3]->data;
+    const void *G = nd->in[1]->data;
+    const int32_t gdt = nd->in[1]->dtype;
+    float *Po = nd->out[0]->data, *Mo = nd->out[1]->data, *Vo = nd->out[2]->data;
+    void *Co = nd->n_out > 3 ? nd->out[3]->data : NULL;
+    const int32_t cdt = nd->n_out > 3 ? nd->out[3]->dtype : GDP_F32;
     const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2;
     double p[ADAM_BLOCK], g[ADAM_BLOCK], m[ADAM_BLOCK], v[ADAM_BLOCK];
+    float h[ADAM_BLOCK];
     for (int64_t i0 = begin; i0 < end; i0 += ADAM_BLOCK) {
         int n = (int)(end - i0 < ADAM_BLOCK ? end - i0 : ADAM_BLOCK);
+        if (gdt == GDP_F32) {
+            for (int i = 0; i < n; i++) g[i] = ((const float *)G)[i0 + i];
+        } else {
+            gcpu_load_f32(gdt, G, i0, h, n);
+            for (int i = 0; i < n; i++) g[i] = h[i];
+        }
         for (int i = 0; i < n; i++) {
             p[i] = P[i0 + i];
-            g[i] = G[i0 + i];
             m[i] = M[i0 + i];
             v[i] = V[i0 + i];
         }
@@ -57,10 +73,14 @@ static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
             Mo[i0 + i] = (float)m[i];
             Vo[i0 + i] = (float)v[i];
         }
+        if (Co != NULL) { /* the copy: p' as stored, rounded to the copy's dtype */
+            for (int i = 0; i < n; i++) h[i] = Po[i0 + i];
+            gcpu_store_f32(cdt, Co, i0, h, n);
+        }
     }
 }
 
-// (p, g, m, v, step, lr) -> (p', m', v'): PyTorch AdamW, step 1-based
+// (p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']): PyTorch AdamW, step 1-based
 static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
@@ -75,6 +95,22 @@ static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *er
     j.bc2 = 1.0 - pow(j.b2, t);
     gcpu_parallel_for_grain(gdp_numel(n->in[0]), GCPU_GRAIN_ELEMS / 4, adamw_task, &j);
     return GDP_OK;
+}
+
+/* The mixed forms: p, m, v, step, lr and their outputs f32; g f32 or the copy's dtype; the
+ * copy (7th input, 4th output) bf16 or f16, of p's shape. */
+static int s_adamw_mixed(void *be, const gdp_node *n)
+{
+    (void)be;
+    if (n->n_in != 7 || n->n_out != 4) return 0;
+    const int32_t cdt = n->in[6]->dtype;
+    if (!gdp_is_half(cdt) || n->out[3]->dtype != cdt || gdp_numel(n->in[6]) != gdp_numel(n->in[0])) return 0;
+    if (n->in[1]->dtype != GDP_F32 && n->in[1]->dtype != cdt) return 0;
+    for (int i = 0; i < 6; i++)
+        if (i != 1 && n->in[i]->dtype != GDP_F32) return 0;
+    for (int k = 0; k < 3; k++)
+        if (n->out[k]->dtype != GDP_F32) return 0;
+    return 1;
 }
 
 static void sgd_task(void *ctx, int64_t begin, int64_t end, int tid)
@@ -122,12 +158,18 @@ static int s_f32(void *backend, const gdp_node *n)
     return gcpu_all_f32(n);
 }
 
-GCPU_HALF_OF(k_clip_coef, s_f32)
+GCPU_HALF_OF(k_clip_coef, s_f32, NULL)
 
-gdp_status gcpu_register_optim(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_optim(gcpu_regctx *r, gdp_err *err)
 {
-    gdp_status s = gcpu_reg(host, "adamw_update", GDP_F32, k_adamw, s_f32, NULL, err);
-    if (s == GDP_OK) s = gcpu_reg(host, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "clip_coef", k_clip_coef, s_f32, NULL, err);
+    gdp_status s = gcpu_reg(r, "adamw_update", GDP_F32, k_adamw, s_f32, NULL, err);
+    static const char *const mixed[] = {
+        "f32,bf16,f32,f32,f32,f32,bf16->f32,f32,f32,bf16", "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
+        "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16",    "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16",
+    };
+    for (int i = 0; i < 4 && s == GDP_OK; i++)
+        s = gcpu_reg_mixed(r, "adamw_update", mixed[i], 0, k_adamw, s_adamw_mixed, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg(r, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "clip_coef", GCPU_FLOATS(k_clip_coef, s_f32, NULL), 0, NULL, err);
     return s;
 }

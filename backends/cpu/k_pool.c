@@ -344,16 +344,16 @@ static int s_pool(void *backend, const gdp_node *n)
     return gcpu_all_f32(n);
 }
 
-GCPU_HALF_OF(k_max_pool2d, s_pool)
-GCPU_HALF_OF(k_max_pool2d_grad, s_pool)
-GCPU_HALF_OF(k_avg_pool2d, s_pool)
-GCPU_HALF_OF(k_avg_pool2d_grad, s_pool)
+GCPU_HALF_OF(k_max_pool2d, s_pool, NULL)
+GCPU_HALF_OF(k_max_pool2d_grad, s_pool, NULL)
+GCPU_HALF_OF(k_avg_pool2d, s_pool, NULL)
+GCPU_HALF_OF(k_avg_pool2d_grad, s_pool, NULL)
 
-gdp_status gcpu_register_pool(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_pool(gcpu_regctx *r, gdp_err *err)
 {
-    gdp_status s = GCPU_REG_FLOATS(host, "max_pool2d", k_max_pool2d, s_pool, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "max_pool2d_grad", k_max_pool2d_grad, s_pool, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "avg_pool2d", k_avg_pool2d, s_pool, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "avg_pool2d_grad", k_avg_pool2d_grad, s_pool, NULL, err);
+    gdp_status s = gcpu_reg_floats(r, "max_pool2d", GCPU_FLOATS(k_max_pool2d, s_pool, NULL), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "max_pool2d_grad", GCPU_FLOATS(k_max_pool2d_grad, s_pool, NULL), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "avg_pool2d", GCPU_FLOATS(k_avg_pool2d, s_pool, NULL), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "avg_pool2d_grad", GCPU_FLOATS(k_avg_pool2d_grad, s_pool, NULL), 0, NULL, err);
     return s;
 }

@@ -14,8 +14,6 @@
 #include <math.h>
 #include <string.h>
 
-static int is_float_dt(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
-
 /* ---- storing a double as the reference does ----------------------------------------------- */
 
 /* creation.c's rule for integers: truncate toward zero, saturate at the type's range, NaN
@@ -33,8 +31,8 @@ static void store_any(int32_t dt, void *p, int64_t i, double v)
     switch (dt) {
     case GDP_F32: ((float *)p)[i] = (float)v; break;
     case GDP_F64: ((double *)p)[i] = v; break;
-    case GDP_F16: ((uint16_t *)p)[i] = gcpu_f32_to_f16((float)v); break;
-    case GDP_BF16: ((uint16_t *)p)[i] = gcpu_f32_to_bf16((float)v); break;
+    case GDP_F16: ((uint16_t *)p)[i] = gdp_f32_to_f16((float)v); break;
+    case GDP_BF16: ((uint16_t *)p)[i] = gdp_f32_to_bf16((float)v); break;
     case GDP_I32: ((int32_t *)p)[i] = (int32_t)saturate(v, -2147483648.0, 2147483647.0, INT32_MIN, INT32_MAX); break;
     case GDP_I64:
         ((int64_t *)p)[i] = saturate(v, -9223372036854775808.0, 9223372036854775808.0, INT64_MIN, INT64_MAX);
@@ -150,10 +148,10 @@ static void rand_task(void *ctx, int64_t begin, int64_t end, int tid)
         for (int64_t i = begin; i < end; i++) ((float *)p)[i] = draw(j, (uint64_t)i);
         break;
     case GDP_F16:
-        for (int64_t i = begin; i < end; i++) ((uint16_t *)p)[i] = gcpu_f32_to_f16(draw(j, (uint64_t)i));
+        for (int64_t i = begin; i < end; i++) ((uint16_t *)p)[i] = gdp_f32_to_f16(draw(j, (uint64_t)i));
         break;
     case GDP_BF16:
-        for (int64_t i = begin; i < end; i++) ((uint16_t *)p)[i] = gcpu_f32_to_bf16(draw(j, (uint64_t)i));
+        for (int64_t i = begin; i < end; i++) ((uint16_t *)p)[i] = gdp_f32_to_bf16(draw(j, (uint64_t)i));
         break;
     default: /* f64 */
         for (int64_t i = begin; i < end; i++) ((double *)p)[i] = draw(j, (uint64_t)i);
@@ -238,11 +236,11 @@ static void drop_task(void *ctx, int64_t begin, int64_t end, int tid)
     } else if (dt == GDP_F16) {
         const uint16_t *x = j->x->data;
         uint16_t *y = j->y->data;
-        for (int64_t i = begin; i < end; i++) y[i] = gcpu_f32_to_f16(KEEP(i) ? gcpu_f16_to_f32(x[i]) * scale : 0.0f);
+        for (int64_t i = begin; i < end; i++) y[i] = gdp_f32_to_f16(KEEP(i) ? gdp_f16_to_f32(x[i]) * scale : 0.0f);
     } else {
         const uint16_t *x = j->x->data;
         uint16_t *y = j->y->data;
-        for (int64_t i = begin; i < end; i++) y[i] = gcpu_f32_to_bf16(KEEP(i) ? gcpu_bf16_to_f32(x[i]) * scale : 0.0f);
+        for (int64_t i = begin; i < end; i++) y[i] = gdp_f32_to_bf16(KEEP(i) ? gdp_bf16_to_f32(x[i]) * scale : 0.0f);
     }
 #undef KEEP
 }
@@ -269,7 +267,7 @@ static int s_dropout(void *be, const gdp_node *n)
     (void)be;
     int32_t dt = n->in[0]->dtype;
     return (dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16) && n->out[0]->dtype == dt &&
-           (n->n_in < 2 || n->in[1]->dtype == GDP_I32 || n->in[1]->dtype == GDP_I64);
+           (n->n_in < 2 || gdp_is_index(n->in[1]->dtype));
 }
 
 /* ---- cast ------------------------------------------------------------------------------------ */
@@ -281,8 +279,8 @@ static inline double load_float(int32_t dt, const void *p, int64_t i)
     switch (dt) {
     case GDP_F32: return ((const float *)p)[i];
     case GDP_F64: return ((const double *)p)[i];
-    case GDP_F16: return gcpu_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return gcpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    case GDP_F16: return gdp_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return gdp_bf16_to_f32(((const uint16_t *)p)[i]);
     }
 }
 
@@ -312,8 +310,8 @@ static inline void store_from_float(int32_t dt, void *p, int64_t i, double d)
     switch (dt) {
     case GDP_F32: ((float *)p)[i] = (float)d; break;
     case GDP_F64: ((double *)p)[i] = d; break;
-    case GDP_F16: ((uint16_t *)p)[i] = gcpu_f32_to_f16((float)d); break;
-    case GDP_BF16: ((uint16_t *)p)[i] = gcpu_f32_to_bf16((float)d); break;
+    case GDP_F16: ((uint16_t *)p)[i] = gdp_f32_to_f16((float)d); break;
+    case GDP_BF16: ((uint16_t *)p)[i] = gdp_f32_to_bf16((float)d); break;
     case GDP_I32: ((int32_t *)p)[i] = (int32_t)trunc_sat(d, INT32_MIN, INT32_MAX); break;
     case GDP_I64: ((int64_t *)p)[i] = trunc_sat(d, INT64_MIN, INT64_MAX); break;
     case GDP_U8: ((uint8_t *)p)[i] = (uint8_t)trunc_sat(d, 0, UINT8_MAX); break;
@@ -329,8 +327,8 @@ static inline void store_from_int(int32_t dt, void *p, int64_t i, int64_t v)
     switch (dt) {
     case GDP_F32: ((float *)p)[i] = (float)v; break;
     case GDP_F64: ((double *)p)[i] = (double)v; break;
-    case GDP_F16: ((uint16_t *)p)[i] = gcpu_f32_to_f16((float)v); break;
-    case GDP_BF16: ((uint16_t *)p)[i] = gcpu_f32_to_bf16((float)v); break;
+    case GDP_F16: ((uint16_t *)p)[i] = gdp_f32_to_f16((float)v); break;
+    case GDP_BF16: ((uint16_t *)p)[i] = gdp_f32_to_bf16((float)v); break;
     case GDP_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)u; break;
     case GDP_I64: ((int64_t *)p)[i] = v; break;
     case GDP_U8: ((uint8_t *)p)[i] = (uint8_t)u; break;
@@ -353,14 +351,14 @@ static void cast_task(void *ctx, int64_t begin, int64_t end, int tid)
     void *py = j->y->data;
     /* the mixed-precision conversions, without the per-element dtype switches */
     if (from == GDP_F32 && to == GDP_BF16) {
-        for (int64_t i = begin; i < end; i++) ((uint16_t *)py)[i] = gcpu_f32_to_bf16(((const float *)px)[i]);
+        for (int64_t i = begin; i < end; i++) ((uint16_t *)py)[i] = gdp_f32_to_bf16(((const float *)px)[i]);
     } else if (from == GDP_F32 && to == GDP_F16) {
-        for (int64_t i = begin; i < end; i++) ((uint16_t *)py)[i] = gcpu_f32_to_f16(((const float *)px)[i]);
+        for (int64_t i = begin; i < end; i++) ((uint16_t *)py)[i] = gdp_f32_to_f16(((const float *)px)[i]);
     } else if (from == GDP_BF16 && to == GDP_F32) {
-        for (int64_t i = begin; i < end; i++) ((float *)py)[i] = gcpu_bf16_to_f32(((const uint16_t *)px)[i]);
+        for (int64_t i = begin; i < end; i++) ((float *)py)[i] = gdp_bf16_to_f32(((const uint16_t *)px)[i]);
     } else if (from == GDP_F16 && to == GDP_F32) {
-        for (int64_t i = begin; i < end; i++) ((float *)py)[i] = gcpu_f16_to_f32(((const uint16_t *)px)[i]);
-    } else if (is_float_dt(from)) {
+        for (int64_t i = begin; i < end; i++) ((float *)py)[i] = gdp_f16_to_f32(((const uint16_t *)px)[i]);
+    } else if (gdp_is_float(from)) {
         for (int64_t i = begin; i < end; i++) store_from_float(to, py, i, load_float(from, px, i));
     } else {
         for (int64_t i = begin; i < end; i++) store_from_int(to, py, i, load_int(from, px, i));
@@ -463,32 +461,32 @@ static int s_where(void *be, const gdp_node *n)
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
-gdp_status gcpu_register_random(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_random(gcpu_regctx *r, gdp_err *err)
 {
     static const int32_t all[] = {GDP_F32, GDP_F16, GDP_BF16, GDP_I32, GDP_I64, GDP_U8, GDP_I8, GDP_BOOL, GDP_F64};
     static const int32_t floats[] = {GDP_F32, GDP_F16, GDP_BF16, GDP_F64};
     static const int32_t halfs[] = {GDP_F32, GDP_F16, GDP_BF16};
     gdp_status s = GDP_OK;
     for (size_t d = 0; d < sizeof all / sizeof all[0] && s == GDP_OK; d++) {
-        s = gcpu_reg(host, "fill", all[d], k_fill, NULL, NULL, err);
+        s = gcpu_reg(r, "fill", all[d], k_fill, NULL, NULL, err);
         /* arange has no bool outputs (its shape rule refuses them) */
-        if (s == GDP_OK && all[d] != GDP_BOOL) s = gcpu_reg(host, "arange", all[d], k_arange, NULL, NULL, err);
+        if (s == GDP_OK && all[d] != GDP_BOOL) s = gcpu_reg(r, "arange", all[d], k_arange, NULL, NULL, err);
     }
     /* the random ops produce floats only; f64 outputs exist for gradient checks */
     for (size_t d = 0; d < sizeof floats / sizeof floats[0] && s == GDP_OK; d++) {
-        s = gcpu_reg(host, "rand_uniform", floats[d], k_rand_uniform, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "rand_normal", floats[d], k_rand_normal, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "init_kaiming", floats[d], k_init_kaiming, NULL, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "init_xavier", floats[d], k_init_xavier, NULL, NULL, err);
+        s = gcpu_reg(r, "rand_uniform", floats[d], k_rand_uniform, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(r, "rand_normal", floats[d], k_rand_normal, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(r, "init_kaiming", floats[d], k_init_kaiming, NULL, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(r, "init_xavier", floats[d], k_init_xavier, NULL, NULL, err);
     }
     /* dropout and where declare f32, f16 and bf16; where's integer case is keyed by i32.
      * cast is keyed by any dtype: its cases cover every pair. */
     for (size_t d = 0; d < sizeof halfs / sizeof halfs[0] && s == GDP_OK; d++) {
-        s = gcpu_reg(host, "dropout", halfs[d], k_dropout, s_dropout, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, "where", halfs[d], k_where, s_where, NULL, err);
+        s = gcpu_reg(r, "dropout", halfs[d], k_dropout, s_dropout, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg(r, "where", halfs[d], k_where, s_where, NULL, err);
     }
-    if (s == GDP_OK) s = gcpu_reg(host, "where", GDP_I32, k_where, s_where, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg(r, "where", GDP_I32, k_where, s_where, NULL, err);
     for (size_t d = 0; d < sizeof all / sizeof all[0] && s == GDP_OK; d++)
-        s = gcpu_reg(host, "cast", all[d], k_cast, s_cast, NULL, err);
+        s = gcpu_reg(r, "cast", all[d], k_cast, s_cast, NULL, err);
     return s;
 }

@@ -231,8 +231,9 @@ static gdp_status reduce(const gdp_node *n, int mean, gdp_err *err)
     if (j.p.inner_red && j.p.nk == 0 && j.p.nr == 0 && j.p.L > BLOCK) {
         /* everything into one number: fixed blocks in parallel, then in order */
         int64_t blocks = (j.p.L + BLOCK - 1) / BLOCK;
-        j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)blocks);
-        if (j.part == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+        j.part = n->workspace;
+        if (j.part == NULL || n->workspace_bytes < sizeof(double) * (size_t)blocks)
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
         gcpu_parallel_for_grain(blocks, 2, full_blocks, &j);
         double s = 0;
         for (int64_t b = 0; b < blocks; b++) s += j.part[b];
@@ -243,6 +244,13 @@ static gdp_status reduce(const gdp_node *n, int mean, gdp_err *err)
     walk_items(&j.p, &items, &grain);
     gcpu_parallel_for_grain(items, grain, j.p.inner_red ? sum_rows : sum_cols, &j);
     return GDP_OK;
+}
+
+/* The partial sums of a full reduction: a block's each (more than needed otherwise). */
+static size_t ws_sum(void *be, const gdp_node *n)
+{
+    (void)be;
+    return gcpu_ws_piece((gdp_numel(n->in[0]) + BLOCK - 1) / BLOCK, sizeof(double));
 }
 
 static gdp_status k_sum(void *be, const gdp_node *n, void *stream, gdp_err *err)
@@ -306,14 +314,15 @@ static void max_cols(void *ctx, int64_t begin, int64_t end, int tid)
 }
 
 /* j->pos[o] = flat index in x of output o's winner. n_red >= 1 (the op refuses an empty
- * max). pos is per-thread scratch of the caller, n_out long. */
+ * max). pos is the node's workspace, n_out long. */
 static gdp_status max_positions(rjob *j, const gdp_node *n, const gdp_tensor *x, gdp_err *err)
 {
     if (plan(x, &n->attrs, &j->p) != 0) return gdp_fail(err, GDP_ERR_INVALID, "%s: bad axes", n->op);
     if (j->p.n_out == 0) return GDP_OK;
     if (j->p.n_red == 0) return gdp_fail(err, GDP_ERR_INVALID, "%s: max over an empty axis", n->op);
-    j->pos = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(int64_t) * (size_t)j->p.n_out);
-    if (j->pos == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+    j->pos = n->workspace;
+    if (j->pos == NULL || n->workspace_bytes < sizeof(int64_t) * (size_t)j->p.n_out)
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
     int64_t items, grain;
     walk_items(&j->p, &items, &grain);
     gcpu_parallel_for_grain(items, grain, j->p.inner_red ? max_rows : max_cols, j);
@@ -325,6 +334,14 @@ static void gather_task(void *ctx, int64_t begin, int64_t end, int tid)
     (void)tid;
     rjob *j = ctx;
     for (int64_t o = begin; o < end; o++) j->y[o] = j->x[j->pos[o]];
+}
+
+/* The winners' positions: an index per output (of max; of max_grad, whose dy has the
+ * output's shape). */
+static size_t ws_max(void *be, const gdp_node *n)
+{
+    (void)be;
+    return gcpu_ws_piece(gdp_numel(n->n_in > 1 ? n->in[0] : n->out[0]), sizeof(int64_t));
 }
 
 // x (...) -> y (reduced): the first maximal element of each slice
@@ -454,6 +471,15 @@ static void gn_task(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+/* A partial sum per block of each input. */
+static size_t ws_global_norm(void *be, const gdp_node *n)
+{
+    (void)be;
+    int64_t blocks = 0;
+    for (int k = 0; k < n->n_in; k++) blocks += (gdp_numel(n->in[k]) + BLOCK - 1) / BLOCK;
+    return gcpu_ws_piece(blocks + 1, sizeof(double));
+}
+
 // xs[0..n) (any shapes) -> y () = sqrt(sum of squares): blocks per input, summed in order
 static gdp_status k_global_norm(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
@@ -462,8 +488,9 @@ static gdp_status k_global_norm(void *be, const gdp_node *n, void *stream, gdp_e
     if (n->n_in > GDP_MAX_INPUTS) return gdp_fail(err, GDP_ERR_INVALID, "global_norm: %d inputs", n->n_in);
     for (int k = 0; k < n->n_in; k++) j.first[k + 1] = j.first[k] + (gdp_numel(n->in[k]) + BLOCK - 1) / BLOCK;
     int64_t blocks = j.first[n->n_in];
-    j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(blocks + 1));
-    if (j.part == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "global_norm: out of memory");
+    j.part = n->workspace;
+    if (j.part == NULL || n->workspace_bytes < sizeof(double) * (size_t)blocks)
+        return gdp_fail(err, GDP_ERR_INVALID, "global_norm: workspace of %zu bytes is too small", n->workspace_bytes);
     gcpu_parallel_for_grain(blocks, 2, gn_task, &j);
     double ss = 0;
     for (int64_t b = 0; b < blocks; b++) ss += j.part[b];
@@ -486,20 +513,27 @@ static int s_argmax(void *backend, const gdp_node *n)
     return n->in[0]->dtype == GDP_F32 && n->out[0]->dtype == GDP_I64;
 }
 
-GCPU_HALF_OF(k_sum, s_f32)
-GCPU_HALF_OF(k_mean, s_f32)
-GCPU_HALF_OF(k_max, s_f32)
-GCPU_HALF_OF(k_max_grad, s_f32)
-GCPU_HALF_OF(k_argmax, s_argmax)
-GCPU_HALF_OF(k_global_norm, s_f32)
+GCPU_HALF_OF(k_sum, s_f32, ws_sum)
+GCPU_HALF_OF(k_mean, s_f32, ws_sum)
+GCPU_HALF_OF(k_max, s_f32, ws_max)
+GCPU_HALF_OF(k_max_grad, s_f32, ws_max)
+GCPU_HALF_OF(k_argmax, s_argmax, NULL)
+GCPU_HALF_OF(k_global_norm, s_f32, ws_global_norm)
 
-gdp_status gcpu_register_reduce(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_reduce(gcpu_regctx *r, gdp_err *err)
 {
-    gdp_status s = GCPU_REG_FLOATS(host, "sum", k_sum, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "mean", k_mean, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "max", k_max, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "max_grad", k_max_grad, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "argmax", k_argmax, s_argmax, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "global_norm", k_global_norm, s_f32, NULL, err);
+    gdp_status s = gcpu_reg_floats(r, "sum", GCPU_FLOATS(k_sum, s_f32, ws_sum), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "mean", GCPU_FLOATS(k_mean, s_f32, ws_sum), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "max", GCPU_FLOATS(k_max, s_f32, ws_max), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "max_grad", GCPU_FLOATS(k_max_grad, s_f32, ws_max), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "argmax", GCPU_FLOATS(k_argmax, s_argmax, NULL), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "global_norm", GCPU_FLOATS(k_global_norm, s_f32, ws_global_norm), 0, NULL, err);
+    /* a half input summed into an f32 output (dtype=f32): widened, summed in double as
+     * the f32 kernel does, rounded once to f32 */
+    static const char *const mixed[] = {"bf16->f32", "f16->f32"};
+    for (int i = 0; i < 2 && s == GDP_OK; i++) {
+        s = gcpu_reg_mixed(r, "sum", mixed[i], 0, k_sum_half, k_sum_half_ok, k_sum_half_ws, err);
+        if (s == GDP_OK) s = gcpu_reg_mixed(r, "mean", mixed[i], 0, k_mean_half, k_mean_half_ok, k_mean_half_ws, err);
+    }
     return s;
 }

@@ -303,6 +303,13 @@ static void ce_grad_rows(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+/* Each row's loss, added in row order once the threads are done. */
+static size_t ws_cross_entropy(void *be, const gdp_node *n)
+{
+    (void)be;
+    return gcpu_ws_piece(gdp_numel(n->in[1]), sizeof(double));
+}
+
 // logits (N, C), targets (N) -> loss () = mean over kept rows of logsumexp(row) - row[target]
 static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
@@ -312,8 +319,9 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
     int64_t rows = gdp_numel(t), count;
     gdp_status s = ce_count(n, t, rows, j.C, j.ignore, &count, err);
     if (s != GDP_OK) return s;
-    j.loss = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(rows > 0 ? rows : 1));
-    if (j.loss == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+    j.loss = n->workspace;
+    if (rows > 0 && (j.loss == NULL || n->workspace_bytes < sizeof(double) * (size_t)rows))
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
     gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (4 * j.C + 1) + 1, ce_rows, &j);
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) total += j.loss[r]; /* in row order, as the reference */
@@ -365,14 +373,22 @@ static void mse_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
+/* A partial sum per block. */
+static size_t ws_mse(void *be, const gdp_node *n)
+{
+    (void)be;
+    return gcpu_ws_piece((gdp_numel(n->in[0]) + BLOCK - 1) / BLOCK, sizeof(double));
+}
+
 // pred (...), target (...) -> () = mean((pred - target)^2): fixed blocks, summed in order
 static gdp_status k_mse(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream;
     mse_job j = {.p = n->in[0]->data, .t = n->in[1]->data, .n = gdp_numel(n->in[0])};
     int64_t blocks = (j.n + BLOCK - 1) / BLOCK;
-    j.part = gcpu_scratch(0, GCPU_SLOT_KERNEL2, sizeof(double) * (size_t)(blocks + 1));
-    if (j.part == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory", n->op);
+    j.part = n->workspace;
+    if (blocks > 0 && (j.part == NULL || n->workspace_bytes < sizeof(double) * (size_t)blocks))
+        return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
     gcpu_parallel_for_grain(blocks, 2, mse_blocks, &j);
     double s = 0.0;
     for (int64_t b = 0; b < blocks; b++) s += j.part[b];
@@ -395,25 +411,34 @@ static int s_ce(void *backend, const gdp_node *n)
     const gdp_tensor *t = n->in[n->n_in - 1];
     for (int i = 0; i < n->n_in - 1; i++)
         if (n->in[i]->dtype != GDP_F32) return 0;
-    return n->out[0]->dtype == GDP_F32 && (t->dtype == GDP_I32 || t->dtype == GDP_I64);
+    return n->out[0]->dtype == GDP_F32 && gdp_is_index(t->dtype);
 }
 
-GCPU_HALF_OF(k_softmax, s_f32)
-GCPU_HALF_OF(k_log_softmax, s_f32)
-GCPU_HALF_OF(k_softmax_grad, s_f32)
-GCPU_HALF_OF(k_log_softmax_grad, s_f32)
-GCPU_HALF_OF(k_cross_entropy, s_ce)
-GCPU_HALF_OF(k_cross_entropy_grad, s_ce)
-GCPU_HALF_OF(k_mse, s_f32)
+GCPU_HALF_OF(k_softmax, s_f32, NULL)
+GCPU_HALF_OF(k_log_softmax, s_f32, NULL)
+GCPU_HALF_OF(k_softmax_grad, s_f32, NULL)
+GCPU_HALF_OF(k_log_softmax_grad, s_f32, NULL)
+GCPU_HALF_OF(k_cross_entropy, s_ce, ws_cross_entropy)
+GCPU_HALF_OF(k_cross_entropy_grad, s_ce, NULL)
+GCPU_HALF_OF(k_mse, s_f32, ws_mse)
 
-gdp_status gcpu_register_softmax(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_softmax(gcpu_regctx *r, gdp_err *err)
 {
-    gdp_status s = GCPU_REG_FLOATS(host, "softmax", k_softmax, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "log_softmax", k_log_softmax, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "softmax_grad", k_softmax_grad, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "log_softmax_grad", k_log_softmax_grad, s_f32, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "cross_entropy", k_cross_entropy, s_ce, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "cross_entropy_grad", k_cross_entropy_grad, s_ce, NULL, err);
-    if (s == GDP_OK) s = GCPU_REG_FLOATS(host, "mse", k_mse, s_f32, NULL, err);
-    return s;
+    static const struct {
+        const char *op;
+        gcpu_floats k;
+    } ks[] = {
+        {"softmax", GCPU_FLOATS_INIT(k_softmax, s_f32, NULL)},
+        {"log_softmax", GCPU_FLOATS_INIT(k_log_softmax, s_f32, NULL)},
+        {"softmax_grad", GCPU_FLOATS_INIT(k_softmax_grad, s_f32, NULL)},
+        {"log_softmax_grad", GCPU_FLOATS_INIT(k_log_softmax_grad, s_f32, NULL)},
+        {"cross_entropy", GCPU_FLOATS_INIT(k_cross_entropy, s_ce, ws_cross_entropy)},
+        {"cross_entropy_grad", GCPU_FLOATS_INIT(k_cross_entropy_grad, s_ce, NULL)},
+        {"mse", GCPU_FLOATS_INIT(k_mse, s_f32, ws_mse)},
+    };
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, 0, NULL, err);
+        if (s != GDP_OK) return s;
+    }
+    return GDP_OK;
 }

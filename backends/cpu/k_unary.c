@@ -9,9 +9,12 @@
  * tolerance is 1e-10 normalized MSE, about 10 ulp). pow with any other exponent calls
  * libm's pow in double, as the reference does.
  *
- * Operands have one shape: work is split by element over the pool.
+ * Operands have one shape: work is split by element over the pool. The kernels read
+ * strided inputs (GDP_KERNEL_STRIDED): contiguous ones are run in flat ranges; views are
+ * walked row by row (ewplan.h), gathered into small contiguous buffers, and run through
+ * the same loops, so a view gives the bits its contiguous copy would.
  */
-#include "kernels.h"
+#include "ewplan.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -58,11 +61,9 @@ static void pow_run(const float *x, float *y, int64_t n, double p)
     }
 }
 
-static void un_f32(const un_job *j, int64_t b, int64_t e)
+// y[0..n) = op(x[0..n)) (backward ops: of dy and x)
+static void un_f32(const un_job *j, const float *x, const float *dy, float *y, int64_t n)
 {
-    const float *x = (const float *)j->x + b, *dy = (const float *)j->dy + b;
-    float *y = (float *)j->y + b;
-    int64_t n = e - b;
     switch (j->op) {
     case U_NEG:
         for (int64_t i = 0; i < n; i++) y[i] = -x[i];
@@ -114,25 +115,70 @@ static void un_f32(const un_job *j, int64_t b, int64_t e)
 
 /* neg and abs of integers wrap (-INT_MIN is INT_MIN), through unsigned arithmetic */
 #define UN_INT(name, T, U)                                                                \
-    static void name(const un_job *j, int64_t b, int64_t e)                               \
+    static void name(int op, const T *x, T *y, int64_t n)                                 \
     {                                                                                     \
-        const T *x = (const T *)j->x;                                                     \
-        T *y = (T *)j->y;                                                                 \
-        if (j->op == U_NEG)                                                               \
-            for (int64_t i = b; i < e; i++) y[i] = (T)(0u - (U)x[i]);                     \
+        if (op == U_NEG)                                                                  \
+            for (int64_t i = 0; i < n; i++) y[i] = (T)(0u - (U)x[i]);                     \
         else                                                                              \
-            for (int64_t i = b; i < e; i++) y[i] = x[i] < 0 ? (T)(0u - (U)x[i]) : x[i];   \
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (T)(0u - (U)x[i]) : x[i];   \
     }
 UN_INT(un_i32, int32_t, uint32_t)
 UN_INT(un_i64, int64_t, uint64_t)
+
+/* Elements [0, n) from x, dy (of the job's dtype) into y. */
+static void un_run(const un_job *j, const void *x, const void *dy, void *y, int64_t n)
+{
+    if (j->dt == GDP_I32) un_i32(j->op, x, y, n);
+    else if (j->dt == GDP_I64) un_i64(j->op, x, y, n);
+    else un_f32(j, x, dy, y, n);
+}
 
 static void un_task(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const un_job *j = ctx;
-    if (j->dt == GDP_I32) un_i32(j, begin, end);
-    else if (j->dt == GDP_I64) un_i64(j, begin, end);
-    else un_f32(j, begin, end);
+    size_t es = gdp_dtype_size(j->dt);
+    un_run(j, (const char *)j->x + (size_t)begin * es, j->dy != NULL ? (const char *)j->dy + (size_t)begin * es : NULL,
+           (char *)j->y + (size_t)begin * es, end - begin);
+}
+
+/* ---- strided inputs ------------------------------------------------------------------------ */
+
+#define GATHER 512 /* elements gathered at a time */
+
+typedef struct un_strided {
+    const un_job *j;
+    gcpu_ewplan p; /* operands: x, then dy for the backward ops */
+} un_strided;
+
+static void un_row(const void *ctx, int64_t oy, const int64_t *off, int64_t n)
+{
+    const un_strided *u = ctx;
+    const un_job *j = u->j;
+    size_t es = gdp_dtype_size(j->dt);
+    int in = u->p.ndim - 1;
+    int64_t sx = u->p.st[0][in], sd = j->dy != NULL ? u->p.st[1][in] : 1;
+    const char *x = (const char *)j->x + (size_t)off[0] * es;
+    const char *dy = j->dy != NULL ? (const char *)j->dy + (size_t)off[1] * es : NULL;
+    char *y = (char *)j->y + (size_t)oy * es;
+    if (sx == 1 && sd == 1) {
+        un_run(j, x, dy, y, n);
+        return;
+    }
+    uint64_t xb[GATHER], db[GATHER]; /* room for GATHER elements of up to 8 bytes */
+    for (int64_t i = 0; i < n; i += GATHER) {
+        int64_t m = n - i < GATHER ? n - i : GATHER;
+        gcpu_gather(xb, x + (size_t)(i * sx) * es, sx, es, m);
+        if (dy != NULL) gcpu_gather(db, dy + (size_t)(i * sd) * es, sd, es, m);
+        un_run(j, xb, dy != NULL ? db : NULL, y + (size_t)i * es, m);
+    }
+}
+
+static void un_strided_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const un_strided *u = ctx;
+    gcpu_ewplan_walk(&u->p, u->j->dy != NULL ? 2 : 1, begin, end, un_row, u);
 }
 
 static gdp_status unary(const gdp_node *n, int op)
@@ -151,7 +197,15 @@ static gdp_status unary(const gdp_node *n, int op)
     }
     /* libm's pow costs tens of ns an element: worth threads much sooner */
     int64_t grain = op == U_POW ? GCPU_GRAIN_ELEMS / 16 : GCPU_GRAIN_ELEMS;
-    gcpu_parallel_for_grain(gdp_numel(n->out[0]), grain, un_task, &j);
+    if (gdp_numel(n->out[0]) == 0) return GDP_OK;
+    if (gcpu_inputs_contiguous(n)) {
+        gcpu_parallel_for_grain(gdp_numel(n->out[0]), grain, un_task, &j);
+        return GDP_OK;
+    }
+    un_strided u = {.j = &j};
+    const gdp_tensor *ops[2] = {n->in[grad ? 1 : 0], n->in[0]};
+    gcpu_ewplan_make(&u.p, n->out[0], grad ? 2 : 1, ops);
+    gcpu_parallel_for_grain(gcpu_ewplan_items(&u.p), gcpu_ewplan_grain(&u.p, grain), un_strided_task, &u);
     return GDP_OK;
 }
 
@@ -167,7 +221,7 @@ static int s_f32(void *backend, const gdp_node *n)
         (void)be; (void)stream; (void)err;                                               \
         return unary(n, OP);                                                             \
     }                                                                                    \
-    GCPU_HALF_OF(k_##name, s_f32)
+    GCPU_HALF_OF(k_##name, s_f32, NULL)
 UNARY_KERNEL(neg, U_NEG)
 UNARY_KERNEL(abs, U_ABS)
 UNARY_KERNEL(exp, U_EXP)
@@ -191,27 +245,26 @@ static int s_i64(void *backend, const gdp_node *n)
     return n->in[0]->dtype == GDP_I64 && n->out[0]->dtype == GDP_I64;
 }
 
-gdp_status gcpu_register_unary(const gdp_host *host, gdp_err *err)
+gdp_status gcpu_register_unary(gcpu_regctx *r, gdp_err *err)
 {
-#define K(op, name) {op, k_##name, k_##name##_half, k_##name##_half_ok}
+#define K(op, name) {op, GCPU_FLOATS_INIT(k_##name, s_f32, NULL)}
     static const struct {
         const char *op;
-        gdp_launch_fn f32, half;
-        gdp_supports_fn half_ok;
+        gcpu_floats k;
     } ks[] = {
         K("neg", neg), K("abs", abs), K("exp", exp), K("log", log), K("sqrt", sqrt), K("rsqrt", rsqrt),
         K("pow", pow), K("clamp", clamp), K("scale", scale), K("abs_grad", abs_grad), K("clamp_grad", clamp_grad),
     };
 #undef K
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        gdp_status s = gcpu_reg_floats(host, ks[i].op, ks[i].f32, s_f32, ks[i].half, ks[i].half_ok, NULL, err);
+        gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, GDP_KERNEL_STRIDED, NULL, err);
         if (s != GDP_OK) return s;
     }
     static const char *const ints[] = {"neg", "abs"};
     static const gdp_launch_fn int_fns[] = {k_neg, k_abs};
     for (size_t i = 0; i < 2; i++) {
-        gdp_status s = gcpu_reg(host, ints[i], GDP_I32, int_fns[i], s_i32, NULL, err);
-        if (s == GDP_OK) s = gcpu_reg(host, ints[i], GDP_I64, int_fns[i], s_i64, NULL, err);
+        gdp_status s = gcpu_reg_flags(r, ints[i], GDP_I32, GDP_KERNEL_STRIDED, int_fns[i], s_i32, NULL, err);
+        if (s == GDP_OK) s = gcpu_reg_flags(r, ints[i], GDP_I64, GDP_KERNEL_STRIDED, int_fns[i], s_i64, NULL, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;

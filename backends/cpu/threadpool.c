@@ -9,6 +9,11 @@
  * `sleep_mu` before waiting; the caller bumps `gen` and then reads `sleepers`. Both are
  * seq_cst, so at least one side sees the other's write; if the caller sees a sleeper it
  * broadcasts under the mutex, which the sleeper holds until it is inside the wait.
+ *
+ * Users. `api_mu` is held for a whole launch (gcpu_launch_begin .. end), so the job
+ * fields, `cur` (whose scratch the workers use) and the thread count change only between
+ * launches; a worker reads them after the acquire of `gen`, which orders them after the
+ * caller's writes. Workers are created and joined only with api_mu held and no job out.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -36,13 +41,10 @@
  * within microseconds; a sleeping worker takes tens of microseconds to wake. */
 #define SPIN_NS 200000L
 
-typedef struct scratch_buf {
-    void *p;
-    size_t cap;
-} scratch_buf;
-
 typedef struct pool {
-    pthread_mutex_t api_mu;     /* one caller at a time */
+    /* Held for a whole kernel launch (or one parallel_for outside a launch); also guards
+     * the users' list and the workers' (re)creation. */
+    pthread_mutex_t api_mu;
     pthread_mutex_t sleep_mu;
     pthread_cond_t sleep_cv;
     atomic_uint_fast64_t gen;
@@ -54,10 +56,12 @@ typedef struct pool {
     void *ctx;
     int64_t n;
     int chunks;
+    gcpu_user *cur;             /* whose launch holds the pool: its scratch */
     /* workers 1 .. nthreads-1; thread 0 is whoever calls */
     int nthreads;
     int created;
     uint_fast64_t start_gen;    /* gen when the workers were created */
+    gcpu_user *users;           /* attached users; the pool has the most threads any wants */
     pthread_t th[GCPU_MAX_THREADS];
 } pool;
 
@@ -66,11 +70,14 @@ static pool P = {
     .sleep_mu = PTHREAD_MUTEX_INITIALIZER,
     .sleep_cv = PTHREAD_COND_INITIALIZER,
 };
-static scratch_buf scratch[GCPU_MAX_THREADS][GCPU_SCRATCH_SLOTS];
+/* The user of calls made outside any launch (the GEMM's test and benchmark). */
+static gcpu_user default_user;
 
 /* Set while a thread runs chunks: its tid, so nested calls run inline as that thread. */
 static _Thread_local int tl_in_pool = 0;
 static _Thread_local int tl_tid = 0;
+/* The user whose launch this thread holds the pool for, or NULL. */
+static _Thread_local gcpu_user *tl_launch = NULL;
 
 static int64_t now_ns(void)
 {
@@ -162,9 +169,108 @@ static void start_workers(int n)
     P.created = 1;
 }
 
-static void ensure_started(void)
+/* ---- users ------------------------------------------------------------------------------ */
+
+static int clamp_threads(int n)
 {
-    if (!P.created) start_workers(gcpu_default_threads());
+    if (n <= 0) n = gcpu_default_threads();
+    return n > GCPU_MAX_THREADS ? GCPU_MAX_THREADS : n;
+}
+
+/* With api_mu held: as many workers as the most any attached user wants, none when no
+ * user is left. Workers are only ever (re)created here, between launches. */
+static void resize_locked(void)
+{
+    int want = 0;
+    for (gcpu_user *u = P.users; u != NULL; u = u->next) want = u->threads > want ? u->threads : want;
+    if (want == 0) {
+        stop_workers();
+        return;
+    }
+    if (P.created && P.nthreads == want) return;
+    stop_workers();
+    start_workers(want);
+}
+
+static void attach_locked(gcpu_user *u, int threads)
+{
+    u->threads = clamp_threads(threads);
+    if (!u->attached) {
+        u->attached = 1;
+        u->next = P.users;
+        P.users = u;
+    }
+    resize_locked();
+}
+
+static void free_scratch(gcpu_user *u)
+{
+    for (int t = 0; t < GCPU_MAX_THREADS; t++)
+        for (int s = 0; s < GCPU_SCRATCH_SLOTS; s++) {
+            free(u->scratch[t][s].p);
+            u->scratch[t][s].p = NULL;
+            u->scratch[t][s].cap = 0;
+        }
+}
+
+static void detach_locked(gcpu_user *u)
+{
+    if (!u->attached) return;
+    for (gcpu_user **pp = &P.users; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+    u->attached = 0;
+    u->next = NULL;
+    free_scratch(u);
+    resize_locked();
+}
+
+/* The threads u's parallel_for may use: its count, or fewer if the pool could not create
+ * that many. With api_mu held. */
+static int effective_threads(const gcpu_user *u)
+{
+    return u->threads < P.nthreads ? u->threads : P.nthreads;
+}
+
+int gcpu_user_attach(gcpu_user *u, int threads)
+{
+    pthread_mutex_lock(&P.api_mu);
+    attach_locked(u, threads);
+    int got = effective_threads(u);
+    pthread_mutex_unlock(&P.api_mu);
+    return got;
+}
+
+int gcpu_user_set_threads(gcpu_user *u, int threads)
+{
+    if (tl_launch != NULL || tl_in_pool) return u->threads; /* never resize under a launch */
+    return gcpu_user_attach(u, threads);
+}
+
+void gcpu_user_detach(gcpu_user *u)
+{
+    if (tl_launch != NULL || tl_in_pool) return;
+    pthread_mutex_lock(&P.api_mu);
+    detach_locked(u);
+    pthread_mutex_unlock(&P.api_mu);
+}
+
+void gcpu_launch_begin(gcpu_user *u)
+{
+    pthread_mutex_lock(&P.api_mu);
+    if (!u->attached) attach_locked(u, u->threads); /* not expected: an instance attaches at init */
+    P.cur = u;
+    tl_launch = u;
+}
+
+void gcpu_launch_end(void)
+{
+    if (tl_launch == NULL) return;
+    tl_launch = NULL;
+    P.cur = NULL;
+    pthread_mutex_unlock(&P.api_mu);
 }
 
 int gcpu_in_parallel(void)
@@ -174,54 +280,30 @@ int gcpu_in_parallel(void)
 
 int gcpu_pool_threads(void)
 {
-    if (tl_in_pool) return P.nthreads;
+    if (tl_launch != NULL) return effective_threads(tl_launch);
+    if (tl_in_pool) return P.cur != NULL ? effective_threads(P.cur) : 1;
     pthread_mutex_lock(&P.api_mu);
-    ensure_started();
-    int n = P.nthreads;
+    if (!default_user.attached) attach_locked(&default_user, 0);
+    int n = effective_threads(&default_user);
     pthread_mutex_unlock(&P.api_mu);
     return n;
 }
 
 int gcpu_pool_set_threads(int n)
 {
-    if (tl_in_pool) return P.nthreads;
-    if (n <= 0) n = gcpu_default_threads();
-    pthread_mutex_lock(&P.api_mu);
-    if (!P.created || P.nthreads != n) {
-        stop_workers();
-        start_workers(n);
-    }
-    int got = P.nthreads;
-    pthread_mutex_unlock(&P.api_mu);
-    return got;
+    return gcpu_user_set_threads(&default_user, n);
 }
 
 void gcpu_pool_shutdown(void)
 {
-    if (tl_in_pool) return;
-    pthread_mutex_lock(&P.api_mu);
-    stop_workers();
-    for (int t = 0; t < GCPU_MAX_THREADS; t++)
-        for (int s = 0; s < GCPU_SCRATCH_SLOTS; s++) {
-            free(scratch[t][s].p);
-            scratch[t][s].p = NULL;
-            scratch[t][s].cap = 0;
-        }
-    pthread_mutex_unlock(&P.api_mu);
+    gcpu_user_detach(&default_user);
 }
 
-static void parallel_for_n(int64_t n, int want, gcpu_range_fn fn, void *ctx)
+/* ---- parallel_for ------------------------------------------------------------------------- */
+
+/* Runs the job on T threads of the pool; api_mu is held by the caller. */
+static void run_job(int64_t n, int T, gcpu_range_fn fn, void *ctx)
 {
-    if (n <= 0) return;
-    if (tl_in_pool) { /* nested: the outer call already uses every thread */
-        fn(ctx, 0, n, tl_tid);
-        return;
-    }
-    pthread_mutex_lock(&P.api_mu);
-    ensure_started();
-    int T = P.nthreads;
-    if (want > 0 && want < T) T = want;
-    if ((int64_t)T > n) T = (int)n;
     tl_in_pool = 1;
     tl_tid = 0;
     if (T <= 1) {
@@ -246,7 +328,30 @@ static void parallel_for_n(int64_t n, int want, gcpu_range_fn fn, void *ctx)
         }
     }
     tl_in_pool = 0;
-    pthread_mutex_unlock(&P.api_mu);
+}
+
+static void parallel_for_n(int64_t n, int want, gcpu_range_fn fn, void *ctx)
+{
+    if (n <= 0) return;
+    if (tl_in_pool) { /* nested: the outer call already uses every thread */
+        fn(ctx, 0, n, tl_tid);
+        return;
+    }
+    gcpu_user *u = tl_launch;
+    if (u == NULL) { /* outside a launch: the default user, for this call */
+        pthread_mutex_lock(&P.api_mu);
+        if (!default_user.attached) attach_locked(&default_user, 0);
+        u = &default_user;
+        P.cur = u;
+    }
+    int T = effective_threads(u);
+    if (want > 0 && want < T) T = want;
+    if ((int64_t)T > n) T = (int)n;
+    run_job(n, T, fn, ctx);
+    if (tl_launch == NULL) {
+        P.cur = NULL;
+        pthread_mutex_unlock(&P.api_mu);
+    }
 }
 
 void gcpu_parallel_for(int64_t n, gcpu_range_fn fn, void *ctx)
@@ -264,8 +369,9 @@ void gcpu_parallel_for_grain(int64_t n, int64_t grain, gcpu_range_fn fn, void *c
 
 void *gcpu_scratch(int tid, int slot, size_t bytes)
 {
-    if (tid < 0 || tid >= GCPU_MAX_THREADS || slot < 0 || slot >= GCPU_SCRATCH_SLOTS) return NULL;
-    scratch_buf *s = &scratch[tid][slot];
+    gcpu_user *u = tl_launch != NULL ? tl_launch : P.cur;
+    if (u == NULL || tid < 0 || tid >= GCPU_MAX_THREADS || slot < 0 || slot >= GCPU_SCRATCH_SLOTS) return NULL;
+    gcpu_scratch_buf *s = &u->scratch[tid][slot];
     if (s->cap >= bytes && s->p != NULL) return s->p;
     size_t cap = (bytes + 4095) & ~(size_t)4095;
     if (cap == 0) cap = 4096;

@@ -128,6 +128,7 @@ static gdp_status copy_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     }
     unsigned g = cu_blocks(be, n, THREADS);
     switch (es) {
+    case 1: gather_copy_kernel<uint8_t><<<g, THREADS, 0, s>>>((const uint8_t *)x->data, (uint8_t *)y->data, (uint32_t)n, w); break;
     case 2: gather_copy_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, (uint32_t)n, w); break;
     case 4: gather_copy_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, (uint32_t)n, w); break;
     case 8: gather_copy_kernel<uint64_t><<<g, THREADS, 0, s>>>((const uint64_t *)x->data, (uint64_t *)y->data, (uint32_t)n, w); break;
@@ -400,6 +401,13 @@ static const gdp_kernel kernels[] = {
     CU_KX("copy", GDP_F32, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
     CU_KX("copy", GDP_F16, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
     CU_KX("copy", GDP_BF16, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    /* strided ids, targets and masks too: copies move bits, whatever they mean */
+    CU_KX("copy", GDP_I32, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_I64, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_U8, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_I8, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_BOOL, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
+    CU_KX("copy", GDP_F64, GDP_KERNEL_STRIDED, copy_supports, copy_run_launch, NULL, NULL),
     FLOATS3("slice_grad", slice_grad_supports, slice_grad_run_launch, slice_attrs),
     FLOATS3("concat", concat_supports, concat_run_launch, axis_attrs),
     FLOATS3("embedding", gather_supports, gather_run_launch, NULL),

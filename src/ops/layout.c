@@ -311,7 +311,9 @@ static gd_status copy_grad(gd_grad_ctx *c)
 
 gd_tensor *gd_contiguous(gd_tensor *x) { return gd_op1(x, "copy", 0, NULL); }
 
-static const char *const copy_cases[] = {"f[2,3]", "f[]", "f[3,1,4,2]", NULL};
+/* integer and bool cases too: a strided index or mask is made contiguous by this op */
+static const char *const copy_cases[] = {"f[2,3]", "f[]", "f[3,1,4,2]", "!i32[3,4]", "!i64[2,5]", "!bool[3,2]",
+                                         "!u8[4,3]", "!i8[5]", "f64[2,3]", NULL};
 
 /* ---- concat ------------------------------------------------------------------------- */
 
