@@ -13,9 +13,12 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: train the small CNN on procedurally drawn shapes (no download).
+# The main job: train the tiny language model on this repository's own sources and docs
+# (no download), on the GPU when there is one, then let it write a sample.
+LM_STEPS ?= 300
 run: build
-	$(BUILD)/gradus train cnn --data shapes
+	$(BUILD)/gradus train lm --preset tiny --data src --data include --data docs --out $(BUILD)/lm-run --steps $(LM_STEPS)
+	$(BUILD)/gradus generate --model $(BUILD)/lm-run --prompt "gd_status gd_" --max-tokens 120 --temperature 0.7
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
