@@ -295,8 +295,10 @@ int cmd_train_lm(int argc, char **argv)
     const char *use_tok = tokfile != NULL ? tokfile : exists(tok_path) && (tokens != NULL || resume) ? tok_path : NULL;
     if (use_tok != NULL) {
         if ((st = gd_tokenizer_load(ctx, use_tok, &tok)) != GD_OK) goto fail;
-        if (gd_tokenizer_vocab_size(tok) > m.vocab_size || (tokfile != NULL && gd_tokenizer_vocab_size(tok) != m.vocab_size)) {
-            fprintf(stderr, "gradus train lm: %s has %d tokens, the model's vocabulary %lld\n", use_tok,
+        /* fewer tokens than the model has rows is fine (rows unused, as GPT-2 pads); more
+         * would give ids the model cannot embed */
+        if (gd_tokenizer_vocab_size(tok) > m.vocab_size) {
+            fprintf(stderr, "gradus train lm: %s has %d tokens, more than the model's vocabulary of %lld\n", use_tok,
                     (int)gd_tokenizer_vocab_size(tok), (long long)m.vocab_size);
             goto done;
         }

@@ -1,0 +1,130 @@
+/* cmd_tokenize.c — `gradus tokenize`: a corpus into a token file, with a tokenizer given
+ * or trained on it, ready for `gradus train lm --data OUT/data.tok --tokenizer
+ * OUT/tokenizer.json` (the same steps train lm takes for text, done once ahead). */
+#include "cli.h"
+#include "gradus_lm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: gradus tokenize --data PATH [--data PATH ...] --out DIR [--vocab N | --tokenizer FILE]\n"
+               "\n"
+               "Encodes text files (or directories of them; each file a document) into DIR/data.tok,\n"
+               "with FILE's tokenizer, or a byte-level BPE of N tokens (default 32000) trained on the\n"
+               "text and saved as DIR/tokenizer.json.\n");
+}
+
+/* Up to `cap` bytes of every file under the paths, to train on. */
+static size_t slurp(const char *path, uint8_t *buf, size_t len, size_t cap);
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *data[32], *out = NULL, *tokfile = NULL;
+    int n_data = 0;
+    int64_t vocab = 32000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--data") != 0 && strcmp(a, "--out") != 0 && strcmp(a, "--vocab") != 0 &&
+            strcmp(a, "--tokenizer") != 0) {
+            fprintf(stderr, "gradus tokenize: %s \"%s\" (see gradus tokenize --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return 2;
+        }
+        if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
+        if (strcmp(a, "--data") == 0) {
+            if (n_data == 32) {
+                fprintf(stderr, "gradus tokenize: at most 32 --data paths\n");
+                return 2;
+            }
+            data[n_data++] = v;
+        } else if (strcmp(a, "--out") == 0) {
+            out = v;
+        } else if (strcmp(a, "--tokenizer") == 0) {
+            tokfile = v;
+        } else if (!cli_int(a, v, 257, 1 << 24, &vocab)) {
+            return 2;
+        }
+    }
+    if (n_data == 0 || out == NULL) {
+        help(stderr);
+        return 2;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "gradus tokenize: %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    gd_ctx *ctx = cli_ctx(NULL);
+    if (ctx == NULL) return 1;
+    gd_tokenizer *tok = NULL;
+    int rc = 1;
+    char path[4200];
+    gd_status st;
+    if (tokfile != NULL) {
+        st = gd_tokenizer_load(ctx, tokfile, &tok);
+    } else {
+        size_t cap = (size_t)64 << 20, len = 0;
+        uint8_t *buf = malloc(cap);
+        if (buf == NULL) {
+            fprintf(stderr, "gradus tokenize: out of memory\n");
+            goto done;
+        }
+        for (int i = 0; i < n_data; i++) len = slurp(data[i], buf, len, cap);
+        printf("training a byte-level BPE of %lld tokens on %.1f MB\n", (long long)vocab, (double)len / 1e6);
+        fflush(stdout);
+        st = len == 0 ? gd_ctx_fail(ctx, GD_ERR_INVALID, "the corpus is empty")
+                      : gd_tokenizer_train(ctx, buf, len, (int32_t)vocab, &tok);
+        free(buf);
+        snprintf(path, sizeof path, "%s/tokenizer.json", out);
+        if (st == GD_OK) st = gd_tokenizer_save(ctx, tok, path);
+        if (st == GD_OK) printf("tokenizer: %s (%d tokens)\n", path, (int)gd_tokenizer_vocab_size(tok));
+    }
+    if (st != GD_OK) goto fail;
+    gd_token_file_info info;
+    snprintf(path, sizeof path, "%s/data.tok", out);
+    if ((st = gd_tokens_build(ctx, tok, data, n_data, path, NULL, NULL, &info)) != GD_OK) goto fail;
+    printf("tokens: %s (%lld documents, %.1f MB, %lld tokens, %.2f bytes per token)\n", path,
+           (long long)info.documents, (double)info.bytes / 1e6, (long long)info.tokens,
+           info.tokens > 0 ? (double)info.bytes / (double)info.tokens : 0.0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "gradus tokenize: %s\n", gd_ctx_error(ctx));
+done:
+    gd_tokenizer_free(tok);
+    gd_ctx_free(ctx);
+    return rc;
+}
+
+#include <dirent.h>
+
+static size_t slurp(const char *path, uint8_t *buf, size_t len, size_t cap)
+{
+    struct stat sb;
+    if (len >= cap || stat(path, &sb) != 0) return len;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.') continue;
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+            len = slurp(p, buf, len, cap);
+        }
+        if (d != NULL) closedir(d);
+        return len;
+    }
+    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    if (f == NULL) return len;
+    len += fread(buf + len, 1, cap - len, f);
+    fclose(f);
+    return len;
+}
