@@ -30,7 +30,8 @@ def models():
         tie_word_embeddings=True, attn_implementation="eager"))
     yield "gpt2-small-odd", GPT2LMHeadModel(GPT2Config(
         vocab_size=97, n_embd=30, n_layer=2, n_head=3, n_positions=64, layer_norm_epsilon=1e-5,
-        attn_implementation="eager"))
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # GPT-2's dropout would make the two differ
+        bos_token_id=0, eos_token_id=0, attn_implementation="eager"))
     yield "stories15m-shape", LlamaForCausalLM(LlamaConfig(
         vocab_size=32000, hidden_size=288, intermediate_size=768, num_hidden_layers=6, num_attention_heads=6,
         num_key_value_heads=6, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1e4,

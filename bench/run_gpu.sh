@@ -25,6 +25,8 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9'; then
   [ -n "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
+# programs other than the gradus command find the build's plugins through the path
+export GRADUS_PLUGIN_PATH="$PWD/build-gpu/plugins"
 log() { echo "== $* ($(date +%T))"; }
 
 if has build; then

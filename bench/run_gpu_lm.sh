@@ -20,6 +20,7 @@ mkdir -p "$OUT"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $* ($(date +%T))"; }
 export PYTHONUNBUFFERED=1
+export GRADUS_PLUGIN_PATH="$PWD/build-gpu/plugins" # lm_parity and encode_ids find the plugins through it
 
 if has parity; then
   log parity
