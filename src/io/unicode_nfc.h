@@ -2,10 +2,9 @@
  * always in NFC already, which a quick check over its characters shows; only text that
  * fails it is decomposed, reordered and composed again (UAX #15).
  *
- * The tables follow the Unicode version of the Python that generated them. `tokenizers`
- * normalizes with older tables (from before Unicode 10), so around combining marks
- * assigned since (U+0D3B, U+1AC6, ...) its NFC, and so its ids, can differ from this one;
- * text of characters older than that normalizes the same. */
+ * The tables are Unicode 9.0's, because the NFC of `tokenizers` has those: a mark
+ * assigned since (U+0D3B, U+1AC6, ...) is a starter that nothing composes with there, and
+ * so it is here, which keeps ids identical around such characters too. */
 #ifndef GD_UNICODE_NFC_H
 #define GD_UNICODE_NFC_H
 
