@@ -2,11 +2,12 @@
  *
  *   bench_tokenizer [-t TOKENIZER.json] [-v VOCAB] [-o SAVE.json] [-r RUNS] CORPUS...
  *
- * A CORPUS is a file, a directory (its .c, .h and .md files, walked, concatenated), or
- * "bible" (the King James text printed by `bible` from Debian's bible-kjv). Without -t
- * a tokenizer of VOCAB tokens (default 4096) is trained on the first corpus and timed;
- * -o saves the tokenizer (trained or read). Each corpus is then encoded RUNS times (default 7) in one call on one
- * thread, and the median wall time is reported as MB/s (10^6 bytes per second).
+ * A CORPUS is a file, a directory (its .c, .h, .cu and .md files, walked, concatenated,
+ * leaving out build* directories), or "bible" (the King James text printed by `bible`
+ * from Debian's bible-kjv). Without -t a tokenizer of VOCAB tokens (default 4096) is
+ * trained on the first corpus and timed; -o saves the tokenizer (trained or read). Each
+ * corpus is then encoded RUNS times (default 7) in one call on one thread, and the median
+ * wall time is reported as MB/s (10^6 bytes per second).
  */
 #include "gradus_lm.h"
 
@@ -59,7 +60,7 @@ static void add_dir(buf *b, const char *dir)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && n < 4096)
-        if (e->d_name[0] != '.' && strcmp(e->d_name, "build") != 0) names[n++] = strdup(e->d_name);
+        if (e->d_name[0] != '.' && strncmp(e->d_name, "build", 5) != 0) names[n++] = strdup(e->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, by_name);
     for (int i = 0; i < n; i++) {

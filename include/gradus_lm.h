@@ -22,23 +22,34 @@ extern "C" {
 
 typedef struct gd_tokenizer gd_tokenizer;
 
-/* Trains a byte-level BPE tokenizer on `text` to `vocab_size` tokens: the 256 bytes, the
- * merges learnt, and one special token "<|endoftext|>" (the last id) that separates
- * documents. Text is split before merging as GPT-2's byte-level pre-tokenizer does
- * (letters, digits, punctuation and spaces apart), so tokens never cross those. */
+/* Trains a byte-level BPE tokenizer on `text` to `vocab_size` tokens: the 256 bytes (id =
+ * byte value), the merges learnt, and one special token "<|endoftext|>" (the last id) that
+ * separates documents. Text is split before merging as GPT-2's byte-level pre-tokenizer
+ * does (letters, digits, punctuation and spaces apart), so tokens never cross those;
+ * "<|endoftext|>" in the text is a document boundary, not text to learn. Training is
+ * deterministic. A text too small to fill the vocabulary (every word already one token)
+ * gives fewer tokens: gd_tokenizer_vocab_size says how many. */
 gd_status gd_tokenizer_train(gd_ctx *ctx, const uint8_t *text, size_t n, int32_t vocab_size, gd_tokenizer **out);
 /* Reads a Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, Qwen, Llama 3),
- * or one gd_tokenizer_save wrote. */
+ * or one gd_tokenizer_save wrote: model BPE (merges as "a b" or [a, b]), added tokens, no
+ * normalizer or NFC, a ByteLevel pre-tokenizer or a Split on the GPT-2, Llama 3 or Qwen2
+ * pattern before one. Anything else that would change the ids (another pattern or
+ * normalizer, dropout, single_word tokens) is refused with a message naming the file and
+ * the field. The post-processor (a BOS template) is not applied by encoding. */
 gd_status gd_tokenizer_load(gd_ctx *ctx, const char *path, gd_tokenizer **out);
 /* Writes tokenizer.json (byte-level BPE), which the `tokenizers` library loads and encodes
  * with identically. Written atomically (a temporary file renamed). */
 gd_status gd_tokenizer_save(gd_ctx *ctx, const gd_tokenizer *t, const char *path);
 void gd_tokenizer_free(gd_tokenizer *t);
 
+/* One past the largest id (added tokens included): the rows a model's embedding needs. */
 int32_t gd_tokenizer_vocab_size(const gd_tokenizer *t);
 /* The id that ends a document ("<|endoftext|>", "<|im_end|>", ...), or -1. */
 int32_t gd_tokenizer_eos(const gd_tokenizer *t);
-/* Encodes any bytes (invalid UTF-8 included): *ids is allocated (free with gd_free_mem). */
+/* Encodes any bytes (invalid UTF-8 included) as the `tokenizers` library does with
+ * add_special_tokens=False: added tokens in the text are matched first, the rest is
+ * normalized, pre-tokenized and merged. *ids is allocated (free with gd_free_mem). The
+ * tokenizer is only read, so threads may share it. */
 gd_status gd_tokenizer_encode(gd_ctx *ctx, const gd_tokenizer *t, const uint8_t *text, size_t n, int32_t **ids,
                               size_t *n_ids);
 /* Decodes ids back to the exact bytes encoded; an id outside the vocabulary is an error

@@ -5,6 +5,7 @@
 #include "gradus.h"
 #include "testutil.h"
 
+#include "alloc.h"
 #include "gradus_lm.h"
 #include "io/pretok.h"
 #include "io/unicode_nfc.h"
@@ -471,6 +472,59 @@ static void test_bad_files(void)
     free(s);
 }
 
+/* ---- out of memory ------------------------------------------------------------------- */
+
+/* Fails each allocation of the call in turn: every failure must come back as NOMEM with
+ * nothing leaked (the sanitizer build checks leaks), until the call needs no more. */
+#define WALK_ALLOCS(what, call, cleanup)                                                                       \
+    do {                                                                                                       \
+        for (int64_t kk_ = 1;; kk_++) {                                                                        \
+            gd_alloc_fail_at(kk_);                                                                             \
+            gd_status st_ = (call);                                                                            \
+            int64_t made_ = gd_alloc_count();                                                                  \
+            gd_alloc_fail_at(0);                                                                               \
+            cleanup;                                                                                           \
+            if (st_ == GD_OK && made_ < kk_) {                                                                 \
+                CHECK(kk_ > 1, "%s: made no allocation to fail", what);                                        \
+                break;                                                                                         \
+            }                                                                                                  \
+            CHECK(st_ == GD_ERR_NOMEM || st_ == GD_OK, "%s: allocation %lld failed as %s: %s", what,           \
+                  (long long)kk_, gd_status_name(st_), gd_ctx_error(ctx));                                     \
+            if (st_ != GD_ERR_NOMEM && st_ != GD_OK) break;                                                    \
+            if (kk_ > 100000) {                                                                                \
+                CHECK(0, "%s: too many allocations", what);                                                    \
+                break;                                                                                         \
+            }                                                                                                  \
+        }                                                                                                      \
+    } while (0)
+
+static void test_out_of_memory(void)
+{
+    json_opts o = {.extra_vocab = vocab_extra, .merges = merges_str, .added = added_eot,
+                   .normalizer = "{\"type\": \"NFC\"}"};
+    char *s = make_json(&o);
+    write_file(path_of("oom.json"), s, strlen(s));
+    free(s);
+    gd_tokenizer *t = NULL;
+    WALK_ALLOCS("load", gd_tokenizer_load(ctx, path_of("oom.json"), &t), (gd_tokenizer_free(t), t = NULL));
+    uint8_t *text = make_text(3000);
+    WALK_ALLOCS("train", gd_tokenizer_train(ctx, text, 3000, 300, &t), (gd_tokenizer_free(t), t = NULL));
+    CHECK(gd_tokenizer_load(ctx, path_of("oom.json"), &t) == GD_OK, "load: %s", gd_ctx_error(ctx));
+    int32_t *ids = NULL;
+    size_t k = 0;
+    static const char nfc_text[] = "the hello e\xcc\x81 <|endoftext|> the";
+    WALK_ALLOCS("encode", gd_tokenizer_encode(ctx, t, (const uint8_t *)nfc_text, sizeof nfc_text - 1, &ids, &k),
+                (gd_free_mem(ids), ids = NULL));
+    gd_tokenizer_encode(ctx, t, text, 3000, &ids, &k);
+    uint8_t *back = NULL;
+    size_t m;
+    WALK_ALLOCS("decode", gd_tokenizer_decode(ctx, t, ids, k, &back, &m), (gd_free_mem(back), back = NULL));
+    WALK_ALLOCS("save", gd_tokenizer_save(ctx, t, path_of("oom_saved.json")), (void)0);
+    gd_free_mem(ids);
+    gd_tokenizer_free(t);
+    free(text);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -481,5 +535,6 @@ int main(void)
     test_nfc();
     test_train_and_round_trip();
     test_bad_files();
+    test_out_of_memory();
     return tu_finish("test_tokenizer");
 }

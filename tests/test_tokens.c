@@ -6,6 +6,7 @@
 #include "gradus.h"
 #include "testutil.h"
 
+#include "alloc.h"
 #include "gradus_lm.h"
 
 #include <stdlib.h>
@@ -379,6 +380,45 @@ static void test_wide(void)
     gd_tokenizer_free(t);
 }
 
+/* Each allocation of building and opening fails in turn: NOMEM every time, nothing
+ * leaked, no file left behind. */
+static void test_out_of_memory(const gd_tokenizer *t)
+{
+    char corpus[700], out[700];
+    snprintf(corpus, sizeof corpus, "%s", path_of("corpus"));
+    snprintf(out, sizeof out, "%s", path_of("oom.tok"));
+    const char *paths[] = {corpus};
+    gd_token_file_info info;
+    for (int64_t k = 1; k < 100000; k++) {
+        gd_alloc_fail_at(k);
+        gd_status st = gd_tokens_build(ctx, t, paths, 1, out, NULL, NULL, &info);
+        int64_t made = gd_alloc_count();
+        gd_alloc_fail_at(0);
+        if (st == GD_OK && made < k) {
+            CHECK(k > 5, "build: only %lld allocations", (long long)k);
+            break;
+        }
+        CHECK(st == GD_ERR_NOMEM || st == GD_OK, "build: allocation %lld failed as %s: %s", (long long)k,
+              gd_status_name(st), gd_ctx_error(ctx));
+        if (st != GD_ERR_NOMEM && st != GD_OK) break;
+    }
+    for (int64_t k = 1; k < 100000; k++) {
+        gd_token_data *d = NULL;
+        gd_alloc_fail_at(k);
+        gd_status st = gd_token_data_open(ctx, out, 0.2, &d);
+        int64_t made = gd_alloc_count();
+        gd_alloc_fail_at(0);
+        gd_token_data_close(d);
+        if (st == GD_OK && made < k) {
+            CHECK(k > 1, "open: no allocation");
+            break;
+        }
+        CHECK(st == GD_ERR_NOMEM || st == GD_OK, "open: allocation %lld failed as %s: %s", (long long)k,
+              gd_status_name(st), gd_ctx_error(ctx));
+        if (st != GD_ERR_NOMEM && st != GD_OK) break;
+    }
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -398,6 +438,7 @@ int main(void)
     if (t != NULL) {
         test_build_and_batches(t);
         test_bad_files(t);
+        test_out_of_memory(t);
     }
     test_wide();
     gd_tokenizer_free(t);

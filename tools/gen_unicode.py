@@ -1,23 +1,33 @@
 #!/usr/bin/env python3
 """Generates the Unicode tables of the tokenizers (C, committed; the build does not run
-this). Run it again with a newer Python to follow a newer Unicode version:
+this). Each table follows the Unicode version of the part of `tokenizers` it stands for,
+so that ids match on every character, new ones included:
 
-    python3 tools/gen_unicode.py src/io
+    python3 tools/gen_unicode.py classes src/io/unicode_tables.c    # Unicode 16.0
+    python3.6 tools/gen_unicode.py nfc src/io/unicode_nfc_tables.c   # Unicode 9.0
 
-src/io/unicode_tables.c: the character classes of the pre-tokenizers. The patterns of
-GPT-2, Llama 3 and Qwen2 use \\p{L} (letters: Lu Ll Lt Lm Lo), \\p{N} (numbers: Nd Nl
-No) and \\s, which in the regex engine `tokenizers` uses (Oniguruma, Unicode mode) is
-U+0009..U+000D, U+0085 and the separators Zs, Zl, Zp. A sorted list of code-point
-ranges, each of one class, searched by binary search after a direct table for Latin-1.
+classes (src/io/unicode_tables.c): the character classes of the pre-tokenizers. The
+patterns of GPT-2, Llama 3 and Qwen2 use \\p{L} (letters: Lu Ll Lt Lm Lo), \\p{N} (numbers:
+Nd Nl No) and \\s, which in the regex engine `tokenizers` uses (Oniguruma, Unicode mode,
+Unicode 16.0 in tokenizers 0.2x) is U+0009..U+000D, U+0085 and the separators Zs, Zl, Zp.
+A sorted list of code-point ranges, each of one class, searched by binary search after a
+direct table for Latin-1. Unicode 16.0 data comes from `pip install unicodedata2==16.0.0`
+(used when it is importable) or Python 3.14's own unicodedata.
 
-src/io/unicode_nfc_tables.c: what NFC normalization (Qwen2's normalizer) needs:
+nfc (src/io/unicode_nfc_tables.c): what NFC normalization (Qwen2's normalizer) needs:
 canonical combining classes, full canonical decompositions, the primary composites by
 their pair, and the ranges of characters that stop the quick check (those NFC changes,
-those that may compose with the character before them, and combining marks).
+those that may compose with the character before them, and combining marks). The NFC of
+`tokenizers` has Unicode 9.0 tables, which is Python 3.6's unicodedata.
+
+A version other than the expected one is refused unless --any-version is given.
 """
-import os
 import sys
-import unicodedata
+
+try:
+    import unicodedata2 as unicodedata
+except ImportError:
+    import unicodedata
 
 L, N, S = 1, 2, 4
 HANGUL_S = (0xAC00, 0xD7A3)
@@ -133,12 +143,19 @@ def nfc(out):
     out.write("};\nconst int gd_nfc_nunsafe = %d;\n" % len(r))
 
 
+WANT = {"classes": ("16.0.0", classes), "nfc": ("9.0.0", nfc)}
+
+
 def main():
-    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src", "io")
-    with open(os.path.join(d, "unicode_tables.c"), "w") as f:
-        classes(f)
-    with open(os.path.join(d, "unicode_nfc_tables.c"), "w") as f:
-        nfc(f)
+    args = [a for a in sys.argv[1:] if a != "--any-version"]
+    if len(args) != 2 or args[0] not in WANT:
+        sys.exit("usage: gen_unicode.py classes|nfc OUTPUT.c [--any-version]")
+    want, fn = WANT[args[0]]
+    if unicodedata.unidata_version != want and "--any-version" not in sys.argv:
+        sys.exit("gen_unicode.py %s: this Python has Unicode %s; `tokenizers` uses %s here (see the top of "
+                 "this file)" % (args[0], unicodedata.unidata_version, want))
+    with open(args[1], "w") as f:
+        fn(f)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,8 @@
  * bytes merged: the lowest-ranked merge of two neighbouring tokens first, the leftmost of
  * equals first, until no neighbours have a merge. Text repeats its words, so an encoding
  * keeps the ids of each short piece it has merged (a cache that lives for the call, so a
- * tokenizer may be shared by threads). Short pieces are merged by scanning their pairs;
- * long ones (a run of one letter, a page of spaces) with a heap, so that no input costs
- * quadratic time. */
+ * tokenizer may be shared by threads). Merging uses a heap of neighbouring pairs, so no
+ * piece (a run of one letter, a page of spaces) costs quadratic time. */
 #include "bpe.h"
 
 #include "alloc.h"
@@ -17,7 +16,7 @@
 
 #include <stdio.h>
 
-/* Pieces up to this long are cached and merged by scanning. */
+/* Pieces up to this long are cached. */
 #define CACHE_MAX_PIECE 64
 #define CACHE_MAX_ENTRIES (1u << 20)
 
@@ -26,6 +25,13 @@ typedef struct centry {
     uint32_t key_off, key_len;
     uint32_t ids_off, n_ids; /* n_ids == 0: empty slot */
 } centry;
+
+/* A merge waiting in the heap: (rank << 32 | position), the smallest first (the lowest
+ * rank, leftmost), and the id it makes. */
+typedef struct hentry {
+    uint64_t key;
+    int32_t id;
+} hentry;
 
 typedef struct encoder {
     const gd_tokenizer *t;
@@ -38,8 +44,8 @@ typedef struct encoder {
     int32_t *cids;
     size_t cids_len, cids_cap;
     /* merging */
-    int32_t *sym, *rank, *prev, *next;
-    uint64_t *heap;
+    int32_t *sym, *prev, *next;
+    hentry *heap;
     size_t work_cap;
     int nomem;
 } encoder;
@@ -73,42 +79,41 @@ static int work_reserve(encoder *e, size_t m)
 {
     if (m <= e->work_cap) return 0;
     size_t cap = m < 256 ? 256 : m, b4, b8;
-    if (gd_mul_size(cap, sizeof(int32_t), &b4) != 0 || gd_mul_size(cap, 3 * sizeof(uint64_t), &b8) != 0) return -1;
-    int32_t **arr[4] = {&e->sym, &e->rank, &e->prev, &e->next};
-    for (int k = 0; k < 4; k++) {
+    if (gd_mul_size(cap, sizeof(int32_t), &b4) != 0 || gd_mul_size(cap, 3 * sizeof(hentry), &b8) != 0) return -1;
+    int32_t **arr[3] = {&e->sym, &e->prev, &e->next};
+    for (int k = 0; k < 3; k++) {
         int32_t *q = gd_realloc(*arr[k], b4);
         if (q == NULL) return -1;
         *arr[k] = q;
     }
-    uint64_t *h = gd_realloc(e->heap, b8);
+    hentry *h = gd_realloc(e->heap, b8);
     if (h == NULL) return -1;
     e->heap = h;
     e->work_cap = cap;
     return 0;
 }
 
-/* Heap entries are (rank << 32 | position): the smallest is the lowest rank, leftmost. */
-static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+static void heap_push(hentry *h, size_t *n, uint64_t key, int32_t id)
 {
     size_t i = (*n)++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (h[up] <= v) break;
+        if (h[up].key <= key) break;
         h[i] = h[up];
         i = up;
     }
-    h[i] = v;
+    h[i] = (hentry){key, id};
 }
 
-static uint64_t heap_pop(uint64_t *h, size_t *n)
+static hentry heap_pop(hentry *h, size_t *n)
 {
-    uint64_t top = h[0], v = h[--(*n)];
+    hentry top = h[0], v = h[--(*n)];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= *n) break;
-        if (c + 1 < *n && h[c + 1] < h[c]) c++;
-        if (v <= h[c]) break;
+        if (c + 1 < *n && h[c + 1].key < h[c].key) c++;
+        if (v.key <= h[c].key) break;
         h[i] = h[c];
         i = c;
     }
@@ -116,37 +121,17 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
     return top;
 }
 
-/* Merges the m symbols in e->sym; returns how many remain (in e->sym[0..]). */
-static size_t merge_scan(encoder *e, size_t m)
-{
-    const gd_tokenizer *t = e->t;
-    int32_t *sym = e->sym, *rank = e->rank, *made = e->prev;
-    for (size_t i = 0; i + 1 < m; i++) rank[i] = gd_bpe_merge_rank(t, sym[i], sym[i + 1], &made[i]);
-    while (m > 1) {
-        size_t best = SIZE_MAX;
-        int32_t br = INT32_MAX;
-        for (size_t i = 0; i + 1 < m; i++)
-            if (rank[i] >= 0 && rank[i] < br) {
-                br = rank[i];
-                best = i;
-            }
-        if (best == SIZE_MAX) break;
-        sym[best] = made[best];
-        m--;
-        memmove(sym + best + 1, sym + best + 2, (m - best - 1) * sizeof *sym);
-        memmove(rank + best, rank + best + 1, (m - best - 1) * sizeof *rank);
-        memmove(made + best, made + best + 1, (m - best - 1) * sizeof *made);
-        if (best + 1 < m) rank[best] = gd_bpe_merge_rank(t, sym[best], sym[best + 1], &made[best]);
-        if (best > 0) rank[best - 1] = gd_bpe_merge_rank(t, sym[best - 1], sym[best], &made[best - 1]);
-    }
-    return m;
-}
-
-static size_t merge_heap(encoder *e, size_t m)
+/* Merges the m symbols in e->sym as `tokenizers` does (its Word::merge_all), returning
+ * how many remain in e->sym[0..]. Symbols form a linked list; a heap holds the merges of
+ * neighbours. A popped merge is stale if its left symbol has been merged away or has no
+ * right neighbour; otherwise it applies when the pair there now makes the same id, which
+ * is `tokenizers`' test too: so when two pairs make one token ("ab"+"c", "a"+"bc") the
+ * pair there now is merged at the rank of the one first seen, and ids match it exactly. */
+static size_t merge_word(encoder *e, size_t m)
 {
     const gd_tokenizer *t = e->t;
     int32_t *sym = e->sym, *prev = e->prev, *next = e->next;
-    uint64_t *h = e->heap;
+    hentry *h = e->heap;
     size_t hn = 0;
     int32_t c;
     for (size_t i = 0; i < m; i++) {
@@ -155,25 +140,25 @@ static size_t merge_heap(encoder *e, size_t m)
     }
     for (size_t i = 0; i + 1 < m; i++) {
         int32_t r = gd_bpe_merge_rank(t, sym[i], sym[i + 1], &c);
-        if (r >= 0) heap_push(h, &hn, (uint64_t)r << 32 | i);
+        if (r >= 0) heap_push(h, &hn, (uint64_t)r << 32 | i, c);
     }
     while (hn > 0) {
-        uint64_t top = heap_pop(h, &hn);
-        int32_t r = (int32_t)(top >> 32), pos = (int32_t)(uint32_t)top;
+        hentry top = heap_pop(h, &hn);
+        int32_t pos = (int32_t)(uint32_t)top.key;
         if (sym[pos] < 0) continue;
         int32_t nx = next[pos];
-        if (nx < 0 || gd_bpe_merge_rank(t, sym[pos], sym[nx], &c) != r) continue; /* stale */
-        sym[pos] = c;
+        if (nx < 0 || gd_bpe_merge_rank(t, sym[pos], sym[nx], &c) < 0 || c != top.id) continue;
+        sym[pos] = top.id;
         sym[nx] = -1;
         next[pos] = next[nx];
         if (next[nx] >= 0) prev[next[nx]] = pos;
         if (prev[pos] >= 0) {
-            int32_t made, pr = gd_bpe_merge_rank(t, sym[prev[pos]], sym[pos], &made);
-            if (pr >= 0) heap_push(h, &hn, (uint64_t)pr << 32 | (uint32_t)prev[pos]);
+            int32_t r = gd_bpe_merge_rank(t, sym[prev[pos]], sym[pos], &c);
+            if (r >= 0) heap_push(h, &hn, (uint64_t)r << 32 | (uint32_t)prev[pos], c);
         }
         if (next[pos] >= 0) {
-            int32_t made, nr = gd_bpe_merge_rank(t, sym[pos], sym[next[pos]], &made);
-            if (nr >= 0) heap_push(h, &hn, (uint64_t)nr << 32 | (uint32_t)pos);
+            int32_t r = gd_bpe_merge_rank(t, sym[pos], sym[next[pos]], &c);
+            if (r >= 0) heap_push(h, &hn, (uint64_t)r << 32 | (uint32_t)pos, c);
         }
     }
     size_t k = 0;
@@ -202,7 +187,7 @@ static void encode_piece(encoder *e, const uint8_t *w, size_t m)
         return;
     }
     for (size_t i = 0; i < m; i++) e->sym[i] = t->byte_id[w[i]];
-    size_t k = m <= CACHE_MAX_PIECE ? merge_scan(e, m) : merge_heap(e, m);
+    size_t k = merge_word(e, m);
     for (size_t i = 0; i < k; i++) emit(e, e->sym[i]);
 }
 
@@ -367,7 +352,6 @@ gd_status gd_tokenizer_encode(gd_ctx *ctx, const gd_tokenizer *t, const uint8_t 
     gd_free(e.keys);
     gd_free(e.cids);
     gd_free(e.sym);
-    gd_free(e.rank);
     gd_free(e.prev);
     gd_free(e.next);
     gd_free(e.heap);

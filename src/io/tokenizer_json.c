@@ -277,6 +277,8 @@ gd_status gd_tokenizer_from_json(gd_ctx *ctx, const char *name, const char *text
     *out = NULL;
     char err[256];
     gd_json_doc *doc = gd_json_parse(text, n, 0, err, sizeof err);
+    if (doc == NULL && strstr(err, "out of memory") != NULL)
+        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory reading its JSON", name);
     if (doc == NULL) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: not valid JSON: %s", name, err);
     loader L = {.ctx = ctx, .name = name};
     const gd_json *root = gd_json_root(doc);

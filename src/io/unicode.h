@@ -1,7 +1,8 @@
 /* unicode.h — what the byte-level pre-tokenizers need to know about characters: UTF-8
  * decoding that never fails (a byte that does not start a valid sequence is a character
  * of its own, of no class) and the classes letter, number and space of the regex engine
- * `tokenizers` uses. The tables are generated (tools/gen_unicode.py). */
+ * `tokenizers` uses (Unicode 16.0, as its regex engine has). The tables are generated
+ * (tools/gen_unicode.py). */
 #ifndef GD_UNICODE_H
 #define GD_UNICODE_H
 

@@ -1,6 +1,10 @@
 /* unicode_nfc.h — NFC normalization, the normalizer of Qwen2's tokenizer. Text is almost
  * always in NFC already, which a quick check over its characters shows; only text that
- * fails it is decomposed, reordered and composed again (UAX #15). */
+ * fails it is decomposed, reordered and composed again (UAX #15).
+ *
+ * The tables are Unicode 9.0's, because the NFC of `tokenizers` has those: a mark
+ * assigned since (U+0D3B, U+1AC6, ...) is a starter that nothing composes with there, and
+ * so it is here, which keeps ids identical around such characters too. */
 #ifndef GD_UNICODE_NFC_H
 #define GD_UNICODE_NFC_H
 
