@@ -13,6 +13,7 @@
 #include "gradus_classifier.h"
 #include "testdev_util.h"
 
+#include "alloc.h"
 #include "io/json.h"
 #include "prof/trace.h"
 
@@ -450,6 +451,55 @@ static void check_failures(void)
     gd_ctx_free(c);
 }
 
+/* Out of memory while profiling costs records or the trace, never the work: each
+ * allocation of starting a profile, running two steps and stopping is failed in turn;
+ * runs must succeed, start and stop return OK or NOMEM, and a trace written is JSON. */
+static void out_of_memory(void)
+{
+    td_model m;
+    gd_ctx *c = NULL;
+    gd_ctx_create(&c, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1});
+    if (c == NULL || td_model_build(c, &m) != GD_OK) {
+        CHECK(0, "out of memory: building: %s", c != NULL ? gd_ctx_error(c) : "no context");
+        gd_ctx_free(c);
+        return;
+    }
+    gd_program *p = gd_compile(m.g, 1, &m.loss, GD_COMPILE_UPDATES);
+    char path[512];
+    snprintf(path, sizeof path, "%s/oom.json", dir);
+    int64_t total = -1, passes = 0, written = 0;
+    for (int64_t n = 1; p != NULL && (total < 0 || n <= total); n++) {
+        gd_alloc_fail_at(total < 0 ? 0 : n); /* the first pass counts the allocations */
+        gd_alloc_count_reset();
+        gd_status s0 = gd_profile_start(c, path), s1 = td_model_step(&m, p, 0, NULL), s2 = td_model_step(&m, p, 1, NULL);
+        gd_status s3 = gd_profile_active(c) ? gd_profile_stop(c) : GD_OK;
+        int64_t made = gd_alloc_count();
+        gd_alloc_fail_at(0);
+        CHECK((s0 == GD_OK || s0 == GD_ERR_NOMEM) && (s3 == GD_OK || s3 == GD_ERR_NOMEM),
+              "out of memory at allocation %lld: start %d, stop %d: %s", (long long)n, s0, s3, gd_ctx_error(c));
+        CHECK(s1 == GD_OK && s2 == GD_OK, "out of memory at allocation %lld of the profile failed a run: %s",
+              (long long)n, gd_ctx_error(c));
+        if (s0 == GD_OK && s3 == GD_OK) {
+            trace t;
+            if (load_trace(path, &t)) free_trace(&t);
+            written++;
+        }
+        remove(path);
+        gd_ctx_clear_error(c);
+        if (total < 0) {
+            total = made;
+            n = 0;
+        }
+        passes++;
+    }
+    CHECK(total > 10 && written > 0, "out of memory: %lld allocations, %lld traces written", (long long)total, (long long)written);
+    printf("out of memory: each of %lld allocations of a profile failed in turn; %lld traces still written\n",
+           (long long)total, (long long)written - 1);
+    gd_program_free(p);
+    gd_graph_free(m.g);
+    gd_ctx_free(c);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/test_profile.XXXXXX", GD_BUILD_DIR);
@@ -489,6 +539,7 @@ int main(void)
 
     profile_from_env();
     check_failures();
+    out_of_memory();
     gd_dataset_free(&train_set);
     gd_dataset_free(&test_set);
     if (failures == 0 && getenv("GRADUS_TEST_KEEP") == NULL) { /* kept for a look when set */

@@ -119,8 +119,8 @@ gd_pev *gd_prof_event(gd_prof *pr, int cat, int16_t track, uint64_t t0, uint64_t
             pr->dropped++;
             if (!pr->said_dropped) {
                 pr->said_dropped = 1;
-                gd_ctx_log(pr->ctx, "profile: %s after %zu events; the rest are counted, not kept "
-                           "(GRADUS_PROFILE_MAX_EVENTS)", c > pr->cap_ev ? "out of memory" : "full", pr->n_ev);
+                gd_ctx_log(pr->ctx, "profile: %s after %zu events; the rest are counted, not kept",
+                           c > pr->cap_ev ? "out of memory" : "full (GRADUS_PROFILE_MAX_EVENTS)", pr->n_ev);
             }
             return NULL;
         }
