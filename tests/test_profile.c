@@ -347,7 +347,7 @@ static void profile_run(gd_ctx *c, const char *name, const char *device, int who
             const char *n = gd_json_get_str(bs->items[i], "name");
             const gd_json *f32 = gd_json_get(gd_json_get(bs->items[i], "peak"), "f32");
             double fl = 0;
-            if (n != NULL && strcmp(n, "testdev") == 0 && gd_json_get_num(f32, "flop_per_s", &fl)) peak = fl == 1e9;
+            if (n != NULL && strcmp(n, "testdev") == 0 && gd_json_get_num(f32, "flop_per_s", &fl)) peak = fl == 16e9;
         }
         CHECK(peak, "%s: the test device's peak is not in otherData", name);
     }

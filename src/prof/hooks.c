@@ -95,7 +95,8 @@ int32_t gd_prof_program(gd_prof *pr, gd_program *p)
         x->seg_count[s] = p->segs[s].n_acts;
     }
     /* what it computes, for people reading the trace */
-    size_t len = (size_t)snprintf(buf, sizeof buf, "program %d: %d kernel nodes on", x->serial, x->n_nodes);
+    size_t len = (size_t)snprintf(buf, sizeof buf, "program %d: %d kernel node%s on", x->serial, x->n_nodes,
+                                  x->n_nodes == 1 ? "" : "s");
     for (int b = 0; b < p->n_backends && len < sizeof buf; b++)
         if (used & (1u << b)) len += (size_t)snprintf(buf + len, sizeof buf - len, " %s", pr->ctx->backends[b]->name);
     for (int i = 0; i < p->n_targets && len < sizeof buf; i++) {

@@ -288,10 +288,10 @@ static void program_lines(printer *pr, const gd_sum_program *p, int top)
     else if (p->description != NULL) say(pr, "%s", p->description);
     else say(pr, "program %d", p->program);
     if (p->runs > 0)
-        say(pr, "  %lld run%s, %.3f ms (%.3f ms per run); node work %.3f ms in %lld spans (%.1f%% of the runs' time)",
+        say(pr, "  %lld run%s, %.3f ms (%.3f ms per run); node work %.3f ms in %lld span%s (%.1f%% of the runs' time)",
             (long long)p->runs, p->runs == 1 ? "" : "s", (double)p->run_ns / 1e6,
             (double)p->run_ns / 1e6 / (double)p->runs, (double)p->device_ns / 1e6, (long long)p->spans,
-            share(p->device_ns, p));
+            p->spans == 1 ? "" : "s", share(p->device_ns, p));
     else
         say(pr, "  node work %.3f ms in %lld spans", (double)p->device_ns / 1e6, (long long)p->spans);
     if (p->n_ops == 0) return;
@@ -302,7 +302,7 @@ static void program_lines(printer *pr, const gd_sum_program *p, int top)
         say(pr, "  %-32s %8lld %12.3f %12.3f %6.1f%%", fit(r->name, 32, a, sizeof a), (long long)r->calls,
             (double)r->total_ns / 1e6, (double)r->total_ns / 1e3 / (double)r->calls, share(r->total_ns, p));
     }
-    if (n < p->n_ops) say(pr, "  (%d more ops)", p->n_ops - n);
+    if (n < p->n_ops) say(pr, "  (%d more op%s)", p->n_ops - n, p->n_ops - n == 1 ? "" : "s");
     say(pr, "  %-32s %-20s %-8s %6s %11s %11s %7s  %-24s %s", "by node", "op", "backend", "calls", "total ms",
         "mean us", "share", "GB/s", "GFLOP/s");
     n = top > 0 && top < p->n_nodes ? top : p->n_nodes;
@@ -321,7 +321,7 @@ static void program_lines(printer *pr, const gd_sum_program *p, int top)
             (long long)r->calls, (double)r->total_ns / 1e6, (double)r->total_ns / 1e3 / (double)r->calls,
             share(r->total_ns, p), rate(r->bytes, r, r->peak_bw, rb, sizeof rb), rate(r->flops, r, r->peak_flops, rf, sizeof rf));
     }
-    if (n < p->n_nodes) say(pr, "  (%d more nodes)", p->n_nodes - n);
+    if (n < p->n_nodes) say(pr, "  (%d more node%s)", p->n_nodes - n, p->n_nodes - n == 1 ? "" : "s");
 }
 
 void gd_summary_lines(const gd_summary *s, int top, int program, int max_programs, void (*line)(void *, const char *),
@@ -340,7 +340,9 @@ void gd_summary_lines(const gd_summary *s, int top, int program, int max_program
         const gd_sum_program *p = &s->programs[i];
         if (program != 0 && p->program != program) continue;
         if (p->spans == 0 && program == 0) continue; /* programs that ran no node (views only) */
-        if (program == 0 && max_programs > 0 && shown >= max_programs) {
+        /* the busiest in full; with no number given, those with 1% of the work or more */
+        int small = max_programs > 0 ? shown >= max_programs : p->device_ns * 100 < s->device_ns;
+        if (program == 0 && small) {
             size_t l = strlen(rest_ids);
             if (l < sizeof rest_ids - 16) snprintf(rest_ids + l, sizeof rest_ids - l, "%s%d", rest ? ", " : "", p->program);
             rest++;

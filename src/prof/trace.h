@@ -98,8 +98,8 @@ typedef struct gd_summary {
 gd_status gd_trace_summarize(const gd_trace *t, gd_summary **out, char *err, size_t cap);
 void gd_summary_free(gd_summary *s);
 /* The summary as text, one line at a time through line(): `top` rows per table (0: all);
- * program 0 means every program, the first `max_programs` of them in full (0: all) and the
- * others on one line. */
+ * program 0 means every program: the first `max_programs` of them in full (0: those with
+ * at least 1% of the work) and the others on one line. */
 void gd_summary_lines(const gd_summary *s, int top, int program, int max_programs,
                       void (*line)(void *user, const char *text), void *user);
 

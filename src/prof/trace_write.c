@@ -104,7 +104,7 @@ static const gd_pnode_info *node_of(const gd_pprog *x, int32_t i)
 /* The event's name: its own, or made from what it is about. */
 static const char *event_name(const gd_prof *pr, const gd_pev *e, char *buf, size_t cap)
 {
-    if (e->name >= 0) return gd_prof_str_at(pr, e->name);
+    if (e->name >= 0 && e->cat != GD_PCAT_DEVSEG) return gd_prof_str_at(pr, e->name);
     const gd_pprog *x = prog_of(pr, e->prog);
     const gd_pnode_info *ni = e->cat == GD_PCAT_NODE || e->cat == GD_PCAT_LAUNCH ? node_of(x, e->node) : NULL;
     int serial = x != NULL ? x->serial : 0;
@@ -116,10 +116,18 @@ static const char *event_name(const gd_prof *pr, const gd_pev *e, char *buf, siz
     case GD_PCAT_RUN: snprintf(buf, cap, "run program %d", serial); return buf;
     case GD_PCAT_COMPILE: snprintf(buf, cap, "compile program %d", serial); return buf;
     case GD_PCAT_SEGMENT:
-    case GD_PCAT_DEVSEG:
-        snprintf(buf, cap, "segment %d of program %d (%d nodes)", e->node, serial,
-                 x != NULL && e->node >= 0 && e->node < x->n_segs ? x->seg_count[e->node] : 0);
+    case GD_PCAT_DEVSEG: {
+        /* "segment 3: conv1 .. relu#4 (5 nodes)": the same name on the host's and the
+         * device's side, whatever the backend calls it */
+        int ok = x != NULL && e->node >= 0 && e->node < x->n_segs && x->seg_count[e->node] > 0;
+        int first = ok ? x->seg_first[e->node] : 0, count = ok ? x->seg_count[e->node] : 0;
+        if (!ok) snprintf(buf, cap, "segment %d of program %d", e->node, serial);
+        else if (count == 1) snprintf(buf, cap, "segment %d: %s", e->node, gd_prof_str_at(pr, x->nodes[first].label));
+        else
+            snprintf(buf, cap, "segment %d: %s .. %s (%d nodes)", e->node, gd_prof_str_at(pr, x->nodes[first].label),
+                     gd_prof_str_at(pr, x->nodes[first + count - 1].label), count);
         return buf;
+    }
     default: return gd_pcat_names[e->cat];
     }
 }
@@ -159,7 +167,8 @@ static void event_args(const gd_prof *pr, const gd_pev *e, gd_json_out *o)
             key_int(o, "n_nodes", count);
             break;
         }
-        /* a segment timed as a whole: which nodes it ran */
+        /* a segment timed as a whole: which nodes it ran, and what its backend called it */
+        if (e->name >= 0) key_str(o, "device_name", gd_prof_str_at(pr, e->name));
         gd_json_key(o, "nodes");
         gd_json_begin_array(o);
         for (int i = first; i < first + count && i < x->n_nodes; i++) put_str(o, gd_prof_str_at(pr, x->nodes[i].label));
