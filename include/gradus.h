@@ -339,6 +339,35 @@ size_t gd_graph_arena_bytes(const gd_graph *g, const char *backend);
 /* One line per node: op, shapes, backend it runs on, copies inserted. */
 gd_status gd_program_describe(const gd_program *p, void (*line)(void *user, const char *s), void *user);
 
+/* ---- profiling ------------------------------------------------------------------------- */
+
+/* Records a trace of everything ctx does — compile phases, program runs, copies between
+ * backends, waits for devices, each node's work on its backend (from the backend's
+ * profiler module, or timed by the host for host backends), memory in use, and what the
+ * application marks below — and writes it to `path` as a Chrome trace-event JSON file
+ * (Perfetto, chrome://tracing) when gd_profile_stop or gd_profile_flush is called or the
+ * context is freed. GRADUS_PROFILE=FILE starts one when a context is created ("%p" in
+ * FILE becomes the process id). docs/profiling.md says what a trace shows.
+ *
+ * Start fails (GD_ERR_IO naming the file) when the file cannot be created, and INVALID
+ * when a profile is already recording. Writing fails with GD_ERR_IO (message names the
+ * file and why); nothing else the context does is affected, so a caller reports it and
+ * carries on. Stop ends the profile even when the file could not be written. */
+gd_status gd_profile_start(gd_ctx *ctx, const char *path);
+gd_status gd_profile_stop(gd_ctx *ctx);
+/* Writes the trace so far (waiting for devices to finish what was launched) and keeps
+ * recording. */
+gd_status gd_profile_flush(gd_ctx *ctx);
+/* 1 while ctx records a profile; the file it will be written to (NULL when not). */
+int gd_profile_active(const gd_ctx *ctx);
+const char *gd_profile_path(const gd_ctx *ctx);
+/* A span of the application's own ("load batch", "train step"): begin/end pairs nest like
+ * parentheses, on the calling thread's track. Free when not profiling. */
+void gd_profile_begin(gd_ctx *ctx, const char *name);
+void gd_profile_end(gd_ctx *ctx);
+/* A sample of counter `name` ("examples/s", "tokens/s") at the current time. */
+void gd_profile_counter(gd_ctx *ctx, const char *name, double value);
+
 /* How gd_graph_init_params fills a parameter. */
 typedef enum gd_init {
     GD_INIT_NONE = 0,   /* left as written (zero until then) */

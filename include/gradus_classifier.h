@@ -67,6 +67,12 @@ typedef struct gd_train_config {
     void (*progress)(void *user, const gd_train_progress *p);
     void *user;
     double report_every_s;
+    /* A metrics log to write, or NULL: one JSON object per line, one line per step
+     * ({"step", "epoch", "loss", "accuracy", "lr", "examples_per_s", "elapsed_s"}) and a
+     * last one with "test_accuracy"; `gradus plot` draws it. A file that cannot be created
+     * fails the call before training (GD_ERR_IO); one that fails later stops being written
+     * and shows in gd_train_result.metrics_failed. */
+    const char *metrics;
 } gd_train_config;
 
 typedef struct gd_train_result {
@@ -77,6 +83,7 @@ typedef struct gd_train_result {
     int64_t steps;
     double train_s, eval_s;     /* wall time of training and of the test evaluation */
     double examples_per_s;      /* training throughput */
+    int metrics_failed;         /* writing the metrics log failed part way (it is incomplete) */
 } gd_train_result;
 
 /* Builds the model on a fresh graph of ctx (cross-entropy loss, backward pass, optimizer),
@@ -84,7 +91,8 @@ typedef struct gd_train_result {
  * `test` with a forward-only program of the same graph. The last, partial batch of an
  * epoch is padded and its padding ignored by the loss. Images must be (h, w) the same in
  * both datasets and labels below 10. A NaN loss is not an error: it stops training and
- * shows in out->saw_nan. */
+ * shows in out->saw_nan. While ctx records a profile (gd_profile_start), each step is a
+ * span "train step" holding "load batch", and examples/s is a counter. */
 gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dataset *test,
                               const gd_train_config *cfg, gd_train_result *out);
 

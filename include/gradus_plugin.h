@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define GDP_ABI_MAJOR 2
-#define GDP_ABI_MINOR 0
+#define GDP_ABI_MINOR 1
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
 #define GDP_MAX_DIMS 8
@@ -343,12 +343,22 @@ typedef struct gdp_span {
     int32_t node_id;    /* the gdp_node id, or -1 for work that is not a node */
 } gdp_span;
 
+/* While profiling is on (between start and stop), the plugin records a span for the work
+ * of each node it runs, or one for a prepared segment when it can only time the segment
+ * as a whole (node_id -1): the host knows which nodes the segment holds. The host calls
+ * collect when it wants the spans (rarely: when many are pending, and before it writes a
+ * trace, after synchronize), oldest first, so the plugin keeps them until then. */
 typedef struct gdp_profiler {
     size_t size;
     gdp_status (*start)(void *backend, gdp_err *err);
     gdp_status (*stop)(void *backend, gdp_err *err);
     /* Writes up to cap spans of finished work, sets *n to how many were written. */
     gdp_status (*collect)(void *backend, gdp_span *spans, int32_t cap, int32_t *n, gdp_err *err);
+    /* ABI 2.1. The machine's peak for work whose operands are of `dtype`: floating-point
+     * operations per second of the units kernels of that dtype use (a multiply-add counts
+     * two), and memory bandwidth in bytes per second; 0 for either when unknown. Profile
+     * summaries show what a node achieved beside them. Default when NULL: no peak known. */
+    gdp_status (*peak)(void *backend, int32_t dtype, double *flop_per_s, double *bytes_per_s, gdp_err *err);
 } gdp_profiler;
 
 /* ---- the graph-pass module ---------------------------------------------------------- */

@@ -450,6 +450,15 @@ static void test_profiler(void)
     CHECK(found, "no span carries node id 42");
     D->free(P.backend, in.data, &E), D->free(P.backend, out.data, &E);
     free(x);
+    /* the peaks profile summaries compare with: every GPU here does > 1 TFLOP/s in f32 and
+     * > 100 GB/s */
+    double flops = 0, bw = 0;
+    CHECK(GDP_HAS_FIELD(pr, gdp_profiler, peak) && pr->peak != NULL, "no peak()");
+    if (pr->peak != NULL) {
+        CHECK(pr->peak(P.backend, GDP_F32, &flops, &bw, &E) == GDP_OK, "peak: %s", E.msg);
+        printf("peak f32: %.1f TFLOP/s, %.0f GB/s\n", flops / 1e12, bw / 1e9);
+        CHECK(flops > 1e12 && flops < 1e15 && bw > 1e11 && bw < 1e14, "f32 peak %g FLOP/s, %g B/s", flops, bw);
+    }
 }
 
 /* Waits (polling, never blocking in the plugin) until poll_error reports; 0 if it never did. */

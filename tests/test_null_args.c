@@ -31,6 +31,19 @@ static void contexts(void)
     FAILS(gd_ctx_use_backend(ctx, NULL));
     CHECK(strstr(gd_ctx_error(ctx), "NULL") != NULL, "use_backend(NULL) message: %s", gd_ctx_error(ctx));
     CHECK(gd_dtype_name((gd_dtype)99) != NULL && gd_status_name(99) != NULL, "names of unknown values");
+    /* profiling */
+    FAILS(gd_profile_start(NULL, "x.json"));
+    FAILS(gd_profile_start(ctx, NULL));
+    CHECK(strstr(gd_ctx_error(ctx), "NULL") != NULL, "profile_start(NULL) message: %s", gd_ctx_error(ctx));
+    FAILS(gd_profile_stop(NULL));
+    FAILS(gd_profile_flush(NULL));
+    FAILS(gd_profile_stop(ctx)); /* not recording */
+    CHECK(!gd_profile_active(NULL) && gd_profile_path(NULL) == NULL, "profile of NULL");
+    gd_profile_begin(NULL, "x");
+    gd_profile_begin(ctx, NULL); /* not recording: nothing to do */
+    gd_profile_end(NULL);
+    gd_profile_counter(NULL, "x", 1);
+    gd_profile_counter(ctx, NULL, 1);
 }
 
 static void graphs(void)

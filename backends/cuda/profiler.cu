@@ -209,4 +209,28 @@ static gdp_status prof_collect(void *backend, gdp_span *spans, int32_t cap, int3
     return s;
 }
 
-const gdp_profiler cu_profiler_module = {sizeof(gdp_profiler), prof_start, prof_stop, prof_collect};
+/* Nominal peaks from the device's attributes, at its boost clock: memory bandwidth is two
+ * transfers per memory clock over the bus; f32 (TF32 is off) runs on the FP32 lanes of
+ * each SM; f16 and bf16 matrix products on the tensor cores (dense, f32 accumulate), known
+ * here for the data-centre parts only (sm_80, sm_90), else 0 (unknown); f64 likewise. */
+static gdp_status prof_peak(void *backend, int32_t dtype, double *flop_per_s, double *bytes_per_s, gdp_err *err)
+{
+    cu_backend *be = (cu_backend *)backend;
+    *flop_per_s = *bytes_per_s = 0;
+    int major = 0, minor = 0, clock_khz = 0, mem_khz = 0, bus_bits = 0;
+    CU_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, be->device));
+    CU_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, be->device));
+    CU_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, be->device));
+    CU_TRY(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, be->device));
+    CU_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, be->device));
+    *bytes_per_s = 2.0 * (double)mem_khz * 1e3 * (double)bus_bits / 8.0;
+    int cc = major * 10 + minor;
+    double per_sm_clock = 0; /* floating-point operations per SM per clock */
+    if (dtype == GDP_F32) per_sm_clock = 2.0 * (cc >= 86 ? 128 : 64); /* FP32 lanes: 128 from sm_86 on */
+    else if (dtype == GDP_F16 || dtype == GDP_BF16) per_sm_clock = cc == 80 ? 2048 : cc == 90 ? 4096 : 0;
+    else if (dtype == GDP_F64) per_sm_clock = cc == 80 || cc == 90 ? 128 : 0;
+    *flop_per_s = (double)be->sm_count * (double)clock_khz * 1e3 * per_sm_clock;
+    return GDP_OK;
+}
+
+const gdp_profiler cu_profiler_module = {sizeof(gdp_profiler), prof_start, prof_stop, prof_collect, prof_peak};

@@ -100,6 +100,7 @@ typedef struct testdev {
      * reported at the host's next synchronize, event_synchronize or poll_error */
     gdp_status fault;
     char fault_msg[512];
+    struct td_prof *prof; /* the profiler's spans, made at its first start */
 } testdev;
 
 static void set_fault(testdev *d, gdp_status st, const char *fmt, ...)
@@ -122,16 +123,24 @@ static gdp_status report_fault(testdev *d, gdp_err *err)
 
 /* Launches a segment's nodes in order; a failure names the node (the host cannot tell
  * which node of a segment failed). */
+/* The profiler (below) times each node; the whole-segment variant times a segment as one
+ * span instead, as a device that can only time a replayed graph does. */
+static uint64_t td_prof_segment_begin(testdev *d);
+static void td_prof_segment_end(testdev *d, const td_segment *s, uint64_t t0);
+
 static gdp_status run_segment(testdev *d, const td_segment *s, gdp_err *err)
 {
+    uint64_t t0 = td_prof_segment_begin(d);
     for (int32_t i = 0; i < s->n; i++) {
         gdp_status st = s->launch[i](d, s->nodes[i], NULL, err);
         if (st != GDP_OK) {
+            td_prof_segment_end(d, s, t0);
             char m[sizeof err->msg];
             snprintf(m, sizeof m, "%s", err->msg);
             return gdp_fail(err, st, "node %d '%s': %s", s->nodes[i]->id, s->nodes[i]->label, m);
         }
     }
+    td_prof_segment_end(d, s, t0);
     return GDP_OK;
 }
 
@@ -506,6 +515,153 @@ static gdp_status linear_act_launch(void *be, const gdp_node *n, void *stream, g
     return GDP_OK;
 }
 
+/* ---- profiler: one span per kernel run, on the host's clock -------------------------------- */
+
+/* Kernels run on the host's thread here (in a launch, or when a segment runs), so a span
+ * is the host clock around the kernel. Each kernel is registered through a wrapper that
+ * takes the two readings while the profiler is on, which also times the nodes of a
+ * segment one by one. */
+typedef struct td_span_rec {
+    int32_t node_id;
+    uint64_t t0, t1;
+    char name[64];
+} td_span_rec;
+
+typedef struct td_prof {
+    int on;
+    int in_segment;          /* the whole-segment variant is timing a segment */
+    td_span_rec *recs;       /* not yet collected, oldest first */
+    int32_t n, cap;
+    char (*names)[64];       /* names handed out by the last collect */
+    int32_t cap_names;
+} td_prof;
+
+static void add_span(td_prof *p, int32_t node_id, const char *name, uint64_t t0, uint64_t t1)
+{
+    if (p->n == p->cap) {
+        int32_t cap = p->cap ? p->cap * 2 : 1024;
+        td_span_rec *r = cap <= (1 << 24) ? realloc(p->recs, (size_t)cap * sizeof *r) : NULL;
+        if (r == NULL) return; /* a span lost, never a kernel */
+        p->recs = r;
+        p->cap = cap;
+    }
+    td_span_rec *r = &p->recs[p->n++];
+    r->node_id = node_id;
+    r->t0 = t0;
+    r->t1 = t1;
+    snprintf(r->name, sizeof r->name, "%s", name);
+}
+
+static gdp_status timed(void *be, const gdp_node *n, void *stream, gdp_err *err, gdp_launch_fn kernel)
+{
+    testdev *d = be;
+    td_prof *p = d->prof;
+    if (p == NULL || !p->on || p->in_segment) return kernel(be, n, stream, err);
+    uint64_t t0 = d->host->now_ns(d->host->host);
+    gdp_status st = kernel(be, n, stream, err);
+    add_span(p, n->id, n->label != NULL ? n->label : n->op, t0, d->host->now_ns(d->host->host));
+    return st;
+}
+
+static uint64_t td_prof_segment_begin(testdev *d)
+{
+#ifdef TESTDEV_WHOLE_SEGMENT_SPANS
+    if (d->prof != NULL && d->prof->on) {
+        d->prof->in_segment = 1;
+        return d->host->now_ns(d->host->host);
+    }
+#endif
+    (void)d;
+    return 0;
+}
+
+static void td_prof_segment_end(testdev *d, const td_segment *s, uint64_t t0)
+{
+    td_prof *p = d->prof;
+    if (p == NULL || !p->in_segment) return;
+    p->in_segment = 0;
+    char name[64];
+    snprintf(name, sizeof name, "segment of %d nodes", (int)s->n);
+    add_span(p, -1, name, t0, d->host->now_ns(d->host->host)); /* node -1: the host knows which nodes */
+}
+
+#define TD_TIMED(kernel)                                                                      \
+    static gdp_status kernel##_timed(void *be, const gdp_node *n, void *stream, gdp_err *err) \
+    {                                                                                         \
+        return timed(be, n, stream, err, kernel);                                             \
+    }
+TD_TIMED(matmul_launch)
+TD_TIMED(add_launch)
+TD_TIMED(copy_launch)
+TD_TIMED(relu_launch)
+TD_TIMED(embedding_launch)
+TD_TIMED(assign_launch)
+TD_TIMED(linear_act_launch)
+
+static gdp_status td_prof_start(void *be, gdp_err *err)
+{
+    testdev *d = be;
+    if (d->prof == NULL && (d->prof = calloc(1, sizeof *d->prof)) == NULL)
+        return gdp_fail(err, GDP_ERR_NOMEM, "testdev: no memory for the profiler");
+    drain(d); /* segments queued before the profile are not part of it */
+    d->prof->n = 0;
+    d->prof->on = 1;
+    return GDP_OK;
+}
+
+static gdp_status td_prof_stop(void *be, gdp_err *err)
+{
+    testdev *d = be;
+    if (d->prof != NULL) d->prof->on = 0;
+    return GDP_OK;
+}
+
+static gdp_status td_prof_collect(void *be, gdp_span *spans, int32_t cap, int32_t *n, gdp_err *err)
+{
+    testdev *d = be;
+    td_prof *p = d->prof;
+    *n = 0;
+    if (p == NULL || spans == NULL || cap <= 0) return GDP_OK;
+    int32_t take = p->n < cap ? p->n : cap;
+    if (take > p->cap_names) {
+        char(*names)[64] = realloc(p->names, (size_t)take * sizeof *names);
+        if (names == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: no memory to collect %d spans", take);
+        p->names = names;
+        p->cap_names = take;
+    }
+    for (int32_t i = 0; i < take; i++) {
+        const td_span_rec *r = &p->recs[i];
+        memcpy(p->names[i], r->name, sizeof r->name);
+        spans[i] = (gdp_span){.size = sizeof(gdp_span), .name = p->names[i], .start_ns = r->t0, .end_ns = r->t1,
+                              .stream_id = 0, .node_id = r->node_id};
+    }
+    memmove(p->recs, p->recs + take, (size_t)(p->n - take) * sizeof *p->recs);
+    p->n -= take;
+    *n = take;
+    return GDP_OK;
+}
+
+/* Nominal figures for f32, about what a core of a host does (this "device" is a loop on
+ * the host), so that hosts exercise peaks; other dtypes unknown. */
+static gdp_status td_prof_peak(void *be, int32_t dtype, double *flop_per_s, double *bytes_per_s, gdp_err *err)
+{
+    *flop_per_s = dtype == GDP_F32 ? 16e9 : 0;
+    *bytes_per_s = dtype == GDP_F32 ? 20e9 : 0;
+    return GDP_OK;
+}
+
+static const gdp_profiler td_profiler = {.size = sizeof(gdp_profiler), .start = td_prof_start, .stop = td_prof_stop,
+                                         .collect = td_prof_collect, .peak = td_prof_peak};
+
+static void td_prof_free(testdev *d)
+{
+    if (d->prof == NULL) return;
+    free(d->prof->recs);
+    free(d->prof->names);
+    free(d->prof);
+    d->prof = NULL;
+}
+
 static const char *const matmul_attrs[] = {"transpose_a", "transpose_b", NULL};
 static const char *const linear_act_attrs[] = {"act", "weight_in_out", NULL};
 
@@ -513,18 +669,18 @@ static gdp_status td_register(void *be, const gdp_host *host, gdp_err *err)
 {
     const gdp_kernel ks[] = {
         {.size = sizeof(gdp_kernel), .op = "matmul", .dtype = GDP_F32, .supports = matmul_supports,
-         .launch = matmul_launch, .constrained_attrs = matmul_attrs, .workspace = matmul_workspace},
-        {.size = sizeof(gdp_kernel), .op = "add", .dtype = GDP_F32, .flags = GDP_KERNEL_STRIDED, .launch = add_launch},
-        {.size = sizeof(gdp_kernel), .op = "copy", .dtype = GDP_F32, .flags = GDP_KERNEL_STRIDED, .launch = copy_launch},
-        {.size = sizeof(gdp_kernel), .op = "relu", .dtype = GDP_F32, .launch = relu_launch},
-        {.size = sizeof(gdp_kernel), .op = "embedding", .dtype = GDP_F32, .launch = embedding_launch},
-        {.size = sizeof(gdp_kernel), .op = "assign", .dtype = GDP_F32, .launch = assign_launch},
+         .launch = matmul_launch_timed, .constrained_attrs = matmul_attrs, .workspace = matmul_workspace},
+        {.size = sizeof(gdp_kernel), .op = "add", .dtype = GDP_F32, .flags = GDP_KERNEL_STRIDED, .launch = add_launch_timed},
+        {.size = sizeof(gdp_kernel), .op = "copy", .dtype = GDP_F32, .flags = GDP_KERNEL_STRIDED, .launch = copy_launch_timed},
+        {.size = sizeof(gdp_kernel), .op = "relu", .dtype = GDP_F32, .launch = relu_launch_timed},
+        {.size = sizeof(gdp_kernel), .op = "embedding", .dtype = GDP_F32, .launch = embedding_launch_timed},
+        {.size = sizeof(gdp_kernel), .op = "assign", .dtype = GDP_F32, .launch = assign_launch_timed},
         {.size = sizeof(gdp_kernel), .op = "linear_act", .dtype = GDP_F32, .supports = linear_act_supports,
-         .launch = linear_act_launch, .constrained_attrs = linear_act_attrs},
+         .launch = linear_act_launch_timed, .constrained_attrs = linear_act_attrs},
 #ifdef TESTDEV_BAD_REGISTRATIONS
         /* broken on purpose: a duplicate, and a constraint on an attribute relu lacks */
-        {.size = sizeof(gdp_kernel), .op = "add", .dtype = GDP_F32, .launch = add_launch},
-        {.size = sizeof(gdp_kernel), .op = "relu", .dtype = GDP_F16, .launch = relu_launch,
+        {.size = sizeof(gdp_kernel), .op = "add", .dtype = GDP_F32, .launch = add_launch_timed},
+        {.size = sizeof(gdp_kernel), .op = "relu", .dtype = GDP_F16, .launch = relu_launch_timed,
          .constrained_attrs = matmul_attrs},
 #endif
     };
@@ -662,6 +818,7 @@ static void td_shutdown(void *be)
     testdev *d = be;
     drain(d);
     driver_close();
+    td_prof_free(d);
     free(d);
 }
 
@@ -699,6 +856,7 @@ __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_h
     plugin->backend = d;
     plugin->device = &td_device;
     plugin->executor = &td_executor;
+    plugin->profiler = &td_profiler;
     plugin->graph_pass = &td_graph_pass;
     plugin->register_kernels = td_register;
     plugin->configure = td_configure;

@@ -23,6 +23,8 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 /* Helpers shared by the commands (main.c). Each parses `value`, the argument of option
  * `opt`, and on failure prints "gradus: bad value ... for --opt" to stderr and returns 0. */
@@ -33,5 +35,13 @@ int cli_double(const char *opt, const char *value, double lo, double hi, double 
 const char *cli_value(int argc, char **argv, int *i);
 /* Creates a context, prefers `backend` when it is not NULL, prints errors; NULL on failure. */
 gd_ctx *cli_ctx(const char *backend);
+
+/* Profiling for commands that train or generate (cmd_profile.c). --profile FILE: starts
+ * recording (path NULL: nothing to do); 0 with the reason printed when the file cannot be
+ * written. When the work is done: writes the trace (of --profile, or of GRADUS_PROFILE)
+ * and prints its summary; 0 with the reason printed when it could not be written, which
+ * loses the trace only. A command adds profiling with these two calls. */
+int cli_profile_start(gd_ctx *ctx, const char *cmd, const char *path);
+int cli_profile_finish(gd_ctx *ctx, const char *cmd);
 
 #endif

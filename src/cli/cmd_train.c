@@ -38,7 +38,10 @@ static void help(FILE *f)
             "  --seed N        initialization and shuffling seed (default 1)\n"
             "  --backend NAME  run on this backend (default: the highest-priority one)\n"
             "  --threads N     threads for the CPU backends (default: all cores)\n"
-            "  --limit N       train on the first N examples only\n",
+            "  --limit N       train on the first N examples only\n"
+            "  --metrics FILE  write a metrics log (a JSON object per step) for `gradus plot`\n"
+            "  --profile FILE  record a trace of the run (Chrome trace JSON, for Perfetto) and print\n"
+            "                  where the time went; GRADUS_PROFILE=FILE does the same\n",
             FASHION_DIR);
 }
 
@@ -108,7 +111,8 @@ static void progress(void *user, const gd_train_progress *p)
 static int takes_value(const char *a)
 {
     static const char *const valued[] = {"--data", "--backend", "--epochs", "--batch", "--seed",
-                                         "--limit", "--hidden",  "--threads", "--lr"};
+                                         "--limit", "--hidden",  "--threads", "--lr",
+                                         "--metrics", "--profile"};
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         if (strcmp(a, valued[k]) == 0) return 1;
     return 0;
@@ -117,7 +121,7 @@ static int takes_value(const char *a)
 int cmd_train(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "lm") == 0) return cmd_train_lm(argc - 1, argv + 1);
-    const char *model = NULL, *data = NULL, *backend = NULL;
+    const char *model = NULL, *data = NULL, *backend = NULL, *metrics = NULL, *profile = NULL;
     int64_t epochs = 0, batch = 64, seed = 1, limit = 0, hidden = 128, threads = -1;
     double lr = 0;
     int sgd = 0;
@@ -137,6 +141,8 @@ int cmd_train(int argc, char **argv)
             if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
             if (strcmp(a, "--data") == 0) data = v;
             else if (strcmp(a, "--backend") == 0) backend = v;
+            else if (strcmp(a, "--metrics") == 0) metrics = v;
+            else if (strcmp(a, "--profile") == 0) profile = v;
             else if (strcmp(a, "--epochs") == 0) ok = cli_int(a, v, 1, 1000, &epochs);
             else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 16, &batch);
             else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
@@ -173,6 +179,8 @@ int cmd_train(int argc, char **argv)
     gd_ctx *ctx = cli_ctx(backend);
     if (ctx == NULL) return 1;
     if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
+    /* a trace that cannot be written costs the trace, never the training */
+    int profile_ok = cli_profile_start(ctx, "train", profile);
 
     gd_dataset train = {0}, test = {0};
     if (shapes) {
@@ -196,7 +204,7 @@ int cmd_train(int argc, char **argv)
         .model = model, .hidden = hidden, .epochs = (int)epochs, .batch = batch, .lr = lr, .sgd = sgd,
         .seed = (uint64_t)seed, .limit = limit, .progress = progress, .user = &po,
         /* A terminal line is rewritten in place; a log gets a line a second. */
-        .report_every_s = po.tty ? 0.25 : 1.0,
+        .report_every_s = po.tty ? 0.25 : 1.0, .metrics = metrics,
     };
     int64_t n_train = limit > 0 && limit < train.n ? limit : train.n;
     printf("training %s on %s: %lld training and %lld test images of %lldx%lld\n", model,
@@ -204,6 +212,7 @@ int cmd_train(int argc, char **argv)
     printf("backend %s, batch %lld, %lld epoch%s, %s lr %g with cosine decay, seed %lld\n",
            gd_ctx_backend(ctx), (long long)batch, (long long)epochs, epochs == 1 ? "" : "s",
            sgd ? "SGD" : "AdamW", lr > 0 ? lr : sgd ? 0.05 : 2e-3, (long long)seed);
+    if (metrics != NULL) printf("metrics log: %s (draw it: gradus plot %s -o curves.svg)\n", metrics, metrics);
     fflush(stdout);
 
     gd_train_result r;
@@ -221,7 +230,14 @@ int cmd_train(int argc, char **argv)
             rc = 1;
         }
         printf("test accuracy: %.4f\n", r.test_accuracy);
+        if (r.metrics_failed) {
+            fprintf(stderr, "gradus train: writing the metrics log %s failed part way; it is incomplete\n", metrics);
+            rc = 1;
+        } else if (metrics != NULL) {
+            printf("metrics log written to %s\n", metrics);
+        }
     }
+    if (!cli_profile_finish(ctx, "train") || !profile_ok) rc = 1;
     gd_dataset_free(&train);
     gd_dataset_free(&test);
     gd_ctx_free(ctx);

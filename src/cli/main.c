@@ -14,6 +14,8 @@ static const cli_command commands[] = {
     {"tokenize", "encode text into a token file, training a tokenizer on it", cmd_tokenize},
     {"devices", "list backends, plugins found (and why any declined) and device memory", cmd_devices},
     {"sweep", "verify every op on every backend against the CPU reference", cmd_sweep},
+    {"profile", "summarize a saved trace: time by op and by node, achieved GB/s and FLOP/s", cmd_profile},
+    {"plot", "draw training curves from a metrics log into an SVG file", cmd_plot},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

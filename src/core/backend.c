@@ -2,6 +2,7 @@
  * kernel lookup, with the ABI's defaults filled in for missing optional functions. The
  * CPU reference is backend 0: host memory, and the op definitions' reference kernels. */
 #include "core.h"
+#include "prof/prof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,7 @@ gd_status gd_backend_alloc(gd_ctx *ctx, gd_backend *b, size_t bytes, void **ptr)
         if (*ptr == NULL)
             return gd_fail(ctx, GD_ERR_NOMEM, "%s: cannot allocate %zu bytes of host memory", b->name, bytes);
         b->host_bytes += n;
+        if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_memory(ctx->prof, b);
         return GD_OK;
     }
     gdp_err e = {.size = sizeof e};
@@ -108,20 +110,25 @@ gd_status gd_backend_alloc(gd_ctx *ctx, gd_backend *b, size_t bytes, void **ptr)
         *ptr = NULL;
         return gd_fail(ctx, s == GDP_ERR_NOMEM ? GD_ERR_NOMEM : GD_ERR_DEVICE, "%s: %s", b->name, e.msg);
     }
+    b->dev_bytes += n;
+    if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_memory(ctx->prof, b);
     return GD_OK;
 }
 
 void gd_backend_free(gd_backend *b, void *ptr, size_t bytes)
 {
     if (ptr == NULL) return;
+    size_t n = bytes ? bytes : 1;
     if (!b->has_dev) {
-        size_t n = bytes ? bytes : 1;
         b->host_bytes = b->host_bytes > n ? b->host_bytes - n : 0;
         gd_free(ptr);
-        return;
+    } else {
+        gdp_err e = {.size = sizeof e};
+        b->dev.free(b->plugin.backend, ptr, &e);
+        b->dev_bytes = b->dev_bytes > n ? b->dev_bytes - n : 0;
     }
-    gdp_err e = {.size = sizeof e};
-    b->dev.free(b->plugin.backend, ptr, &e);
+    gd_ctx *ctx = b->host_ctx.ctx; /* NULL for the reference, which no context started */
+    if (GD_UNLIKELY(ctx != NULL && ctx->prof != NULL)) gd_prof_memory(ctx->prof, b);
 }
 
 gd_status gd_backend_h2d(gd_ctx *ctx, gd_backend *b, void *dst, const void *src, size_t bytes)
@@ -154,7 +161,9 @@ gd_status gd_backend_sync(gd_ctx *ctx, gd_backend *b)
 {
     if (!b->has_dev || b->dev.synchronize == NULL) return GD_OK;
     gdp_err e = {.size = sizeof e};
+    uint64_t t0 = GD_UNLIKELY(ctx->prof != NULL) ? gd_prof_now() : 0;
     gdp_status s = b->dev.synchronize(b->plugin.backend, b->stream, &e);
+    if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_wait(ctx->prof, b, GD_PROF_SYNC, t0);
     if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: %s", b->name, e.msg);
     return GD_OK;
 }

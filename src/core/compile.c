@@ -12,6 +12,7 @@
  *
  * Everything above "run" happens here, once; a run only executes the actions. */
 #include "program.h"
+#include "prof/prof.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -183,18 +184,26 @@ gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, in
     p->flags = flags;
     p->dev = ctx->backends[ctx->preferred];
     p->n_backends = ctx->n_backends;
+    /* the phases after select, in order (a profile times each: enum gd_prof_phase) */
+    static gd_status (*const phases[])(gd_program *) = {gd_prog_passes,        gd_prog_layout,
+                                                         gd_prog_actions,       gd_prog_plan_memory,
+                                                         gd_prog_describe_nodes, gd_prog_segments,
+                                                         gd_prog_bind};
+    gd_prof *pr = ctx->prof;
+    uint64_t t_compile = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;
     gd_status st = gd_prog_select(p, n_targets, targets);
-    if (st == GD_OK) st = gd_prog_passes(p);
-    if (st == GD_OK) st = gd_prog_layout(p);
-    if (st == GD_OK) st = gd_prog_actions(p);
-    if (st == GD_OK) st = gd_prog_plan_memory(p);
-    if (st == GD_OK) st = gd_prog_describe_nodes(p);
-    if (st == GD_OK) st = gd_prog_segments(p);
-    if (st == GD_OK) st = gd_prog_bind(p);
+    if (GD_UNLIKELY(pr != NULL)) gd_prof_phase(pr, GD_PROF_SELECT, t_compile);
+    for (int i = 0; st == GD_OK && i < (int)(sizeof phases / sizeof phases[0]); i++) {
+        uint64_t t0 = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;
+        st = phases[i](p);
+        if (GD_UNLIKELY(pr != NULL)) gd_prof_phase(pr, GD_PROF_PASSES + i, t0);
+    }
     if (st != GD_OK) {
+        if (GD_UNLIKELY(pr != NULL)) gd_prof_compiled(pr, NULL, t_compile);
         gd_program_free(p);
         return NULL;
     }
+    if (GD_UNLIKELY(pr != NULL)) gd_prof_compiled(pr, p, t_compile);
     ctx->compiles++;
     if (ctx->trace) gd_program_describe(p, NULL, NULL);
     return p;

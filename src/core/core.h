@@ -45,6 +45,10 @@ struct gd_ctx {
      * goes when the last reference does, so frees are safe in any order. */
     int refs;
     uint64_t compiles;  /* programs compiled, for tests that show a run never recompiles */
+    /* The trace being recorded (src/prof), NULL when not profiling: every hook of the
+     * core tests this one pointer. */
+    struct gd_prof *prof;
+    uint64_t prof_sessions;
 };
 
 void gd_ctx_log(gd_ctx *ctx, const char *fmt, ...);
@@ -187,6 +191,9 @@ struct gd_backend {
     int sync_every_kernel;     /* GRADUS_SYNC */
     int duplicate_kernels;     /* registrations refused as duplicates (the sweep reports) */
     size_t host_bytes;         /* host memory allocated for this backend (no device module) */
+    size_t dev_bytes;          /* device memory allocated through the device module */
+    gdp_profiler prof_mod;     /* zero-extended copy of the profiler module */
+    int has_prof;
     /* What the plugin was given at init: valid until shutdown, as the ABI promises. */
     gdp_host host;
     struct gd_host_ctx { gd_ctx *ctx; gd_backend *b; } host_ctx; /* gdp_host.host */

@@ -1,5 +1,6 @@
 /* ctx.c — the context: error messages, logging, backends chosen at creation. */
 #include "core.h"
+#include "prof/prof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,8 @@ gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
         return GD_ERR_NOMEM;
     }
     ctx->n_backends = 1;
+    ctx->backends[0]->host_ctx.ctx = ctx;
+    ctx->backends[0]->host_ctx.b = ctx->backends[0];
     int no_plugins = 0;
     if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, no_plugins)) no_plugins = opt->no_plugins;
     if (opt != NULL && GDP_HAS_FIELD(opt, gd_ctx_options, strict)) ctx->strict = opt->strict;
@@ -133,6 +136,7 @@ gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
                ctx->backends[ctx->preferred]->name);
         ctx->err[0] = '\0';
     }
+    gd_prof_from_env(ctx);
     *out = ctx;
     return GD_OK;
 }
@@ -141,6 +145,7 @@ gd_status gd_ctx_create(gd_ctx **out, const gd_ctx_options *opt)
 void gd_ctx_unref(gd_ctx *ctx)
 {
     if (ctx == NULL || --ctx->refs > 0) return;
+    gd_prof_close(ctx); /* the trace, while the backends that made it are still here */
     for (int i = ctx->n_backends - 1; i >= 0; i--) gd_backend_destroy(ctx->backends[i]);
     gd_registry_free(ctx->reg);
     gd_free(ctx->notes);

@@ -125,6 +125,11 @@ typedef struct gd_op_def {
     /* Scratch the reference kernel needs for a node (bytes), so that it allocates nothing
      * while a program runs: the kernel finds it at node->workspace (NULL: none needed). */
     size_t (*ref_workspace)(const gdp_node *node);
+    /* What a node of the op costs, from its shapes: bytes it must move to and from memory
+     * and floating-point operations (a multiply-add counts two). Profile summaries turn
+     * them into achieved GB/s and FLOP/s (src/ops/cost.h has the conventions). NULL: not
+     * declared. */
+    void (*cost)(const gdp_node *node, double *bytes, double *flops);
 } gd_op_def;
 
 /* What the core needs from the ops without naming any: installed by the op families. */

@@ -244,6 +244,11 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
             return GD_ERR_DEVICE;
         }
     }
+    if (pl.profiler != NULL && pl.profiler->size >= sizeof(size_t)) {
+        size_t n = pl.profiler->size < sizeof b->prof_mod ? pl.profiler->size : sizeof b->prof_mod;
+        memcpy(&b->prof_mod, pl.profiler, n); /* functions it does not know of stay NULL */
+        b->has_prof = 1;
+    }
     if (GDP_HAS_FIELD(&pl, gdp_plugin, executor) && pl.executor != NULL) {
         size_t n = pl.executor->size < sizeof b->exec ? pl.executor->size : sizeof b->exec;
         memcpy(&b->exec, pl.executor, n);

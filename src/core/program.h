@@ -115,6 +115,9 @@ struct gd_program {
     uint64_t bound_gen[GD_MAX_BACKENDS]; /* arena generations the descriptors point into */
     int bound;
     gdp_attrs pass_attrs;           /* what a graph pass's node_attrs last handed out */
+    /* the profile that has a snapshot of this program (src/prof), and its index there */
+    uint64_t prof_session;
+    int prof_prog;
 };
 
 /* compile phases (compile.c, layout.c, plan.c, pass.c) */

@@ -6,6 +6,7 @@
  * device only where a host kernel reads that device's memory in place, and then only for
  * the work that produced it (an event). */
 #include "program.h"
+#include "prof/prof.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -76,7 +77,9 @@ static gd_status wait_for(gd_ctx *ctx, gd_program *p, int a)
     void *ev = p->events[a];
     if (ev != NULL && b->dev.event_synchronize != NULL) {
         gdp_err e = {.size = sizeof e};
+        uint64_t t0 = GD_UNLIKELY(ctx->prof != NULL) ? gd_prof_now() : 0;
         gdp_status s = b->dev.event_synchronize(b->plugin.backend, ev, &e);
+        if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_wait(ctx->prof, b, GD_PROF_EVENT, t0);
         if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: %s", b->name, e.msg);
         return GD_OK;
     }
@@ -118,9 +121,9 @@ static gd_status launch(gd_ctx *ctx, gd_program *p, const gd_action *a)
     return GD_OK;
 }
 
-gd_status gd_program_run(gd_program *p)
+/* The run itself; pr is the context's profile, NULL when not profiling. */
+static gd_status run_actions(gd_program *p, gd_prof *pr)
 {
-    if (p == NULL) return GD_ERR_INVALID;
     gd_graph *g = p->g;
     gd_ctx *ctx = g->ctx;
     for (int s = 0; s < p->n_slots; s++) {
@@ -134,7 +137,9 @@ gd_status gd_program_run(gd_program *p)
     for (int b = 0; b < p->n_backends; b++) moved |= p->bound_gen[b] != g->arena[b].gen;
     if (moved) {
         /* another program of the graph grew an arena since: re-point (not re-plan) */
+        uint64_t t0 = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;
         gd_status st = gd_prog_bind(p);
+        if (GD_UNLIKELY(pr != NULL)) gd_prof_phase(pr, GD_PROF_REBIND, t0);
         if (st != GD_OK) return st;
     }
     if (ctx->guard) {
@@ -142,14 +147,18 @@ gd_status gd_program_run(gd_program *p)
         if (gs != GD_OK) return gs;
     }
     g->runs++; /* whatever targets of other programs held is overwritten from here */
+    /* Profiling: an action starts when the one before ended (one clock reading each) */
+    uint64_t t0 = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;
     for (int ai = 0; ai < p->n_acts; ai++) {
         const gd_action *a = &p->acts[ai];
         gd_status st = GD_OK;
         for (int b = 0; a->sync_before != 0 && b < ctx->n_backends; b++)
             if ((a->sync_before & (1 << b)) && (st = gd_backend_sync(ctx, ctx->backends[b])) != GD_OK) return st;
         if (a->wait_before >= 0 && (st = wait_for(ctx, p, a->wait_before)) != GD_OK) return st;
+        if (GD_UNLIKELY(pr != NULL) && (a->sync_before != 0 || a->wait_before >= 0)) t0 = gd_prof_now();
         if (a->kind == GD_ACT_COPY) {
             if ((st = copy_slots(ctx, p, a)) != GD_OK) return st;
+            if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_copy(pr, p, ai, t0);
             continue;
         }
         if (a->segment >= 0 && p->segs[a->segment].handle != NULL) {
@@ -159,16 +168,20 @@ gd_status gd_program_run(gd_program *p)
             if (es != GDP_OK)
                 return gd_fail(ctx, gd_status_from_plugin(es), "%s: running a segment of %d nodes: %s", s->be->name,
                                s->n_acts, e.msg);
+            if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_segment(pr, p, a->segment, t0);
             ai = s->first_act + s->n_acts - 1; /* the segment's last action */
             a = &p->acts[ai];
         } else if ((st = launch(ctx, p, a)) != GD_OK) {
             return st;
+        } else if (GD_UNLIKELY(pr != NULL)) {
+            t0 = gd_prof_launch(pr, p, ai, t0);
         }
         if (a->record_after && p->events[ai] != NULL) {
             gd_backend *b = p->pn[a->pnode].be;
             gdp_err e = {.size = sizeof e};
             if (b->dev.event_record(b->plugin.backend, p->events[ai], b->stream, &e) != GDP_OK)
                 return gd_fail(ctx, GD_ERR_DEVICE, "%s: event_record: %s", b->name, e.msg);
+            if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_now();
         }
     }
     /* bad data found by kernels that already finished on a device */
@@ -194,6 +207,18 @@ gd_status gd_program_run(gd_program *p)
         }
     }
     return GD_OK;
+}
+
+gd_status gd_program_run(gd_program *p)
+{
+    if (p == NULL) return GD_ERR_INVALID;
+    gd_prof *pr = p->g->ctx->prof;
+    if (!GD_UNLIKELY(pr != NULL)) return run_actions(p, NULL);
+    uint64_t t0 = gd_prof_now();
+    gd_prof_run_begin(pr, p);
+    gd_status st = run_actions(p, pr);
+    gd_prof_run_end(pr, p, t0, st);
+    return st;
 }
 
 gd_status gd_program_describe(const gd_program *p, void (*line)(void *, const char *), void *user)
@@ -249,7 +274,9 @@ gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes)
         gd_status s = gd_leaf_storage(t);
         if (s != GD_OK) return s;
     }
+    uint64_t t0 = GD_UNLIKELY(ctx->prof != NULL) ? gd_prof_now() : 0;
     gd_status s = gd_backend_h2d(ctx, t->home, t->data, src, bytes);
+    if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_transfer(ctx->prof, t, 1, bytes, t0);
     if (s == GD_OK) t->written = 1;
     return s;
 }
@@ -281,5 +308,8 @@ gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
                        "moved its activation memory), and programs of a graph share activation memory; read it before "
                        "the next run (or make it a target of that one)",
                        gd_tensor_describe(t, b, sizeof b));
-    return gd_backend_d2h(ctx, t->run_be, dst, t->run_ptr, bytes);
+    uint64_t t0 = GD_UNLIKELY(ctx->prof != NULL) ? gd_prof_now() : 0;
+    gd_status s = gd_backend_d2h(ctx, t->run_be, dst, t->run_ptr, bytes);
+    if (GD_UNLIKELY(ctx->prof != NULL)) gd_prof_transfer(ctx->prof, t, 0, bytes, t0);
+    return s;
 }

@@ -67,7 +67,7 @@ gd_tensor *gd_nn_linear(gd_tensor *x, const char *name, int64_t out_features, in
     gd_tensor *b = NULL;
     if (w != NULL && bias) b = make_param(g, name, "bias", dt, 1, (int64_t[]){out_features}, GD_INIT_ZEROS, 0);
     if (w == NULL || (bias && b == NULL)) return NULL;
-    return gd_linear(x, w, b);
+    return gd_label(gd_linear(x, w, b), name); /* traces and errors name the layer */
 }
 
 gd_tensor *gd_nn_conv2d(gd_tensor *x, const char *name, int64_t out_channels, int64_t kernel, int64_t stride,
@@ -93,7 +93,7 @@ gd_tensor *gd_nn_conv2d(gd_tensor *x, const char *name, int64_t out_channels, in
     gd_tensor *b = NULL;
     if (w != NULL && bias) b = make_param(g, name, "bias", dt, 1, (int64_t[]){out_channels}, GD_INIT_ZEROS, 0);
     if (w == NULL || (bias && b == NULL)) return NULL;
-    return gd_conv2d(x, w, b, stride, padding, 1, 1);
+    return gd_label(gd_conv2d(x, w, b, stride, padding, 1, 1), name);
 }
 
 /* (N, ...) -> (N, everything else) */

@@ -8,6 +8,7 @@
  * padded with label -1, which the loss ignores and the accuracy count skips. */
 #include "gradus_classifier.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,9 @@ static gd_status evaluate(gd_ctx *ctx, model *m, const gd_dataset *d, int64_t ba
     int64_t correct = 0;
     for (int64_t start = 0; start < d->n; start += batch) {
         int64_t valid = d->n - start < batch ? d->n - start : batch;
+        gd_profile_begin(ctx, "load batch");
         fill_batch(d, NULL, start, valid, batch, xb, yb);
+        gd_profile_end(ctx);
         gd_status st = gd_tensor_write(m->x, xb, (size_t)batch * hw * sizeof(float));
         if (st == GD_OK) st = gd_program_run(m->eval);
         if (st == GD_OK) st = gd_tensor_read(m->pred, pb, (size_t)batch * sizeof(int64_t));
@@ -127,6 +130,28 @@ static gd_status check_data(gd_ctx *ctx, const gd_dataset *d, const char *which,
             return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: %s example %lld has label %d; the classifiers have %d classes",
                            which, (long long)i, d->labels[i], CLASSES);
     return GD_OK;
+}
+
+/* The metrics log: one JSON object per line. A number that is not finite is null (JSON
+ * has no NaN). A write that fails closes the log and says so in the result. */
+typedef struct metrics_log {
+    FILE *f;
+    int failed;
+} metrics_log;
+
+static void metric(FILE *f, const char *key, double v, int last)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.9g%s", key, v, last ? "}\n" : ", ");
+    else fprintf(f, "\"%s\": null%s", key, last ? "}\n" : ", ");
+}
+
+static void metrics_end_line(metrics_log *ml, int flush)
+{
+    if ((flush && fflush(ml->f) != 0) || ferror(ml->f)) {
+        fclose(ml->f);
+        ml->f = NULL;
+        ml->failed = 1;
+    }
 }
 
 gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dataset *test,
@@ -156,6 +181,10 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
     int32_t *yb = malloc((size_t)B * sizeof *yb);
     if (perm == NULL || pb == NULL || xb == NULL || yb == NULL)
         st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "gd_train_classifier: out of memory for batches of %lld", (long long)B);
+    metrics_log ml = {NULL, 0};
+    if (st == GD_OK && cfg.metrics != NULL && (ml.f = fopen(cfg.metrics, "w")) == NULL)
+        st = gd_ctx_fail(ctx, GD_ERR_IO, "gd_train_classifier: metrics log %s: cannot write: %s", cfg.metrics,
+                         strerror(errno));
     if (st == GD_OK) st = build(ctx, &cfg, B, train->h, train->w, &m);
 
     const double t0 = now_s();
@@ -168,11 +197,16 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
         ep_steps = ep_seen = ep_correct = 0;
         for (int64_t s = 0; s < steps; s++) {
             int64_t valid = n - s * B < B ? n - s * B : B;
+            double ts = now_s();
+            gd_profile_begin(ctx, "train step");
+            gd_profile_begin(ctx, "load batch");
             fill_batch(train, perm, s * B, valid, B, xb, yb);
+            gd_profile_end(ctx);
             /* Cosine decay from the peak to zero over the whole run: a few epochs end
              * noticeably better annealed than at a constant rate. */
+            double lr = cfg.lr;
             if (!cfg.constant_lr) {
-                double lr = cfg.lr * 0.5 * (1.0 + cos(3.14159265358979 * (double)done / (double)total));
+                lr = cfg.lr * 0.5 * (1.0 + cos(3.14159265358979 * (double)done / (double)total));
                 st = gd_optimizer_set_lr(m.g, lr);
             }
             float loss = 0;
@@ -181,17 +215,29 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
             if (st == GD_OK) st = gd_program_run(m.step);
             if (st == GD_OK) st = gd_tensor_read(m.loss, &loss, sizeof loss);
             if (st == GD_OK) st = gd_tensor_read(m.pred, pb, (size_t)B * sizeof(int64_t));
+            gd_profile_end(ctx);
             if (st != GD_OK) {
                 st = failed(ctx, st, "training step");
                 break;
             }
             done++;
+            double t = now_s();
+            gd_profile_counter(ctx, "examples/s", (double)valid / (t - ts > 1e-9 ? t - ts : 1e-9));
             if (!isfinite(loss)) {
                 out->saw_nan = 1;
                 break;
             }
             int64_t correct = 0;
             for (int64_t j = 0; j < valid; j++) correct += pb[j] == yb[j];
+            if (ml.f != NULL) {
+                fprintf(ml.f, "{\"step\": %lld, \"epoch\": %d, ", (long long)done, epoch + 1);
+                metric(ml.f, "loss", loss, 0);
+                metric(ml.f, "accuracy", (double)correct / (double)valid, 0);
+                metric(ml.f, "lr", lr, 0);
+                metric(ml.f, "examples_per_s", (double)valid / (t - ts > 1e-9 ? t - ts : 1e-9), 0);
+                metric(ml.f, "elapsed_s", t - t0, 1);
+                metrics_end_line(&ml, s == steps - 1 || t - last_report >= cfg.report_every_s);
+            }
             win_loss += loss;
             win_steps++;
             win_seen += valid;
@@ -201,7 +247,6 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
             ep_seen += valid;
             ep_correct += correct;
 
-            double t = now_s();
             int last = s == steps - 1;
             if (cfg.progress != NULL && (last || t - last_report >= cfg.report_every_s)) {
                 int64_t examples = (int64_t)epoch * n + s * B + valid;
@@ -232,9 +277,21 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
     out->examples_per_s = out->train_s > 0 ? (double)trained / out->train_s : 0;
     if (st == GD_OK) {
         double t1 = now_s();
+        gd_profile_begin(ctx, "evaluate");
         st = evaluate(ctx, &m, test, B, xb, yb, pb, &out->test_accuracy);
+        gd_profile_end(ctx);
         out->eval_s = now_s() - t1;
     }
+    if (ml.f != NULL) {
+        if (st == GD_OK) {
+            fprintf(ml.f, "{\"step\": %lld, ", (long long)done);
+            metric(ml.f, "test_accuracy", out->test_accuracy, 0);
+            metric(ml.f, "elapsed_s", now_s() - t0, 1);
+        }
+        metrics_end_line(&ml, 1);
+        if (ml.f != NULL && fclose(ml.f) != 0) ml.failed = 1;
+    }
+    out->metrics_failed = ml.failed;
     model_free(&m);
     free(perm);
     free(pb);

@@ -5,6 +5,7 @@
  * the derivative cheap: relu, gelu and silu need x; sigmoid and tanh are expressed through
  * their output y, which the forward pass has already computed.
  */
+#include "cost.h"
 #include "refwalk.h"
 
 #include <math.h>
@@ -234,5 +235,9 @@ GD_FAMILY(activation)
         ACT_DEF(tanh, NULL, act_cases, "hyperbolic tangent"),
         ACT_GRAD_DEF(tanh, NULL, act_grad_cases, "(dy, y) -> dy * (1 - y^2), y = tanh(x)"),
     };
-    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) gd_register_op(r, &defs[i]);
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+        gd_op_def d = defs[i];
+        d.cost = gd_cost_elementwise; /* every op here: one operation per output element */
+        gd_register_op(r, &d);
+    }
 }

@@ -11,6 +11,7 @@
  * with contiguous inner loops over the head dim; still naive (one query row at a time, no
  * tiling, no threads).
  */
+#include "cost.h"
 #include "refwalk.h"
 
 #include <math.h>
@@ -449,6 +450,29 @@ static const char *const cache_write_cases[] = {
     "f[1,3,4,2] f[1,3,4,2] i64[]<0:1",
     NULL};
 
+/* ---- cost ------------------------------------------------------------------------------ */
+
+/* q k^T and p v: 2 D operations each per (query, key) pair of each head, over every key
+ * (kv_len is a runtime value); a causal mask leaves about half the pairs. The backward
+ * pass recomputes p and makes dv, dp, dq and dk: five such products. */
+static double attention_flops(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, double products)
+{
+    if (q->ndim != 4 || k->ndim != 4) return 0;
+    double pairs = (double)(q->shape[0] * q->shape[1] * q->shape[2]) * (double)k->shape[2];
+    if (gdp_attr_int(&n->attrs, "causal", 0) != 0) pairs *= 0.5;
+    return products * 2.0 * pairs * (double)q->shape[3];
+}
+static void cost_attention(const gdp_node *n, double *bytes, double *flops)
+{
+    *bytes = gd_cost_io_bytes(n);
+    *flops = attention_flops(n, n->in[0], n->in[1], 2);
+}
+static void cost_attention_grad(const gdp_node *n, double *bytes, double *flops)
+{
+    *bytes = gd_cost_io_bytes(n);
+    *flops = attention_flops(n, n->in[1], n->in[2], 5); /* (dy, q, k, v [, kv_len]) */
+}
+
 /* ---- registration ------------------------------------------------------------------- */
 
 GD_FAMILY(attention)
@@ -466,7 +490,7 @@ GD_FAMILY(attention)
         .name = "attention", .min_in = 3, .max_in = 4, .n_out = 1, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_infer, .grad = attention_grad, .ref = attention_ref,
         .cases = attention_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_attention, .ref_strided = 1,
+        .ref_workspace = ws_attention, .ref_strided = 1, .cost = cost_attention,
         .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0 "
                "[, kv_len]: keys past kv_len (default S) are ignored; causal: query t sees keys "
                "s <= t + kv_len - T; scale <= 0: 1/sqrt(D)"});
@@ -474,7 +498,7 @@ GD_FAMILY(attention)
         .name = "attention_grad", .min_in = 4, .max_in = 5, .n_out = 3, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_grad_infer, .grad = NULL, .ref = attention_grad_ref,
         .cases = attention_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_attention_grad, .ref_strided = 1,
+        .ref_workspace = ws_attention_grad, .ref_strided = 1, .cost = cost_attention_grad,
         .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
     gd_register_op(r, &(gd_op_def){
         .name = "cache_write", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "",

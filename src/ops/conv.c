@@ -14,6 +14,7 @@
  * col2im, and its weight gradient is dy @ col^T. Everything is computed in double, on
  * copies gathered from the operands' strides into the node's workspace.
  */
+#include "cost.h"
 #include "refwalk.h"
 
 #include <stdio.h>
@@ -468,6 +469,28 @@ static const char *const conv2d_grad_weight_cases[] = {
     NULL,
 };
 
+/* conv2d and both gradients: 2 (C/groups) kh kw operations per element of the output-
+ * shaped tensor (y, or dy), whatever is computed from it. */
+static void cost_conv(const gdp_node *n, const gdp_tensor *y, const gdp_tensor *w, double *bytes, double *flops)
+{
+    double taps = w->ndim == 4 ? (double)(w->shape[1] * w->shape[2] * w->shape[3]) : 1;
+    *bytes = gd_cost_io_bytes(n);
+    *flops = 2.0 * (double)gdp_numel(y) * taps;
+}
+static void cost_conv2d(const gdp_node *n, double *bytes, double *flops)
+{
+    cost_conv(n, n->out[0], n->in[1], bytes, flops);
+    if (n->n_in > 2) *flops += (double)gdp_numel(n->out[0]); /* the bias */
+}
+static void cost_conv2d_grad_input(const gdp_node *n, double *bytes, double *flops)
+{
+    cost_conv(n, n->in[0], n->in[1], bytes, flops); /* (dy, w) -> dx */
+}
+static void cost_conv2d_grad_weight(const gdp_node *n, double *bytes, double *flops)
+{
+    cost_conv(n, n->in[0], n->out[0], bytes, flops); /* (dy, x) -> dw */
+}
+
 GD_FAMILY(conv)
 {
     static const gd_op_def conv2d = {
@@ -477,7 +500,7 @@ GD_FAMILY(conv)
         .infer = conv2d_infer, .grad = conv2d_grad, .ref = conv2d_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_conv2d, .ref_strided = 1,
+        .ref_workspace = ws_conv2d, .ref_strided = 1, .cost = cost_conv2d,
         .doc = "x (N, C, H, W) * w (Co, C/groups, kh, kw) [+ b (Co)], zero padding; defaults stride 1 padding 0 "
                "dilation 1 groups 1",
     };
@@ -488,7 +511,7 @@ GD_FAMILY(conv)
         .infer = conv2d_grad_input_infer, .grad = NULL, .ref = conv2d_grad_input_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_grad_input_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_conv2d_grad_input, .ref_strided = 1,
+        .ref_workspace = ws_conv2d_grad_input, .ref_strided = 1, .cost = cost_conv2d_grad_input,
         .doc = "(dy, w) -> dx of conv2d, dx's shape from input_shape [N, C, H, W]",
     };
     static const gd_op_def grad_weight = {
@@ -498,7 +521,7 @@ GD_FAMILY(conv)
         .infer = conv2d_grad_weight_infer, .grad = NULL, .ref = conv2d_grad_weight_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = conv2d_grad_weight_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_conv2d_grad_weight, .ref_strided = 1,
+        .ref_workspace = ws_conv2d_grad_weight, .ref_strided = 1, .cost = cost_conv2d_grad_weight,
         .doc = "(dy, x) -> dw of conv2d, dw's shape from weight_shape [Co, C/groups, kh, kw]",
     };
     gd_register_op(r, &conv2d);

@@ -9,6 +9,7 @@
  * low bits of large i64 values. Overflow wraps, as in NumPy and PyTorch. Inputs may be any
  * view: every kernel walks the output in order with each input's own strides alongside.
  */
+#include "cost.h"
 #include "refwalk.h"
 
 #include <math.h>
@@ -604,6 +605,10 @@ GD_FAMILY(elementwise)
          .infer = infer_unary, .grad = grad_scale, .ref = ref_scale, .cases = scale_cases, .tol = TOL, .ref_strided = 1,
          .doc = "x * s + bias for scalars s and bias"},
     };
-    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) gd_register_op(r, &defs[i]);
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+        gd_op_def d = defs[i];
+        d.cost = gd_cost_elementwise; /* every op here: one operation per output element */
+        gd_register_op(r, &d);
+    }
     gd_registry_hooks(r)->accumulate = gd_add;
 }

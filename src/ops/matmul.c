@@ -8,6 +8,7 @@
  * vectorizes. The product is accumulated in double and rounded once to the output's dtype,
  * which may be wider than the operands' (out_dtype: bf16 or f16 into f32).
  */
+#include "cost.h"
 #include "refwalk.h"
 
 #include <math.h>
@@ -423,6 +424,28 @@ gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias)
     return gd_op(gd_tensor_graph(x), "linear", bias != NULL ? 3 : 2, in, 0, NULL);
 }
 
+/* ---- cost ------------------------------------------------------------------------------ */
+
+/* 2 K per output element, K the contracted dim of a. */
+static void cost_matmul(const gdp_node *n, double *bytes, double *flops)
+{
+    const gdp_tensor *a = n->in[0];
+    int ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0;
+    int64_t K = a->ndim >= 2 ? a->shape[a->ndim - (ta ? 2 : 1)] : 1;
+    *bytes = gd_cost_io_bytes(n);
+    *flops = 2.0 * (double)gdp_numel(n->out[0]) * (double)K;
+}
+
+/* x (..., in) W^T: 2 in per output element, then the bias and the activation (one each). */
+static void cost_linear(const gdp_node *n, double *bytes, double *flops)
+{
+    const gdp_tensor *x = n->in[0];
+    double out = (double)gdp_numel(n->out[0]), in = x->ndim > 0 ? (double)x->shape[x->ndim - 1] : 1;
+    int act = gdp_attr_int(&n->attrs, "act", 0) != 0;
+    *bytes = gd_cost_io_bytes(n);
+    *flops = 2.0 * out * in + (n->n_in > 2 ? out : 0) + (act ? out : 0);
+}
+
 /* ---- registration --------------------------------------------------------------------- */
 
 GD_FAMILY(matmul)
@@ -435,6 +458,7 @@ GD_FAMILY(matmul)
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = matmul_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
         .mixed = matmul_mixed, .mixed_cases = matmul_mixed_cases, .ref_workspace = ws_matmul, .ref_strided = 1,
+        .cost = cost_matmul,
         .doc = "a (..., M, K) @ b (..., K, N) after optional swaps of each operand's last two dims; "
                "batch dims broadcast; accumulated in double, rounded once to out_dtype (default the operands'; "
                "bf16/f16 -> f32 are the mixed forms)",
@@ -446,7 +470,7 @@ GD_FAMILY(matmul)
         .infer = linear_infer, .grad = linear_grad, .ref = linear_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = linear_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_linear, .ref_strided = 1,
+        .ref_workspace = ws_linear, .ref_strided = 1, .cost = cost_linear,
         .doc = "x (..., in) W (out, in) [b (out)] -> x W^T + b (..., out)",
     };
     static const gd_op_def linear_act = {
@@ -456,7 +480,7 @@ GD_FAMILY(matmul)
         .infer = linear_infer, .grad = linear_act_grad, .ref = linear_ref,
         .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
         .cases = linear_act_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_linear, .ref_strided = 1,
+        .ref_workspace = ws_linear, .ref_strided = 1, .cost = cost_linear,
         .doc = "act(x W^T + b), act 0 none 1 relu 2 gelu-tanh 3 gelu 4 silu; weight_in_out=1: W is (in, out) "
                "(fused by graph passes)",
     };

@@ -9,6 +9,7 @@
  * sums live in the node's workspace.
  */
 #include "reduce.h"
+#include "cost.h"
 #include "refwalk.h"
 
 #include <math.h>
@@ -360,27 +361,42 @@ static const char *const rms_norm_grad_cases[] = {
     NULL,
 };
 
+/* Operations per element of x: layer_norm centres, squares and sums, scales, then applies
+ * weight and bias (about 8); rms_norm squares and sums, scales, applies weight (4); each
+ * gradient about twice its forward. */
+static void cost_norm(const gdp_node *n, double per_element, double *bytes, double *flops)
+{
+    const gdp_tensor *x = n->n_out == 1 ? n->in[0] : n->in[1]; /* forward: x; gradients: (dy, x, ...) */
+    *bytes = gd_cost_io_bytes(n);
+    *flops = per_element * (double)gdp_numel(x);
+}
+static void cost_layer_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 8, bytes, flops); }
+static void cost_layer_norm_grad(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 16, bytes, flops); }
+static void cost_rms_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 4, bytes, flops); }
+static void cost_rms_norm_grad(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 8, bytes, flops); }
 
 GD_FAMILY(norm)
 {
     gd_register_op(r, &(gd_op_def){
         .name = "layer_norm", .min_in = 1, .max_in = 3, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_layer_norm, .grad = grad_layer_norm, .ref = ref_layer_norm, .cases = layer_norm_cases,
-        .ref_strided = 1, .tol = 1e-8,
+        .ref_strided = 1, .tol = 1e-8, .cost = cost_layer_norm,
         .doc = "layer_norm(x, [weight], [bias]) over the last axis, eps (default 1e-5)"});
     gd_register_op(r, &(gd_op_def){
         .name = "layer_norm_grad", .min_in = 2, .max_in = 3, .n_out = 3, .attrs = "eps:float",
         .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad, .ref = ref_layer_norm_grad,
         .cases = layer_norm_grad_cases, .ref_workspace = ws_layer_norm_grad, .ref_strided = 1, .tol = 1e-8,
+        .cost = cost_layer_norm_grad,
         .doc = "layer_norm_grad(dy, x, [weight]) -> dx, dweight, dbias"});
     gd_register_op(r, &(gd_op_def){
         .name = "rms_norm", .min_in = 1, .max_in = 2, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_rms_norm, .grad = grad_rms_norm, .ref = ref_rms_norm, .cases = rms_norm_cases,
-        .ref_strided = 1, .tol = 1e-8,
+        .ref_strided = 1, .tol = 1e-8, .cost = cost_rms_norm,
         .doc = "rms_norm(x, [weight]): x / sqrt(mean(x^2) + eps) * weight over the last axis, eps (default 1e-6)"});
     gd_register_op(r, &(gd_op_def){
         .name = "rms_norm_grad", .min_in = 2, .max_in = 3, .n_out = 2, .attrs = "eps:float",
         .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad, .ref = ref_rms_norm_grad,
         .cases = rms_norm_grad_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
+        .cost = cost_rms_norm_grad,
         .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
 }
