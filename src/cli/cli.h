@@ -44,4 +44,15 @@ gd_ctx *cli_ctx(const char *backend);
 int cli_profile_start(gd_ctx *ctx, const char *cmd, const char *path);
 int cli_profile_finish(gd_ctx *ctx, const char *cmd);
 
+/* Text of the --data paths (files, or directories walked in sorted order, hidden entries
+ * skipped), up to cap bytes in all (corpus.c). Set cap, leave buf NULL: the first read
+ * allocates it; free(buf) when done. 0, with "gradus CMD: PATH: reason" printed, when a
+ * path cannot be read. */
+typedef struct cli_corpus {
+    uint8_t *buf;
+    size_t len, cap;
+    int64_t files;
+} cli_corpus;
+int cli_corpus_read(const char *cmd, cli_corpus *c, const char *path);
+
 #endif

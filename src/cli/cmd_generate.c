@@ -24,7 +24,8 @@ static void help(FILE *f)
                "  --top-p P          sample among the most likely holding mass P (default 0.95)\n"
                "  --seed S           the sampler's seed (default 1)\n"
                "  --print-ids        print token ids instead of text\n"
-               "  --backend NAME     run on this backend\n");
+               "  --backend NAME     run on this backend\n"
+               "  --profile FILE     record a Chrome trace of the generation\n");
 }
 
 typedef struct stream {
@@ -47,18 +48,27 @@ static void on_token(void *user, int32_t id)
 static int parse_ids(const char *s, int32_t **out, size_t *n)
 {
     size_t cap = 16;
+    int32_t *v = malloc(cap * sizeof *v);
     *n = 0;
-    *out = malloc(cap * sizeof **out);
-    while (*out != NULL && *s) {
+    while (v != NULL && *s) {
         char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX) return 0;
-        if (*n == cap && (*out = realloc(*out, (cap *= 2) * sizeof **out)) == NULL) return 0;
-        (*out)[(*n)++] = (int32_t)v;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > INT32_MAX || (*end != ',' && *end != '\0')) break;
+        if (*n == cap) {
+            int32_t *w = realloc(v, (cap *= 2) * sizeof *v);
+            if (w == NULL) break;
+            v = w;
+        }
+        v[(*n)++] = (int32_t)x;
         s = *end == ',' ? end + 1 : end;
-        if (*end != ',' && *end != '\0') return 0;
     }
-    return *out != NULL && *n > 0;
+    if (v == NULL || *s != '\0' || *n == 0) {
+        free(v);
+        *out = NULL;
+        return 0;
+    }
+    *out = v;
+    return 1;
 }
 
 static double now_s(void)
@@ -70,7 +80,7 @@ static double now_s(void)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL;
     int64_t max_tokens = 64, top_k = 0, seed = 1;
     double temperature = 0.8, top_p = 0.95;
     int print_ids = 0;
@@ -86,7 +96,7 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend"};
+                                             "--top-k", "--top-p", "--seed", "--backend", "--profile"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
         if (!known) {
@@ -99,6 +109,7 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--prompt") == 0) prompt = v;
         else if (strcmp(a, "--prompt-ids") == 0) prompt_ids = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--profile") == 0) profile = v;
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
         else if (strcmp(a, "--top-k") == 0) ok = cli_int(a, v, 0, INT32_MAX, &top_k);
         else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
@@ -112,12 +123,21 @@ int cmd_generate(int argc, char **argv)
         help(stderr);
         return 2;
     }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (prompt_ids != NULL && !parse_ids(prompt_ids, &ids, &n)) {
+        fprintf(stderr, "gradus generate: --prompt-ids \"%s\": want ids like 1,2,3\n", prompt_ids);
+        return 2;
+    }
     gd_ctx *ctx = cli_ctx(backend);
-    if (ctx == NULL) return 1;
+    if (ctx == NULL) {
+        free(ids);
+        return 1;
+    }
+    cli_profile_start(ctx, "generate", profile);
     int rc = 1;
     gd_tokenizer *tok = NULL;
-    int32_t *ids = NULL, *out = NULL;
-    size_t n = 0;
+    int32_t *out = NULL;
     int64_t n_out = 0;
     char dir[4200], tpath[4300];
     gd_status st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir);
@@ -129,10 +149,7 @@ int cmd_generate(int argc, char **argv)
         if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
     }
     if (prompt_ids != NULL) {
-        if (!parse_ids(prompt_ids, &ids, &n)) {
-            fprintf(stderr, "gradus generate: --prompt-ids \"%s\": want ids like 1,2,3\n", prompt_ids);
-            goto done;
-        }
+        /* parsed before the context was made */
     } else if (tok == NULL) {
         fprintf(stderr, "gradus generate: %s has no tokenizer.json; give the prompt as --prompt-ids\n", dir);
         goto done;
@@ -159,6 +176,7 @@ int cmd_generate(int argc, char **argv)
 fail:
     fprintf(stderr, "gradus generate: %s\n", gd_ctx_error(ctx));
 done:
+    if (!cli_profile_finish(ctx, "generate") && rc == 0) rc = 1;
     gd_free_mem(out);
     free(ids);
     gd_tokenizer_free(tok);

@@ -19,9 +19,6 @@ static void help(FILE *f)
                "text and saved as DIR/tokenizer.json.\n");
 }
 
-/* Up to `cap` bytes of every file under the paths, to train on. */
-static size_t slurp(const char *path, uint8_t *buf, size_t len, size_t cap);
-
 int cmd_tokenize(int argc, char **argv)
 {
     const char *data[32], *out = NULL, *tokfile = NULL;
@@ -71,18 +68,18 @@ int cmd_tokenize(int argc, char **argv)
     if (tokfile != NULL) {
         st = gd_tokenizer_load(ctx, tokfile, &tok);
     } else {
-        size_t cap = (size_t)64 << 20, len = 0;
-        uint8_t *buf = malloc(cap);
-        if (buf == NULL) {
-            fprintf(stderr, "gradus tokenize: out of memory\n");
-            goto done;
-        }
-        for (int i = 0; i < n_data; i++) len = slurp(data[i], buf, len, cap);
-        printf("training a byte-level BPE of %lld tokens on %.1f MB\n", (long long)vocab, (double)len / 1e6);
+        cli_corpus c = {.cap = (size_t)64 << 20};
+        for (int i = 0; i < n_data; i++)
+            if (!cli_corpus_read("tokenize", &c, data[i])) {
+                free(c.buf);
+                goto done;
+            }
+        printf("training a byte-level BPE of %lld tokens on %.1f MB (%lld files)\n", (long long)vocab,
+               (double)c.len / 1e6, (long long)c.files);
         fflush(stdout);
-        st = len == 0 ? gd_ctx_fail(ctx, GD_ERR_INVALID, "the corpus is empty")
-                      : gd_tokenizer_train(ctx, buf, len, (int32_t)vocab, &tok);
-        free(buf);
+        st = c.len == 0 ? gd_ctx_fail(ctx, GD_ERR_INVALID, "the corpus (%s%s) is empty", data[0], n_data > 1 ? ", ..." : "")
+                        : gd_tokenizer_train(ctx, c.buf, c.len, (int32_t)vocab, &tok);
+        free(c.buf);
         snprintf(path, sizeof path, "%s/tokenizer.json", out);
         if (st == GD_OK) st = gd_tokenizer_save(ctx, tok, path);
         if (st == GD_OK) printf("tokenizer: %s (%d tokens)\n", path, (int)gd_tokenizer_vocab_size(tok));
@@ -102,29 +99,4 @@ done:
     gd_tokenizer_free(tok);
     gd_ctx_free(ctx);
     return rc;
-}
-
-#include <dirent.h>
-
-static size_t slurp(const char *path, uint8_t *buf, size_t len, size_t cap)
-{
-    struct stat sb;
-    if (len >= cap || stat(path, &sb) != 0) return len;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            len = slurp(p, buf, len, cap);
-        }
-        if (d != NULL) closedir(d);
-        return len;
-    }
-    FILE *f = S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
-    if (f == NULL) return len;
-    len += fread(buf + len, 1, cap - len, f);
-    fclose(f);
-    return len;
 }

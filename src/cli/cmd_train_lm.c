@@ -9,8 +9,8 @@
 #include "cli.h"
 #include "gradus_lm.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,8 @@ static void help(FILE *f)
             "  --stop-at N       end this run after step N (resume it later)\n"
             "  --seed N          initialization and data order (default 1)\n"
             "  --backend NAME    run on this backend (default: the highest-priority one)\n"
-            "  --threads N       threads for the CPU backends\n");
+            "  --threads N       threads for the CPU backends\n"
+            "  --profile FILE    record a Chrome trace of the run (gradus profile FILE summarizes it)\n");
 }
 
 static int takes_value(const char *a)
@@ -55,7 +56,8 @@ static int takes_value(const char *a)
     static const char *const valued[] = {"--preset", "--config", "--data", "--tokenizer", "--out", "--resume",
                                          "--steps", "--batch", "--seq", "--accum", "--lr", "--min-lr",
                                          "--warmup", "--weight-decay", "--clip", "--val-every", "--val-batches",
-                                         "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at"};
+                                         "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at",
+                                         "--profile"};
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         if (strcmp(a, valued[k]) == 0) return 1;
     return 0;
@@ -73,47 +75,27 @@ static int exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* Appends what a file holds to the sample (up to its cap); walks directories. */
-typedef struct sample {
-    uint8_t *buf;
-    size_t len, cap;
-    int64_t files;
-} sample;
-
-static int read_into(sample *s, const char *path, int depth)
+/* A run trained on a token file given by path keeps a link to it as OUT/data.tok, so that
+ * --resume OUT finds its data. 0, with the reason printed, when the link cannot be made. */
+static int remember_tokens(const char *out, const char *tokens, const char *link_path)
 {
+    char abs[PATH_MAX];
+    if (realpath(tokens, abs) == NULL) {
+        fprintf(stderr, "gradus train lm: %s: %s\n", tokens, strerror(errno));
+        return 0;
+    }
+    char here[PATH_MAX];
+    if (realpath(link_path, here) != NULL && strcmp(here, abs) == 0) return 1; /* it is OUT/data.tok */
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
+    if (lstat(link_path, &sb) == 0 && !S_ISLNK(sb.st_mode)) {
+        fprintf(stderr, "gradus train lm: %s already holds other tokens; use another --out for this data\n", out);
         return 0;
     }
-    if (S_ISDIR(sb.st_mode)) {
-        if (depth > 32) return 1;
-        DIR *d = opendir(path);
-        if (d == NULL) {
-            fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
-            return 0;
-        }
-        struct dirent *e;
-        int ok = 1;
-        while (ok && (e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.') continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            ok = read_into(s, p, depth + 1);
-        }
-        closedir(d);
-        return ok;
-    }
-    if (!S_ISREG(sb.st_mode) || s->len >= s->cap) return 1;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "gradus train lm: %s: %s\n", path, strerror(errno));
+    unlink(link_path);
+    if (symlink(abs, link_path) != 0) {
+        fprintf(stderr, "gradus train lm: cannot link %s to %s: %s\n", link_path, abs, strerror(errno));
         return 0;
     }
-    s->len += fread(s->buf + s->len, 1, s->cap - s->len, f);
-    fclose(f);
-    s->files++;
     return 1;
 }
 
@@ -135,7 +117,7 @@ typedef struct corpus_stats {
     double token_entropy_bpb; /* bits per byte, of tokens */
 } corpus_stats;
 
-static void measure(gd_ctx *ctx, const gd_tokenizer *tok, const sample *s, corpus_stats *cs)
+static void measure(gd_ctx *ctx, const gd_tokenizer *tok, const cli_corpus *s, corpus_stats *cs)
 {
     int64_t bytes[256] = {0};
     for (size_t i = 0; i < s->len; i++) bytes[s->buf[i]]++;
@@ -189,7 +171,7 @@ static void progress(void *user, const gd_lm_progress *p)
 int cmd_train_lm(int argc, char **argv)
 {
     const char *preset = NULL, *config = NULL, *tokfile = NULL, *out = "lm-out", *resume = NULL, *backend = NULL;
-    const char *dtype_name = NULL, *data[32];
+    const char *dtype_name = NULL, *profile = NULL, *data[32];
     int n_data = 0;
     int64_t steps = 200, batch = 8, seq = 0, accum = 1, warmup = -1, val_every = -1, val_batches = 8, ckpt_every = 0;
     int64_t seed = 1, threads = -1, stop_at = 0;
@@ -220,6 +202,7 @@ int cmd_train_lm(int argc, char **argv)
         else if (strcmp(a, "--resume") == 0) resume = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--profile") == 0) profile = v;
         else if (strcmp(a, "--steps") == 0) ok = cli_int(a, v, 1, INT64_MAX / 2, &steps);
         else if (strcmp(a, "--stop-at") == 0) ok = cli_int(a, v, 1, INT64_MAX / 2, &stop_at);
         else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 20, &batch);
@@ -245,14 +228,34 @@ int cmd_train_lm(int argc, char **argv)
         fprintf(stderr, "gradus train lm: --dtype %s: want f32 or bf16\n", dtype_name);
         return 2;
     }
-    if (resume != NULL) out = resume;
+    char parent[4096];
+    if (resume != NULL) {
+        /* a run's directory, or one of its checkpoints: new checkpoints go beside it */
+        snprintf(parent, sizeof parent, "%s/config.json", resume);
+        if (exists(parent)) {
+            snprintf(parent, sizeof parent, "%s", resume);
+            char *slash = strrchr(parent, '/');
+            while (slash != NULL && slash > parent && slash[1] == '\0') { /* "run/ckpt/" */
+                *slash = '\0';
+                slash = strrchr(parent, '/');
+            }
+            if (slash == NULL) snprintf(parent, sizeof parent, ".");
+            else if (slash == parent) parent[1] = '\0';
+            else *slash = '\0';
+            out = parent;
+        } else {
+            out = resume;
+        }
+    }
     gd_ctx *ctx = cli_ctx(backend);
     if (ctx == NULL) return 1;
     if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
+    /* a trace that cannot be written costs the trace, never the training */
+    cli_profile_start(ctx, "train lm", profile);
     int rc = 1;
     gd_tokenizer *tok = NULL;
     gd_token_data *td = NULL;
-    sample smp = {0};
+    cli_corpus smp = {.cap = SAMPLE_BYTES};
     char tok_path[4200], data_path[4200], cfg_path[4200];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", out);
     snprintf(data_path, sizeof data_path, "%s/data.tok", out);
@@ -260,8 +263,8 @@ int cmd_train_lm(int argc, char **argv)
     /* the model */
     gd_lm_config m;
     gd_status st;
+    char ck[4200] = "";
     if (resume != NULL) { /* the run's own config */
-        char ck[4200];
         st = gd_lm_checkpoint_resolve(ctx, resume, ck, sizeof ck);
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", ck);
         if (st == GD_OK) st = gd_lm_config_read(ctx, cfg_path, &m);
@@ -273,18 +276,17 @@ int cmd_train_lm(int argc, char **argv)
     if (st == GD_OK) st = gd_lm_config_check(ctx, &m);
     if (st != GD_OK) goto fail;
     if (seq == 0) seq = m.max_seq < 256 ? m.max_seq : 256;
+    if (seq > m.max_seq) { /* before any data is encoded */
+        fprintf(stderr, "gradus train lm: --seq %lld is longer than the model's %lld positions\n", (long long)seq,
+                (long long)m.max_seq);
+        goto done;
+    }
     if (mkdir(out, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "gradus train lm: %s: %s\n", out, strerror(errno));
         goto done;
     }
 
     /* the data: a token file, or text encoded into OUT/data.tok once */
-    smp.cap = SAMPLE_BYTES;
-    smp.buf = malloc(smp.cap);
-    if (smp.buf == NULL) {
-        fprintf(stderr, "gradus train lm: out of memory\n");
-        goto done;
-    }
     const char *tokens = NULL;
     if (n_data == 1 && ends_with(data[0], ".tok")) tokens = data[0];
     else if (n_data == 0 && exists(data_path)) tokens = data_path;
@@ -292,7 +294,14 @@ int cmd_train_lm(int argc, char **argv)
         fprintf(stderr, "gradus train lm: no --data given and %s has none from an earlier run\n", out);
         goto done;
     }
-    const char *use_tok = tokfile != NULL ? tokfile : exists(tok_path) && (tokens != NULL || resume) ? tok_path : NULL;
+    if (tokens != NULL && tokens != data_path && resume == NULL && !remember_tokens(out, tokens, data_path)) goto done;
+    /* the tokenizer: given; else the checkpoint's when resuming; else the run's own */
+    char ck_tok[4300];
+    snprintf(ck_tok, sizeof ck_tok, "%s/tokenizer.json", ck);
+    const char *use_tok = tokfile != NULL                  ? tokfile
+                          : resume != NULL && exists(ck_tok) ? ck_tok
+                          : exists(tok_path) && (tokens != NULL || resume != NULL) ? tok_path
+                                                                                   : NULL;
     if (use_tok != NULL) {
         if ((st = gd_tokenizer_load(ctx, use_tok, &tok)) != GD_OK) goto fail;
         /* fewer tokens than the model has rows is fine (rows unused, as GPT-2 pads); more
@@ -302,14 +311,18 @@ int cmd_train_lm(int argc, char **argv)
                     (int)gd_tokenizer_vocab_size(tok), (long long)m.vocab_size);
             goto done;
         }
+        /* the run's directory keeps the tokenizer it was trained with, for generate and resume */
+        if (use_tok == tokfile && resume == NULL && (st = gd_tokenizer_save(ctx, tok, tok_path)) != GD_OK) goto fail;
     }
     for (int i = 0; i < n_data && tokens == NULL; i++)
-        if (!read_into(&smp, data[i], 0)) goto done;
+        if (!cli_corpus_read("train lm", &smp, data[i])) goto done;
     if (tokens == NULL && smp.len == 0) {
         fprintf(stderr, "gradus train lm: the corpus (%s%s) is empty\n", data[0], n_data > 1 ? ", ..." : "");
         goto done;
     }
-    if (tok == NULL) {
+    if (tok == NULL && tokens != NULL) {
+        printf("no tokenizer for %s: training on its ids; give --tokenizer to keep one with the checkpoints\n", tokens);
+    } else if (tok == NULL) {
         printf("training a byte-level BPE tokenizer of %lld tokens on %.1f MB of text (%lld files)\n",
                (long long)m.vocab_size, (double)smp.len / 1e6, (long long)smp.files);
         fflush(stdout);
@@ -370,6 +383,7 @@ int cmd_train_lm(int argc, char **argv)
 fail:
     fprintf(stderr, "gradus train lm: %s\n", gd_ctx_error(ctx));
 done:
+    if (!cli_profile_finish(ctx, "train lm") && rc == 0) rc = 1;
     free(smp.buf);
     gd_token_data_close(td);
     gd_tokenizer_free(tok);

@@ -76,10 +76,10 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
 {
     if (ctx == NULL) return GD_ERR_INVALID;
     if (model_dir == NULL || c == NULL || out == NULL || n_out == NULL || (n_prompt > 0 && prompt == NULL))
-        return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: NULL argument");
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "NULL argument");
     *out = NULL;
     *n_out = 0;
-    if (n_prompt < 1) return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: an empty prompt (give at least one token)");
+    if (n_prompt < 1) return gd_ctx_fail(ctx, GD_ERR_INVALID, "an empty prompt (give at least one token)");
     char dir[1100], path[1300];
     gd_status st = gd_lm_checkpoint_resolve(ctx, model_dir, dir, sizeof dir);
     if (st != GD_OK) return st;
@@ -88,10 +88,10 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     if ((st = gd_lm_config_read(ctx, path, &cfg)) != GD_OK || (st = gd_lm_config_check(ctx, &cfg)) != GD_OK) return st;
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
-            return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: prompt token %lld is id %d, outside the model's %lld",
+            return gd_ctx_fail(ctx, GD_ERR_INVALID, "prompt token %lld is id %d, outside the model's vocabulary of %lld",
                                (long long)i, (int)prompt[i], (long long)cfg.vocab_size);
     if (n_prompt >= cfg.max_seq)
-        return gd_ctx_fail(ctx, GD_ERR_INVALID, "generate: a prompt of %lld tokens leaves no room in the model's %lld",
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "a prompt of %lld tokens leaves no room in the model's %lld positions",
                            (long long)n_prompt, (long long)cfg.max_seq);
     int64_t T = n_prompt + (c->max_tokens > 0 ? c->max_tokens : 64);
     if (T > cfg.max_seq) T = cfg.max_seq;
@@ -105,7 +105,7 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     float *lg = malloc(sizeof(float) * (size_t)(T * V));
     void *scratch = malloc(gd_lm_sample_scratch(V));
     if (logits == NULL) st = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
-    else if (win == NULL || lg == NULL || scratch == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "generate: out of memory");
+    else if (win == NULL || lg == NULL || scratch == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, g, &cfg, dir, 0, NULL);
     if (st == GD_OK && (p = gd_compile(g, 1, &logits, 0)) == NULL) st = gd_ctx_status(ctx);
     memcpy(win, prompt, sizeof *win * (size_t)(win != NULL ? n_prompt : 0));
@@ -124,7 +124,7 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     }
     if (st == GD_OK) {
         *out = malloc(sizeof **out * (size_t)len);
-        if (*out == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "generate: out of memory");
+        if (*out == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
         else {
             memcpy(*out, win, sizeof **out * (size_t)len);
             *n_out = len;

@@ -87,7 +87,9 @@ static gd_tensor *proj(builder *b, gd_tensor *x, const char *prefix, const char 
                        double std)
 {
     gd_tensor *w = use(b, mat(b, prefix, what, out, in, std));
-    return gd_linear(x, w, NULL);
+    char l[256]; /* the module's name ("model.layers.0.mlp.up_proj") for traces and errors */
+    snprintf(l, sizeof l, "%s.%.*s", prefix, (int)(strlen(what) - strlen(".weight")), what);
+    return gd_label(gd_linear(x, w, NULL), l);
 }
 
 /* q, k or v projection of a llama-family layer: with biases in Qwen2 (attn_bias). */
@@ -100,7 +102,8 @@ static gd_tensor *qkv(builder *b, gd_tensor *x, const char *prefix, const char *
         snprintf(name, sizeof name, "%s.bias", what);
         if ((bias = vec(b, prefix, name, out, GD_INIT_ZEROS)) == NULL) return NULL;
     }
-    return gd_linear(x, w, bias);
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    return gd_label(gd_linear(x, w, bias), name);
 }
 
 /* x (..., in) @ W + bias with W (in, out): GPT-2's Conv1D. */
@@ -109,14 +112,7 @@ static gd_tensor *conv1d(builder *b, gd_tensor *x, const char *prefix, int64_t i
     gd_tensor *w = use(b, mat(b, prefix, "weight", in, out, std)), *bias = vec(b, prefix, "bias", out, GD_INIT_ZEROS);
     if (x == NULL || w == NULL || bias == NULL) return NULL;
     gd_attr a[2] = {gd_attr_i("act", 0), gd_attr_i("weight_in_out", 1)};
-    return gd_op(b->g, "linear_act", 3, (gd_tensor *[]){x, w, bias}, 2, a);
-}
-
-static gd_tensor *labelled(gd_tensor *t, const char *prefix, const char *what)
-{
-    char l[256];
-    snprintf(l, sizeof l, "%s.%s", prefix, what);
-    return gd_label(t, l);
+    return gd_label(gd_op(b->g, "linear_act", 3, (gd_tensor *[]){x, w, bias}, 2, a), prefix);
 }
 
 /* (B, T, n*hd) -> (B, n, T, hd), a view */
@@ -125,10 +121,15 @@ static gd_tensor *heads(gd_tensor *x, int64_t B, int64_t T, int64_t n, int64_t h
     return gd_reshape(x, 4, (int64_t[]){B, T, n, hd});
 }
 
-/* attention over (B, T, H, hd) q and (B, T, Hkv, hd) k, v; returns (B, T, H*hd) */
-static gd_tensor *attend(gd_tensor *q, gd_tensor *k, gd_tensor *v, int64_t B, int64_t T, int64_t H, int64_t hd)
+/* attention over (B, T, H, hd) q and (B, T, Hkv, hd) k, v; returns (B, T, H*hd). The
+ * attention node is labelled "<prefix>.attention". */
+static gd_tensor *attend(gd_tensor *q, gd_tensor *k, gd_tensor *v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                         const char *prefix)
 {
-    gd_tensor *y = gd_attention(gd_transpose(q, 1, 2), gd_transpose(k, 1, 2), gd_transpose(v, 1, 2), 1, 0.0, NULL);
+    char l[256];
+    snprintf(l, sizeof l, "%s.attention", prefix);
+    gd_tensor *y = gd_label(
+        gd_attention(gd_transpose(q, 1, 2), gd_transpose(k, 1, 2), gd_transpose(v, 1, 2), 1, 0.0, NULL), l);
     return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
 }
 
@@ -155,7 +156,7 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         }
         q = gd_rope(q, c->rope_theta, 0, pos); /* the half-split pairs of Hugging Face's rotate_half */
         k = gd_rope(k, c->rope_theta, 0, pos);
-        gd_tensor *att = labelled(attend(q, k, v, B, T, H, hd), A, "attention");
+        gd_tensor *att = attend(q, k, v, B, T, H, hd, A);
         x = gd_add(x, proj(b, att, A, "o_proj.weight", D, H * hd, std));
         h = gd_rms_norm(x, vec(b, L, "post_attention_layernorm.weight", D, GD_INIT_ONES), eps);
         gd_tensor *gate = gd_silu(proj(b, h, M, "gate_proj.weight", F, D, std));
@@ -165,7 +166,7 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
     }
     gd_tensor *h = gd_rms_norm(x, vec(b, "model", "norm.weight", D, GD_INIT_ONES), eps);
     gd_tensor *w = c->tied_embeddings ? emb : mat(b, "", "lm_head.weight", V, D, std);
-    return gd_linear(h, use(b, w), NULL); // (B, T, V)
+    return gd_label(gd_linear(h, use(b, w), NULL), "lm_head"); // (B, T, V)
 }
 
 static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
@@ -190,10 +191,9 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
         snprintf(P, sizeof P, "%s.attn.c_attn", L);
         gd_tensor *qkv = conv1d(b, h, P, D, 3 * D, std), *part[3] = {NULL, NULL, NULL};
         if (gd_split(qkv, -1, 3, NULL, part) != GD_OK && !b->failed) b->failed = 1;
-        gd_tensor *att = attend(heads(part[0], B, T, H, hd), heads(part[1], B, T, H, hd), heads(part[2], B, T, H, hd),
-                                B, T, H, hd);
         snprintf(P, sizeof P, "%s.attn", L);
-        labelled(att, P, "attention");
+        gd_tensor *att = attend(heads(part[0], B, T, H, hd), heads(part[1], B, T, H, hd), heads(part[2], B, T, H, hd),
+                                B, T, H, hd, P);
         snprintf(P, sizeof P, "%s.attn.c_proj", L);
         x = gd_add(x, conv1d(b, att, P, D, D, proj_std));
         snprintf(P, sizeof P, "%s.ln_2", L);
@@ -206,7 +206,7 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
     }
     gd_tensor *h = gd_layer_norm(x, vec(b, "transformer.ln_f", "weight", D, GD_INIT_ONES),
                                  vec(b, "transformer.ln_f", "bias", D, GD_INIT_ZEROS), eps);
-    return gd_linear(h, use(b, wte), NULL); // tied: (B, T, Vp)
+    return gd_label(gd_linear(h, use(b, wte), NULL), "lm_head"); // tied: (B, T, Vp)
 }
 
 gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype)

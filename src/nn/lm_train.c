@@ -32,7 +32,7 @@ static gd_status failed(gd_ctx *ctx, const char *what)
     char m[1024];
     snprintf(m, sizeof m, "%s", gd_ctx_error(ctx));
     gd_status s = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
-    return gd_ctx_fail(ctx, s, "train lm: %s: %s", what, m[0] ? m : "unknown error");
+    return gd_ctx_fail(ctx, s, "%s: %s", what, m[0] ? m : "unknown error");
 }
 
 typedef struct trainer {
@@ -81,7 +81,7 @@ static gd_status build(trainer *t)
     if (grads == NULL || acc1 == NULL) {
         free(grads);
         free(acc1);
-        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "train lm: out of memory");
+        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     }
     gd_status st = GD_OK;
     int n = 0;
@@ -100,7 +100,7 @@ static gd_status build(trainer *t)
         }
         grads[n++] = gp;
     }
-    if (st == GD_OK && n == 0) st = gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: no parameter has a gradient");
+    if (st == GD_OK && n == 0) st = gd_ctx_fail(ctx, GD_ERR_INVALID, "no parameter has a gradient");
     if (st == GD_OK && (t->norm = gd_label(gd_global_norm(g, n, grads), "grad_norm")) == NULL)
         st = failed(ctx, "the gradient norm");
     gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
@@ -134,9 +134,11 @@ static gd_status run_batch(trainer *t, gd_program *p, int split, gd_data_pos *po
 {
     const gd_lm_train_config *c = &t->c;
     size_t n = (size_t)(c->batch * c->seq);
+    gd_profile_begin(t->ctx, "load batch");
     gd_status st = gd_token_data_batch(c->data, split, c->batch, c->seq, pos, t->x, t->y);
     if (st == GD_OK) st = gd_tensor_write(t->ids, t->x, n * sizeof(int32_t));
     if (st == GD_OK) st = gd_tensor_write(t->targets, t->y, n * sizeof(int32_t));
+    gd_profile_end(t->ctx);
     if (st == GD_OK) st = gd_program_run(p);
     if (st == GD_OK) st = gd_tensor_read(t->loss, loss, sizeof *loss);
     return st;
@@ -189,13 +191,13 @@ static gd_status open_metrics(trainer *t, int64_t keep_upto, char *path, size_t 
         if (out != NULL && fclose(out) == 0) rename(tmp, path);
     }
     t->metrics = fopen(path, keep_upto >= 0 ? "a" : "w");
-    if (t->metrics == NULL) return gd_ctx_fail(t->ctx, GD_ERR_IO, "train lm: %s: cannot write the metrics log", path);
+    if (t->metrics == NULL) return gd_ctx_fail(t->ctx, GD_ERR_IO, "%s: cannot write the metrics log", path);
     return GD_OK;
 }
 
 static gd_status defaults(gd_ctx *ctx, gd_lm_train_config *c)
 {
-    if (c->data == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: no data");
+    if (c->data == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "no data");
     if (c->steps == 0) c->steps = 100;
     if (c->batch == 0) c->batch = 8;
     if (c->seq == 0) c->seq = c->model.max_seq;
@@ -207,24 +209,24 @@ static gd_status defaults(gd_ctx *ctx, gd_lm_train_config *c)
     if (c->val_batches == 0) c->val_batches = 8;
     if (c->report_every_s == 0) c->report_every_s = 1;
     if (c->dtype != GD_F32 && c->dtype != GD_BF16 && c->dtype != GD_F16)
-        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: dtype %s; f32, bf16 or f16", gd_dtype_name(c->dtype));
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "dtype %s; f32, bf16 or f16", gd_dtype_name(c->dtype));
     if (c->steps < 0 || c->stop_at < 0 || c->batch < 1 || c->seq < 1 || c->grad_accum < 1 || c->warmup < 0 || c->warmup >= c->steps ||
         !(c->lr > 0) || !(c->min_lr >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0) || c->val_every < 0 ||
         c->val_batches < 1 || c->ckpt_every < 0)
         return gd_ctx_fail(ctx, GD_ERR_INVALID,
-                           "train lm: steps %lld, batch %lld, seq %lld, accum %lld, warmup %lld (below steps), lr %g, "
+                           "steps %lld, batch %lld, seq %lld, accum %lld, warmup %lld (below steps), lr %g, "
                            "min_lr %g, weight decay %g, clip %g: none may be negative",
                            (long long)c->steps, (long long)c->batch, (long long)c->seq, (long long)c->grad_accum,
                            (long long)c->warmup, c->lr, c->min_lr, c->weight_decay, c->clip);
     if (c->seq > c->model.max_seq)
-        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: sequences of %lld tokens, longer than the model's %lld",
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "sequences of %lld tokens, longer than the model's %lld positions",
                            (long long)c->seq, (long long)c->model.max_seq);
     if (gd_token_data_vocab(c->data) > c->model.vocab_size)
-        return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: the data was encoded with %d tokens, the model has %lld",
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "the data was encoded with %d tokens, the model has %lld",
                            (int)gd_token_data_vocab(c->data), (long long)c->model.vocab_size);
     if (gd_token_data_tokens(c->data, GD_SPLIT_TRAIN) < c->seq + 1 || gd_token_data_tokens(c->data, GD_SPLIT_VAL) < c->seq + 1)
         return gd_ctx_fail(ctx, GD_ERR_INVALID,
-                           "train lm: %lld training and %lld validation tokens; each split needs more than seq = %lld",
+                           "%lld training and %lld validation tokens; each split needs more than seq = %lld",
                            (long long)gd_token_data_tokens(c->data, GD_SPLIT_TRAIN),
                            (long long)gd_token_data_tokens(c->data, GD_SPLIT_VAL), (long long)c->seq);
     return GD_OK;
@@ -233,7 +235,7 @@ static gd_status defaults(gd_ctx *ctx, gd_lm_train_config *c)
 gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_result *out)
 {
     if (ctx == NULL) return GD_ERR_INVALID;
-    if (cfg == NULL || out == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "train lm: NULL config or result");
+    if (cfg == NULL || out == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "NULL config or result");
     memset(out, 0, sizeof *out);
     out->val_loss = NAN;
     trainer t = {.ctx = ctx, .c = *cfg};
@@ -242,7 +244,7 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
     const gd_lm_train_config *c = &t.c;
     size_t n = (size_t)(c->batch * c->seq);
     t.x = malloc(2 * n * sizeof(int32_t));
-    if (t.x == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "train lm: out of memory for a batch");
+    if (t.x == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory for a batch");
     t.y = t.x + n;
     if ((st = build(&t)) != GD_OK) goto done;
     out->activation_bytes = gd_program_planned_bytes(t.step, gd_ctx_backend(ctx));
@@ -266,12 +268,14 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
         if ((st = gd_optimizer_set_lr(t.g, lr)) != GD_OK) break;
         double loss_sum = 0;
         float l = 0, norm = 0;
+        gd_profile_begin(ctx, "train step");
         for (int64_t m = 0; m + 1 < c->grad_accum && st == GD_OK; m++) {
             st = run_batch(&t, t.micro, GD_SPLIT_TRAIN, &state.pos, &l);
             loss_sum += l;
         }
         if (st == GD_OK) st = run_batch(&t, t.step, GD_SPLIT_TRAIN, &state.pos, &l);
         if (st == GD_OK) st = gd_tensor_read(t.norm, &norm, sizeof norm);
+        gd_profile_end(ctx);
         if (st != GD_OK) {
             st = failed(ctx, "a training step");
             break;
@@ -288,7 +292,10 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
         double val = NAN;
         int last = state.step == end;
         if (last || (c->val_every > 0 && state.step % c->val_every == 0)) {
-            if ((st = validate(&t, &val)) != GD_OK) {
+            gd_profile_begin(ctx, "evaluate");
+            st = validate(&t, &val);
+            gd_profile_end(ctx);
+            if (st != GD_OK) {
                 st = failed(ctx, "validation");
                 break;
             }
@@ -300,6 +307,7 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
         pr.tokens_per_s = el > 0 ? (double)((state.step - first) * tokens_per_step) / el : 0;
         pr.eta_s = state.step > first ? el / (double)(state.step - first) * (double)(c->steps - state.step) : 0;
         out->tokens_per_s = pr.tokens_per_s;
+        gd_profile_counter(ctx, "tokens/s", pr.tokens_per_s);
         metric(&t, &pr);
         if (c->progress != NULL && (last || !isnan(val) || el - last_report >= c->report_every_s)) {
             c->progress(c->user, &pr);

@@ -1,0 +1,119 @@
+#!/bin/sh
+# The language-model commands as users meet them: `gradus tokenize`, `gradus train lm`
+# (from text, from a token file, stopped and resumed, profiled), `gradus generate` from what
+# it saved, `gradus plot` of its metrics, and their answers to bad input: each names the
+# file, flag or value and exits 2 (bad command line) or 1 (the work cannot be done).
+# usage: cli_lm.sh GRADUS BUILD_DIR SOURCE_DIR
+set -u
+G=$1
+T=$(mktemp -d "$2/cli_lm.XXXXXX") || exit 1
+S=$3
+fails=0
+checks=0
+run() { "$@" > "$T/out" 2>&1 < /dev/null; rc=$?; }
+check() { # check NAME WANT_RC PATTERN... (patterns are grep -E over stdout+stderr)
+    name=$1; want=$2; shift 2
+    checks=$((checks + 1))
+    if [ "$rc" != "$want" ]; then echo "FAIL $name: exit $rc, want $want"; sed 's/^/    /' "$T/out"; fails=$((fails + 1)); return; fi
+    for p in "$@"; do
+        if ! grep -Eq -- "$p" "$T/out"; then echo "FAIL $name: no /$p/ in:"; sed 's/^/    /' "$T/out"; fails=$((fails + 1)); return; fi
+    done
+    echo "ok   $name"
+}
+must() { # must NAME CONDITION...: a test of the files a command left
+    name=$1; shift
+    checks=$((checks + 1))
+    if "$@"; then echo "ok   $name"; else echo "FAIL $name: $*"; fails=$((fails + 1)); fi
+}
+
+# a small corpus: the project's docs (text, several documents)
+small="--preset tiny --batch 2 --seq 32 --threads 2"
+
+# ---- text to a token file, then training on it ---------------------------------------------
+run "$G" tokenize --data "$S/docs" --out "$T/tok" --vocab 600
+check "tokenize" 0 "data.tok"
+must "tokenize wrote tokenizer.json and data.tok" test -s "$T/tok/tokenizer.json" -a -s "$T/tok/data.tok"
+
+run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 6 --stop-at 3 \
+    --ckpt-every 3 --out "$T/run" --metrics-free 2>/dev/null
+check "train lm: unknown option" 2 'unknown option "--metrics-free"'
+run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 6 --stop-at 3 \
+    --ckpt-every 3 --out "$T/run"
+check "train lm: stop at step 3 of 6" 0 "model tiny" "step +3" "checkpoint: $T/run/ckpt-0+3"
+must "metrics.jsonl has 3 lines" test "$(wc -l < "$T/run/metrics.jsonl")" -eq 3
+run "$G" train lm --resume "$T/run" --steps 6 --batch 2 --seq 32 --threads 2 --profile "$T/p.json"
+check "train lm: resumed to step 6, profiled" 0 "resumed" "checkpoint: $T/run/ckpt-0+6" "profile written to $T/p.json" \
+    "by op" "linear" "attention"
+must "metrics.jsonl has 6 lines after the resume" test "$(wc -l < "$T/run/metrics.jsonl")" -eq 6
+must "latest names step 6" grep -q "ckpt-00000006" "$T/run/latest"
+run "$G" profile "$T/p.json" --top 1000
+check "profile of the LM trace: nodes named by module" 0 "by op" "model.layers.0.mlp.up_proj" "model.layers.1.self_attn.atte"
+run "$G" plot "$T/run/metrics.jsonl" -o "$T/m.svg"
+check "plot of the LM metrics" 0 "wrote $T/m.svg"
+
+# ---- generation from the training directory ------------------------------------------------
+run "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0
+check "generate: greedy from text" 0 "^The " "[0-9]+ prompt and 8 new tokens"
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen1" 2> /dev/null
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen2" 2> /dev/null
+must "generate: greedy is repeatable" cmp -s "$T/gen1" "$T/gen2"
+run "$G" generate --model "$T/run/ckpt-00000006" --prompt-ids 1,2,3 --max-tokens 4 --print-ids --seed 7
+check "generate: ids, from a checkpoint" 0 "3 prompt and 4 new tokens"
+must "only the latest checkpoint is kept" test ! -e "$T/run/ckpt-00000003"
+run "$G" train lm --resume "$T/run/ckpt-00000006" --steps 7 --batch 2 --seq 32 --threads 2
+check "train lm: resumed from a checkpoint's directory" 0 "checkpoint: $T/run/ckpt-0+7"
+
+# ---- text trained from scratch in one command ----------------------------------------------
+run "$G" train lm $small --data "$S/docs" --steps 2 --out "$T/scratch"
+check "train lm: from text" 0 "training a byte-level BPE tokenizer" "encoded [0-9]+ documents" "trained 2 steps"
+
+# ---- bad input --------------------------------------------------------------------------------
+printf 'nope' > "$T/notjson.json"
+printf '{"model_type":"llama","hidden_size":10,"num_attention_heads":3,"num_hidden_layers":1,"vocab_size":300,"intermediate_size":20,"max_position_embeddings":64}' > "$T/badheads.json"
+printf '{"model_type":"llama","hidden_size":16,"num_attention_heads":2,"num_hidden_layers":1,"vocab_size":300,"intermediate_size":32,"max_position_embeddings":64}' > "$T/small_vocab.json"
+: > "$T/empty.txt"
+cp -r "$T/run" "$T/trunc"
+head -c 1000 "$T/run/ckpt-00000007/model.safetensors" > "$T/trunc/ckpt-00000007/model.safetensors"
+
+run "$G" train lm --preset nope --data "$S/docs"
+check "bad preset" 1 "unknown model preset 'nope' \\(known: tiny"
+run "$G" train lm --config "$T/notjson.json" --data "$S/docs"
+check "config not JSON" 1 "notjson.json: not valid JSON"
+run "$G" train lm --config "$T/badheads.json" --data "$S/docs"
+check "config with heads not dividing dim" 1 "badheads.json: model config: dim = 10 is not divisible by n_heads = 3"
+run "$G" train lm --config "$T/small_vocab.json" --tokenizer "$T/tok/tokenizer.json" --data "$S/docs" --out "$T/e1"
+check "tokenizer larger than the model's vocabulary" 1 "tokenizer.json has 600 tokens, more than the model's vocabulary of 300"
+run "$G" train lm --data "$T/empty.txt" --out "$T/e2"
+check "empty corpus" 1 "the corpus \\($T/empty.txt\\) is empty"
+run "$G" train lm --data "$T/nonexistent" --out "$T/e3"
+check "missing corpus" 1 "$T/nonexistent: No such file"
+run "$G" train lm --config "$T/small_vocab.json" --seq 65 --data "$S/docs" --out "$T/e4"
+check "--seq longer than the model's positions" 1 "--seq 65 is longer than the model's 64 positions"
+run "$G" train lm --resume "$T/nonexistent"
+check "resume from nothing" 1 "nonexistent: neither a checkpoint"
+run "$G" train lm --resume "$T/trunc" --steps 8
+check "resume from a truncated checkpoint" 1 "ckpt-00000007/model.safetensors"
+run "$G" train lm --dtype f16 --data "$S/docs"
+check "bad --dtype" 2 "--dtype f16: want f32 or bf16"
+run "$G" train lm --batch 0 --data "$S/docs"
+check "--batch 0" 2 'bad value "0" for --batch'
+run "$G" train lm --preset tiny --config "$T/small_vocab.json"
+check "--preset and --config" 2 "give --preset or --config, not both"
+run "$G" generate --model "$T/nonexistent" --prompt hi
+check "generate: no model" 1 "nonexistent: neither a checkpoint"
+run "$G" generate --model "$T/trunc" --prompt-ids 1,2
+check "generate: truncated weights" 1 "model.safetensors"
+run "$G" generate --model "$T/run" --prompt-ids 1,x
+check "generate: bad ids" 2 '--prompt-ids "1,x": want ids like 1,2,3'
+run "$G" generate --model "$T/run" --prompt-ids 999999
+check "generate: id outside the vocabulary" 1 "prompt token 0 is id 999999, outside the model's vocabulary of"
+run "$G" generate --model "$T/run"
+check "generate: no prompt" 2 "give --prompt or --prompt-ids"
+run "$G" tokenize --data "$T/nonexistent" --out "$T/e5"
+check "tokenize: missing input" 1 "$T/nonexistent"
+run "$G" tokenize --data "$S/docs" --out "$T/e6" --tokenizer "$T/notjson.json"
+check "tokenize: bad tokenizer" 1 "notjson.json"
+
+rm -rf "$T"
+echo "cli_lm: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
