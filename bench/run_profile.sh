@@ -41,8 +41,10 @@ trace() {
   "$B/gradus" plot "$OUT/metrics_$label.jsonl" -o "$OUT/curves_$label.svg"
 }
 
-cost cpu cpu "${STEPS:-20}" GRADUS_THREADS="${GRADUS_THREADS:-}"
-trace cpu cpu
+if [ "${CPU:-1}" = 1 ]; then # CPU=0: the GPU rows only
+  cost cpu cpu "${STEPS:-20}" GRADUS_THREADS="${GRADUS_THREADS:-}"
+  trace cpu cpu
+fi
 if grep -Eq '^ *cuda +' "$OUT/devices.txt"; then
   cost cuda_graphs cuda "${STEPS:-400}" GRADUS_CUDA_GRAPHS=1
   cost cuda_nodes cuda "${STEPS:-400}" GRADUS_CUDA_GRAPHS=0

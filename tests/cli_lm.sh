@@ -109,6 +109,10 @@ run "$G" generate --model "$T/run" --prompt-ids 999999
 check "generate: id outside the vocabulary" 1 "prompt token 0 is id 999999, outside the model's vocabulary of"
 run "$G" generate --model "$T/run"
 check "generate: no prompt" 2 "give --prompt or --prompt-ids"
+run "$G" tokenize --data "$S/docs/ops.md" --out "$T/deep/er/tok" --vocab 300
+check "tokenize: --out and its parents made" 0 "$T/deep/er/tok/data.tok"
+run "$G" train lm --data "$S/docs" --out "$T/notjson.json/run"
+check "train lm: --out under a file" 1 "notjson.json: not a directory"
 run "$G" tokenize --data "$T/nonexistent" --out "$T/e5"
 check "tokenize: missing input" 1 "$T/nonexistent"
 run "$G" tokenize --data "$S/docs" --out "$T/e6" --tokenizer "$T/notjson.json"

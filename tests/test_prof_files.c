@@ -146,6 +146,13 @@ static void summary(void)
     CHECK(strstr(l.text, "1333.33 (133.3% of 1000)") != NULL, "GFLOP/s beside the peak: %s", l.text);
     CHECK(strstr(l.text, "27.3%") != NULL, "conv's share of the runs (6 of 22 us): %s", l.text);
     CHECK(strstr(l.text, "no launch") != NULL && strstr(l.text, "mystery") != NULL, "unattributed work: %s", l.text);
+    /* runs not waited on: the device's queue held more work (11 us) than the runs took to
+     * launch (3 us), so the rows' shares are of the node work */
+    ((gd_sum_program *)p)->run_ns = 3000;
+    l.len = 0;
+    gd_summary_lines(s, 0, 0, 0, collect, &l);
+    CHECK(strstr(l.text, "(366.7% of the runs' time)") != NULL, "node work beyond the runs' time: %s", l.text);
+    CHECK(strstr(l.text, "54.5%") != NULL, "conv's share of the node work (6 of 11 us): %s", l.text);
     gd_summary_free(s);
     gd_trace_free(t);
 }

@@ -44,6 +44,9 @@ gd_ctx *cli_ctx(const char *backend);
 int cli_profile_start(gd_ctx *ctx, const char *cmd, const char *path);
 int cli_profile_finish(gd_ctx *ctx, const char *cmd);
 
+/* mkdir -p: the directory and its parents; 0 with "gradus CMD: PATH: reason" printed. */
+int cli_mkdirs(const char *cmd, const char *path);
+
 /* Text of the --data paths (files, or directories walked in sorted order, hidden entries
  * skipped), up to cap bytes in all (corpus.c). Set cap, leave buf NULL: the first read
  * allocates it; free(buf) when done. 0, with "gradus CMD: PATH: reason" printed, when a

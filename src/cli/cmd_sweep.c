@@ -10,10 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* *user: 0 quiet, 1 a line rewritten in place (a terminal), 2 a line per quarter (a log) */
 static void progress(void *user, const gd_sweep_row *row, int i, int n)
 {
     (void)row;
-    if (*(int *)user) fprintf(stderr, "\rsweep: %d/%d rows", i, n);
+    int show = *(int *)user;
+    if (show == 1) fprintf(stderr, "\rsweep: %d/%d rows", i, n);
+    else if (show == 2 && n > 0 && (i == n || (i * 4) / n != ((i - 1) * 4) / n)) fprintf(stderr, "sweep: %d/%d rows\n", i, n);
 }
 
 static const char *dt_name(int dt) { return dt < 0 ? "attr" : gd_dtype_name((gd_dtype)dt); }
@@ -193,13 +196,13 @@ int cmd_sweep(int argc, char **argv)
         return rc;
     }
     gd_sweep s;
-    int show = !quiet;
+    int show = quiet ? 0 : isatty(fileno(stderr)) ? 1 : 2;
     if (gd_sweep_run(ctx, only, backend, &s, progress, &show) != GD_OK) {
         fprintf(stderr, "gradus sweep: %s\n", gd_ctx_error(ctx));
         gd_ctx_free(ctx);
         return 1;
     }
-    if (show) fprintf(stderr, "\n");
+    if (show == 1) fprintf(stderr, "\n");
     for (int i = 0; i < s.n_rows; i++) {
         const gd_sweep_row *r = &s.rows[i];
         for (int b = 0; b < s.n_backends; b++) {

@@ -55,10 +55,7 @@ int cmd_tokenize(int argc, char **argv)
         help(stderr);
         return 2;
     }
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "gradus tokenize: %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+    if (!cli_mkdirs("tokenize", out)) return 1;
     gd_ctx *ctx = cli_ctx(NULL);
     if (ctx == NULL) return 1;
     gd_tokenizer *tok = NULL;

@@ -136,6 +136,33 @@ static void measure(gd_ctx *ctx, const gd_tokenizer *tok, const cli_corpus *s, c
     free(count);
 }
 
+/* Text for measure() when the corpus came as a token file: its first tokens (up to a
+ * million) decoded. 0, with the reason printed, on failure. */
+static int sample_tokens(gd_ctx *ctx, gd_token_data *td, const gd_tokenizer *tok, cli_corpus *smp)
+{
+    int64_t T = gd_token_data_tokens(td, GD_SPLIT_TRAIN) - 1;
+    if (T > (1 << 20)) T = 1 << 20;
+    if (T < 1) return 1; /* training will say the split is too short */
+    int32_t *x = malloc((size_t)T * sizeof *x), *y = malloc((size_t)T * sizeof *y);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    gd_data_pos pos = {0};
+    gd_status st = x == NULL || y == NULL ? gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory for a sample of the tokens")
+                                          : gd_token_data_batch(td, GD_SPLIT_TRAIN, 1, T, &pos, x, y);
+    if (st == GD_OK) st = gd_tokenizer_decode(ctx, tok, x, (size_t)T, &text, &len);
+    free(x);
+    free(y);
+    if (st != GD_OK) {
+        fprintf(stderr, "gradus train lm: %s\n", gd_ctx_error(ctx));
+        return 0;
+    }
+    if (smp->buf == NULL && (smp->buf = malloc(smp->cap)) == NULL) len = 0;
+    smp->len = len < smp->cap ? len : smp->cap;
+    if (smp->len > 0) memcpy(smp->buf, text, smp->len);
+    gd_free_mem(text);
+    return 1;
+}
+
 typedef struct progress_out {
     int tty, width;
     double bytes_per_token;
@@ -161,8 +188,11 @@ static void progress(void *user, const gd_lm_progress *p)
     o->width = o->tty ? len : 0;
     if (!isnan(p->val_loss)) {
         if (o->tty) printf("\n");
-        printf("step %lld: validation loss %.4f (%.3f bits/byte)\n", (long long)p->step, p->val_loss,
-               p->val_loss / log(2) / o->bytes_per_token);
+        if (isnan(o->bytes_per_token)) /* a token file without its tokenizer: bytes unknown */
+            printf("step %lld: validation loss %.4f\n", (long long)p->step, p->val_loss);
+        else
+            printf("step %lld: validation loss %.4f (%.3f bits/byte)\n", (long long)p->step, p->val_loss,
+                   p->val_loss / log(2) / o->bytes_per_token);
         o->width = 0;
     }
     fflush(stdout);
@@ -281,10 +311,7 @@ int cmd_train_lm(int argc, char **argv)
                 (long long)m.max_seq);
         goto done;
     }
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "gradus train lm: %s: %s\n", out, strerror(errno));
-        goto done;
-    }
+    if (!cli_mkdirs("train lm", out)) goto done;
 
     /* the data: a token file, or text encoded into OUT/data.tok once */
     const char *tokens = NULL;
@@ -338,7 +365,8 @@ int cmd_train_lm(int argc, char **argv)
         tokens = data_path;
     }
     if ((st = gd_token_data_open(ctx, tokens, 0.05, &td)) != GD_OK) goto fail;
-    corpus_stats cs = {.bytes_per_token = 1, .byte_entropy = NAN, .token_entropy_bpb = NAN};
+    corpus_stats cs = {.bytes_per_token = NAN, .byte_entropy = NAN, .token_entropy_bpb = NAN};
+    if (smp.len == 0 && tok != NULL && !sample_tokens(ctx, td, tok, &smp)) goto done;
     if (smp.len > 0) measure(ctx, tok, &smp, &cs);
     free(smp.buf);
     smp.buf = NULL;
@@ -373,6 +401,8 @@ int cmd_train_lm(int argc, char **argv)
            r.tokens_per_s / 1000, (double)r.activation_bytes / 1e6, gd_ctx_backend(ctx));
     if (!isnan(r.val_loss))
         printf("validation loss %.4f nats/token = %.3f bits/byte\n", r.val_loss, r.val_loss / log(2) / cs.bytes_per_token);
+    else if (!isnan(r.val_loss))
+        printf("validation loss %.4f nats/token\n", r.val_loss);
     if (!isnan(cs.token_entropy_bpb))
         printf("unigram entropy of the corpus: %.3f bits/byte (of its tokens), %.3f bits/byte (of its bytes)\n",
                cs.token_entropy_bpb, cs.byte_entropy);

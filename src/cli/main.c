@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const cli_command commands[] = {
@@ -144,4 +145,25 @@ int main(int argc, char **argv)
     fprintf(stderr, "gradus: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;
+}
+
+int cli_mkdirs(const char *cmd, const char *path)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        fprintf(stderr, "gradus %s: %s: path too long\n", cmd, path);
+        return 0;
+    }
+    for (char *c = p + 1;; c++) { /* each parent, then the directory itself */
+        int end = *c == '\0';
+        if (*c != '/' && !end) continue;
+        *c = '\0';
+        struct stat sb;
+        if (mkdir(p, 0755) != 0 && (errno != EEXIST || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+            fprintf(stderr, "gradus %s: %s: %s\n", cmd, p, errno == EEXIST ? "not a directory" : strerror(errno));
+            return 0;
+        }
+        if (end) return 1;
+        *c = '/';
+    }
 }

@@ -4,7 +4,9 @@
  *
  * Device time is the sum of node spans (and of segments a backend timed as a whole); a
  * node's share is its time over the time of its program's runs, so the shares of a host
- * backend, whose work happens inside the runs, add up to at most 100%. */
+ * backend, whose work happens inside the runs, add up to at most 100%. A device queue can
+ * hold more work than the runs took to launch (a program whose runs are not waited on); then
+ * shares are of the node work, so that they still add up to 100%. */
 #include "trace.h"
 
 #include "alloc.h"
@@ -275,10 +277,15 @@ static const char *rate(double per_call, const gd_sum_row *r, double peak, char 
     return buf;
 }
 
+static double share_of(int64_t part, int64_t whole)
+{
+    return whole > 0 ? 100.0 * (double)part / (double)whole : 0;
+}
+
+/* a row's share: of the runs' time, or of the node work when that is longer */
 static double share(int64_t part, const gd_sum_program *p)
 {
-    int64_t whole = p->run_ns > 0 ? p->run_ns : p->device_ns;
-    return whole > 0 ? 100.0 * (double)part / (double)whole : 0;
+    return share_of(part, p->run_ns > p->device_ns ? p->run_ns : p->device_ns);
 }
 
 static void program_lines(printer *pr, const gd_sum_program *p, int top)
@@ -291,7 +298,7 @@ static void program_lines(printer *pr, const gd_sum_program *p, int top)
         say(pr, "  %lld run%s, %.3f ms (%.3f ms per run); node work %.3f ms in %lld span%s (%.1f%% of the runs' time)",
             (long long)p->runs, p->runs == 1 ? "" : "s", (double)p->run_ns / 1e6,
             (double)p->run_ns / 1e6 / (double)p->runs, (double)p->device_ns / 1e6, (long long)p->spans,
-            p->spans == 1 ? "" : "s", share(p->device_ns, p));
+            p->spans == 1 ? "" : "s", share_of(p->device_ns, p->run_ns));
     else
         say(pr, "  node work %.3f ms in %lld spans", (double)p->device_ns / 1e6, (long long)p->spans);
     if (p->n_ops == 0) return;
