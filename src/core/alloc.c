@@ -28,6 +28,22 @@ void *gd_calloc(size_t n, size_t size) { return should_fail() ? NULL : calloc(n 
 void *gd_realloc(void *p, size_t bytes) { return should_fail() ? NULL : realloc(p, bytes ? bytes : 1); }
 void gd_free(void *p) { free(p); }
 
+int gd_grow_array(void **p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap : first ? first : 1;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return -1;
+        ncap *= 2;
+    }
+    if (elem != 0 && ncap > SIZE_MAX / elem) return -1;
+    void *q = gd_realloc(*p, ncap * elem);
+    if (q == NULL) return -1;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
 char *gd_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;

@@ -17,6 +17,9 @@ void *gd_calloc(size_t n, size_t size);
 void *gd_realloc(void *p, size_t bytes);
 char *gd_strdup(const char *s);
 void gd_free(void *p);
+/* Grows the array *p of *cap elements of elem bytes to hold at least need (doubling, from
+ * first if it was empty); 0 on success, -1 on overflow or no memory (*p left as it was). */
+int gd_grow_array(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 /* 64-byte aligned host memory for tensors (freed with gd_free). */
 void *gd_aligned_alloc(size_t bytes);
 

@@ -58,16 +58,7 @@ typedef struct trainer {
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap : 256, bytes;
-    while (ncap < need)
-        if (gd_mul_size(ncap, 2, &ncap) != 0) return -1;
-    if (gd_mul_size(ncap, elem, &bytes) != 0) return -1;
-    void *q = gd_realloc(*p, bytes);
-    if (q == NULL) return -1;
-    *p = q;
-    *cap = ncap;
-    return 0;
+    return gd_grow_array(p, cap, need, elem, 256);
 }
 
 /* ---- distinct pieces ------------------------------------------------------------------ */

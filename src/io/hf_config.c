@@ -12,19 +12,16 @@
  * build the class with the shapes of gradus's tensors.
  */
 #include "atomic_file.h"
+#include "file_read.h"
 #include "gradus_lm.h"
 #include "io/json.h"
 
 #include "alloc.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* config.json files are a few kilobytes; anything this large is not one. */
 #define CONFIG_MAX_BYTES (16u << 20)
@@ -366,37 +363,11 @@ gd_status gd_lm_config_read(gd_ctx *ctx, const char *path, gd_lm_config *out)
     if (out != NULL) memset(out, 0, sizeof *out);
     if (path == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_config_read: path is NULL");
     if (out == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "%s: out is NULL", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gd_ctx_fail(ctx, GD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return gd_ctx_fail(ctx, GD_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return gd_ctx_fail(ctx, GD_ERR_IO, "%s: is a directory, not a config.json", path);
-    }
-    /* read up to the limit (and one byte more, to tell a file over it) */
-    char *buf = gd_malloc(CONFIG_MAX_BYTES + 1);
-    if (buf == NULL) {
-        close(fd);
-        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t len = 0;
-    gd_status st = GD_OK;
-    while (len <= CONFIG_MAX_BYTES) {
-        ssize_t k = read(fd, buf + len, CONFIG_MAX_BYTES + 1 - len);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) st = gd_ctx_fail(ctx, GD_ERR_IO, "%s: read error: %s", path, strerror(errno));
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    if (st == GD_OK && len > CONFIG_MAX_BYTES)
-        st = gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: over %u bytes: not a config.json", path, CONFIG_MAX_BYTES);
-    if (st == GD_OK) st = gd_lm_config_parse(ctx, buf, len, path, out);
+    char *buf;
+    size_t len;
+    gd_status st = gd_read_whole_file(ctx, path, CONFIG_MAX_BYTES, "a config.json", &buf, &len);
+    if (st != GD_OK) return st;
+    st = gd_lm_config_parse(ctx, buf, len, path, out);
     gd_free(buf);
     return st;
 }

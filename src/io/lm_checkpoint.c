@@ -15,6 +15,7 @@
 #define _DEFAULT_SOURCE 1
 #include "alloc.h"
 #include "gradus_lm.h"
+#include "file_read.h"
 #include "json.h"
 
 #include <dirent.h>
@@ -314,13 +315,13 @@ static gd_status load_tensor(gd_ctx *ctx, const gd_st_file *f, const char *file,
 
 static gd_status read_trainer_json(gd_ctx *ctx, const char *path, gd_lm_state *st)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return fail(ctx, GD_ERR_IO, path, strerror(errno));
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    char *buf;
+    size_t n;
+    gd_status rs = gd_read_whole_file(ctx, path, 1 << 16, "a gradus trainer state", &buf, &n);
+    if (rs != GD_OK) return rs;
     char err[160];
     gd_json_doc *d = gd_json_parse(buf, n, 8, err, sizeof err);
+    gd_free(buf);
     if (d == NULL) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "checkpoint %s: %s", path, err);
     const gd_json *r = gd_json_root(d), *data = gd_json_get(r, "data");
     int64_t step, seed, dseed, epoch, index, version;

@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "checked.h"
 #include "io/json.h"
+#include "file_read.h"
 #include "unicode.h"
 
 #include <errno.h>
@@ -314,25 +315,10 @@ gd_status gd_tokenizer_load(gd_ctx *ctx, const char *path, gd_tokenizer **out)
     if (out != NULL) *out = NULL;
     if (path == NULL || out == NULL)
         return gd_ctx_fail(ctx, GD_ERR_INVALID, "tokenizer load: %s is NULL", path == NULL ? "the path" : "the output");
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return gd_ctx_fail(ctx, GD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t len = 0, cap = 1 << 16;
-    char *buf = gd_malloc(cap);
-    while (buf != NULL) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *bigger = cap <= SIZE_MAX / 2 ? gd_realloc(buf, cap * 2) : NULL;
-        if (bigger == NULL) gd_free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (buf == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory reading it", path);
-    if (err) {
-        gd_free(buf);
-        return gd_ctx_fail(ctx, GD_ERR_IO, "%s: read error", path);
-    }
+    char *buf;
+    size_t len;
+    gd_status rs = gd_read_whole_file(ctx, path, 0, "a tokenizer.json", &buf, &len);
+    if (rs != GD_OK) return rs;
     gd_status st = gd_tokenizer_from_json(ctx, path, buf, len, out);
     gd_free(buf);
     return st;

@@ -3,6 +3,7 @@
  * temporary file beside the output, which is renamed over it once complete: a build
  * that fails or is interrupted leaves no half-written token file behind. */
 #include "tokens.h"
+#include "file_read.h"
 
 #include "alloc.h"
 #include "checked.h"
@@ -96,34 +97,6 @@ static gd_status walk(gd_ctx *ctx, flist *fl, const char *dir, int depth)
     return st;
 }
 
-static gd_status read_all(gd_ctx *ctx, const char *path, uint8_t **out, size_t *n)
-{
-    *out = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return gd_ctx_fail(ctx, GD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *buf = gd_malloc(cap);
-    while (buf != NULL) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        uint8_t *bigger = cap <= SIZE_MAX / 2 ? gd_realloc(buf, cap * 2) : NULL;
-        if (bigger == NULL) gd_free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (buf == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory reading it", path);
-    if (err) {
-        gd_free(buf);
-        return gd_ctx_fail(ctx, GD_ERR_IO, "%s: read error", path);
-    }
-    *out = buf;
-    *n = len;
-    return GD_OK;
-}
-
 /* Tokens on their way to the file, with the running checksum (the buffer is flushed in
  * multiples of 8 bytes, the checksum's word). */
 typedef struct writer {
@@ -213,9 +186,10 @@ gd_status gd_tokens_build(gd_ctx *ctx, const gd_tokenizer *t, const char *const 
     w->width = vocab <= 65536 ? 2 : 4;
     if (progress != NULL) progress(user, 0, fl.bytes);
     for (size_t i = 0; i < fl.n && st == GD_OK && !w->failed; i++) {
-        uint8_t *text;
+        char *chars;
         size_t n;
-        if ((st = read_all(ctx, fl.paths[i], &text, &n)) != GD_OK) break;
+        if ((st = gd_read_whole_file(ctx, fl.paths[i], 0, "a document", &chars, &n)) != GD_OK) break;
+        uint8_t *text = (uint8_t *)chars;
         if (n > 0) {
             int32_t *ids;
             size_t k;
