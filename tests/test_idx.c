@@ -252,6 +252,34 @@ static void test_idx(void)
         free(l32.p);
     }
 
+    /* Headers whose count x rows x cols wraps in 64 bits: to 0 beside an empty payload,
+     * and to 1 beside one pixel byte (215609 x 924223 x 3702849463 = 40 * 2^64 + 1).
+     * Either would load as a dataset far larger than its pixel buffer. */
+    bytes wrap = {0}, lab4 = idx_labels(4), labw = idx_labels(215609);
+    put_be32(&wrap, 0x803);
+    put_be32(&wrap, 4);
+    put_be32(&wrap, 1u << 31);
+    put_be32(&wrap, 1u << 31);
+    write_file("wrap", wrap.p, wrap.n);
+    write_file("lab4", lab4.p, lab4.n);
+    load_fails("wrap", "lab4", GD_ERR_FORMAT, "wrap", "overflows", "4 images of 2^31 x 2^31");
+    wrap.n = 0;
+    put_be32(&wrap, 0x803);
+    put_be32(&wrap, 215609);
+    put_be32(&wrap, 924223);
+    put_be32(&wrap, 3702849463u);
+    put(&wrap, "\x80", 1);
+    write_file("wrap", wrap.p, wrap.n);
+    write_file("labw", labw.p, labw.n);
+    load_fails("wrap", "labw", GD_ERR_FORMAT, "wrap", "overflows", "a product that wraps to 1");
+    /* A label count that passes the payload is truncation, whatever the count. */
+    bytes labx = {0};
+    put_be32(&labx, 0xc01);
+    put_be32(&labx, 0xffffffffu);
+    put(&labx, "\0\0\0\1", 4);
+    write_file("labx", labx.p, labx.n);
+    load_fails("img", "labx", GD_ERR_FORMAT, "labx", "truncated", "2^32-1 i32 labels in 4 bytes");
+
     /* gzip damage: header, truncation, CRC, ISIZE, stored lengths, corrupt codes */
     uint8_t gz[sizeof py_img_gz];
     memcpy(gz, py_img_gz, sizeof gz);
@@ -324,8 +352,12 @@ static void test_idx(void)
     free(lab23.p);
     free(s.p);
     free(trail.p);
+    free(wrap.p);
+    free(lab4.p);
+    free(labw.p);
+    free(labx.p);
     const char *names[] = {"img", "lab", "img.gz", "lab.gz", "simg.gz", "slab.gz", "multi.gz", "cut",
-                           "long", "lab23", "lab32", "bad.gz"};
+                           "long", "lab23", "lab32", "bad.gz", "wrap", "lab4", "labw", "labx"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) remove(path(names[i]));
 }
 
