@@ -28,6 +28,7 @@
 #define MAGIC_IMAGES 0x00000803u
 #define MAGIC_LABELS_U8 0x00000801u
 #define MAGIC_LABELS_I32 0x00000c01u
+#define IDX_HEADER_MAX 16 /* the longest header, the images' */
 
 static gd_status idx_fail(gd_ctx *ctx, gd_status st, const char *fmt, ...)
 {
@@ -110,6 +111,30 @@ static gd_status check_size(gd_ctx *ctx, const char *name, size_t n, const idx_h
     return GD_OK;
 }
 
+/* Inflates a gzip IDX file into *out, no further than its header says the file is: the
+ * header is read from the first inflated bytes, so that a small file which inflates to
+ * gigabytes is stopped after the declared size instead of after all of it. */
+static gd_status inflate_idx(gd_ctx *ctx, const char *name, const uint8_t *d, size_t n, header_fn parse,
+                             idx_header *h, uint8_t **out, size_t *out_n)
+{
+    char err[512];
+    uint8_t head[IDX_HEADER_MAX];
+    size_t got;
+    gd_status st = gd_gunzip_head(d, n, sizeof head, head, &got, err, sizeof err);
+    if (st != GD_OK) return idx_fail(ctx, st, "%s: %s", name, err);
+    st = parse(ctx, name, head, got, h);
+    if (st != GD_OK) return st;
+    size_t total;
+    if (gd_add_size(h->header, h->payload, &total) != 0)
+        return idx_fail(ctx, GD_ERR_FORMAT, "%s: the header declares %s: the file size overflows", name, h->what);
+    st = gd_gunzip(d, n, total, out, out_n, err, sizeof err);
+    if (st != GD_OK && *out_n > total)
+        return idx_fail(ctx, st, "%s: the gzip data inflates to more than the %zu bytes its header declares (%s after "
+                        "a %zu-byte header); stopped there", name, total, h->what, h->header);
+    if (st != GD_OK) return idx_fail(ctx, st, "%s: %s", name, err);
+    return GD_OK;
+}
+
 /* Decodes the header of one file and finds its payload: in `d` itself when the file is
  * plain, else in the inflated copy returned in *owned (the caller frees it). */
 static gd_status open_idx(gd_ctx *ctx, const char *name, const uint8_t *d, size_t n, header_fn parse,
@@ -117,11 +142,10 @@ static gd_status open_idx(gd_ctx *ctx, const char *name, const uint8_t *d, size_
 {
     *owned = NULL;
     if (gd_is_gzip(d, n)) {
-        char err[512];
         uint8_t *raw;
         size_t raw_n;
-        gd_status st = gd_gunzip(d, n, &raw, &raw_n, err, sizeof err);
-        if (st != GD_OK) return idx_fail(ctx, st, "%s: %s", name, err);
+        gd_status st = inflate_idx(ctx, name, d, n, parse, h, &raw, &raw_n);
+        if (st != GD_OK) return st;
         *owned = raw;
         d = raw;
         n = raw_n;
