@@ -464,7 +464,8 @@ static gd_status gunzip(const uint8_t *in, size_t n, size_t max_out, int head, u
             break;
         }
         uint32_t crc = le32(in + p), isize = le32(in + p + 4);
-        uint32_t got = gd_crc32(0, buf + begin, used - begin);
+        /* An empty first member leaves buf NULL, and NULL + 0 is undefined. */
+        uint32_t got = used > begin ? gd_crc32(0, buf + begin, used - begin) : 0;
         if (crc != got) {
             st = fail(err, err_cap, GD_ERR_FORMAT, "gzip CRC32 mismatch: trailer says 0x%08x, data gives 0x%08x", crc, got);
             break;
