@@ -8,9 +8,10 @@
  * tens of kilobytes a block decodes to.
  *
  * Everything that can be wrong with a stream is checked: block types, code lengths that
- * over-subscribe the code space, codes that are not in the table, distances reaching
- * before the start of the output, stored-block length complements, a stream that ends
- * early, and for gzip the header fields, the CRC-32 and the length in the trailer.
+ * over-subscribe the code space or leave it incomplete, codes that are not in the table,
+ * distances reaching before the start of the output, stored-block length complements, a
+ * stream that ends early, and for gzip the header fields, the CRC-32 and the length in
+ * the trailer.
  *
  * Output is bounded: the caller says how much it accepts, and decoding stops the moment
  * a stream produces more, rather than after inflating a small hostile file to gigabytes. */
@@ -102,21 +103,28 @@ static int decode(inflate_state *s, const uint16_t *table, int bits)
     return e >> 4;
 }
 
-/* Canonical Huffman code (RFC 1951 3.2.2) from code lengths into a lookup table. */
-static gd_status build(inflate_state *s, uint16_t *table, int *bits_out, const uint8_t *lengths, int n,
+/* Canonical Huffman code (RFC 1951 3.2.2) from code lengths into a lookup table.
+ * `lone`: a single code of one bit may stand alone (literal/length and distance codes). */
+static gd_status build(inflate_state *s, uint16_t *table, int *bits_out, const uint8_t *lengths, int n, int lone,
                        const char *what)
 {
     int count[MAXBITS + 1] = {0};
     for (int i = 0; i < n; i++) count[lengths[i]]++;
     count[0] = 0;
     /* An over-subscribed code has more codes of some length than the shorter ones leave
-     * room for; an incomplete one is allowed (its unused bit patterns decode as errors). */
+     * room for; an incomplete one leaves bit patterns that are no code. zlib, which wrote
+     * nearly every gzip file there is, refuses both, except a code with no symbols at all
+     * (nothing may be decoded with it) and, where `lone`, one symbol of one bit, which the
+     * RFC describes for a block with a single distance. Accepting more would make files
+     * that this decoder reads and zlib does not. */
     int left = 1, maxlen = 0;
     for (int len = 1; len <= MAXBITS; len++) {
         left = (left << 1) - count[len];
         if (left < 0) return FAIL(s, "bad %s code: code lengths over-subscribe the code space", what);
         if (count[len]) maxlen = len;
     }
+    if (left > 0 && maxlen > 0 && !(lone && maxlen == 1))
+        return FAIL(s, "bad %s code: code lengths leave the code incomplete", what);
     uint32_t next[MAXBITS + 1];
     uint32_t code = 0;
     next[0] = 0;
@@ -242,8 +250,8 @@ static gd_status fixed(inflate_state *s)
     for (; i < 280; i++) l[i] = 7;
     for (; i < MAXLCODES; i++) l[i] = 8;
     for (; i < MAXLCODES + MAXDCODES; i++) l[i] = 5;
-    gd_status st = build(s, s->lit, &s->lit_bits, l, MAXLCODES, "fixed literal/length");
-    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + MAXLCODES, MAXDCODES, "fixed distance");
+    gd_status st = build(s, s->lit, &s->lit_bits, l, MAXLCODES, 0, "fixed literal/length");
+    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + MAXLCODES, MAXDCODES, 0, "fixed distance");
     return st != GD_OK ? st : codes(s);
 }
 
@@ -261,7 +269,7 @@ static gd_status dynamic(inflate_state *s)
         if (getbits(s, 3, &v)) return TRUNCATED(s);
         l[clen_order[i]] = (uint8_t)v;
     }
-    gd_status st = build(s, s->lens, &s->lens_bits, l, 19, "code-length");
+    gd_status st = build(s, s->lens, &s->lens_bits, l, 19, 0, "code-length");
     if (st != GD_OK) return st;
     memset(l, 0, sizeof l);
     uint32_t index = 0;
@@ -292,8 +300,8 @@ static gd_status dynamic(inflate_state *s)
         while (rep--) l[index++] = val;
     }
     if (l[256] == 0) return FAIL(s, "bad dynamic block: no code for end-of-block");
-    st = build(s, s->lit, &s->lit_bits, l, (int)nlen, "literal/length");
-    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + nlen, (int)ndist, "distance");
+    st = build(s, s->lit, &s->lit_bits, l, (int)nlen, 1, "literal/length");
+    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + nlen, (int)ndist, 1, "distance");
     return st != GD_OK ? st : codes(s);
 }
 
