@@ -7,6 +7,7 @@
  * a fixed size because programs are planned for fixed shapes; the last, partial batch is
  * padded with label -1, which the loss ignores and the accuracy count skips. */
 #include "gradus.h"
+#include "checked.h"
 #include "opdef.h"
 
 #include <math.h>
@@ -118,6 +119,13 @@ static gd_status check_data(gd_ctx *ctx, const gd_dataset *d, const char *which,
 {
     if (d == NULL || d->n <= 0 || d->images == NULL || d->labels == NULL || d->h <= 0 || d->w <= 0)
         return gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: the %s set is empty or missing", which);
+    /* Batches index the images with products of these dims: a dataset whose size does not
+     * even fit in memory is corrupt, and a wrapped product would be a small buffer. */
+    size_t bytes;
+    if (gd_numel_bytes(3, (const int64_t[]){d->n, d->h, d->w}, sizeof(float), &bytes) != 0)
+        return gd_fail(ctx, GD_ERR_INVALID,
+                       "gd_train_classifier: the %s set claims %lld images of %lldx%lld, whose size overflows: "
+                       "a corrupt dataset", which, (long long)d->n, (long long)d->h, (long long)d->w);
     if (like != NULL && (d->h != like->h || d->w != like->w))
         return gd_fail(ctx, GD_ERR_SHAPE, "gd_train_classifier: test images are %lldx%lld but training images %lldx%lld",
                        (long long)d->h, (long long)d->w, (long long)like->h, (long long)like->w);
@@ -150,11 +158,17 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
     const int64_t n = cfg.limit > 0 && cfg.limit < train->n ? cfg.limit : train->n;
     const int64_t steps = (n + B - 1) / B, total = steps * cfg.epochs;
     model m = {0};
+    size_t batch_bytes;
+    if (gd_numel_bytes(2, (const int64_t[]){B, hw}, sizeof(float), &batch_bytes) != 0)
+        return gd_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: a batch of %lld images of %lldx%lld is too large",
+                       (long long)B, (long long)train->h, (long long)train->w);
     int64_t *perm = malloc((size_t)n * sizeof *perm), *pb = malloc((size_t)B * sizeof *pb);
-    float *xb = malloc((size_t)(B * hw) * sizeof *xb);
+    float *xb = malloc(batch_bytes);
     int32_t *yb = malloc((size_t)B * sizeof *yb);
     if (perm == NULL || pb == NULL || xb == NULL || yb == NULL)
-        st = gd_fail(ctx, GD_ERR_NOMEM, "gd_train_classifier: out of memory for batches of %lld", (long long)B);
+        st = gd_fail(ctx, GD_ERR_NOMEM,
+                     "gd_train_classifier: out of memory for batches of %lld images of %lldx%lld (%zu bytes)",
+                     (long long)B, (long long)train->h, (long long)train->w, batch_bytes);
     if (st == GD_OK) st = build(ctx, &cfg, B, train->h, train->w, &m);
 
     const double t0 = now_s();
