@@ -1,5 +1,5 @@
-/* test_idx.c — IDX datasets (plain and gzip), the gzip decoder's error checks, the shapes
- * dataset and gd_shuffle.
+/* test_idx.c — IDX datasets (plain and gzip), the gzip decoder's error checks and output
+ * bound, the shapes dataset and gd_shuffle; and that loading prints nothing on stdout.
  *
  * The gzip samples: py_img_gz and py_lab_gz were made with python3's gzip module
  * (gzip.compress(data, compresslevel=9, mtime=0)) from the files idx_images()/idx_labels()
@@ -12,6 +12,7 @@
 
 #include "io/inflate.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -607,8 +608,20 @@ int main(void)
     if (!tu_open_ctx()) return 1;
     /* Scratch files are GD_BUILD_DIR/test_idx_<pid>_<name>, removed at the end. */
     snprintf(prefix, sizeof prefix, "%s/test_idx_%d_", GD_BUILD_DIR, (int)getpid());
+    /* Loaders report through their status and the context, never on stdout: everything
+     * they print while loading every file above is caught here and must be nothing. */
+    fflush(stdout);
+    int saved = dup(1), fd = open(path("stdout"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0 && dup2(fd, 1) == 1, "cannot redirect stdout");
     test_idx();
     test_gunzip();
+    fflush(stdout);
+    off_t printed = lseek(fd, 0, SEEK_END);
+    dup2(saved, 1);
+    close(saved);
+    close(fd);
+    remove(path("stdout"));
+    CHECK(printed == 0, "loading printed %lld bytes on stdout", (long long)printed);
     test_shapes();
     test_shuffle();
     return tu_finish("test_idx");
