@@ -106,7 +106,7 @@ static void un_f32(const un_job *j, int64_t b, int64_t e)
         double lo = j->k0, hi = j->k1;
         for (int64_t i = 0; i < n; i++) {
             double v = x[i];
-            y[i] = (v >= lo) & (v <= hi) ? dy[i] : 0.0f;
+            y[i] = ((v >= lo) & (v <= hi)) ? dy[i] : 0.0f;
         }
     }
     }
