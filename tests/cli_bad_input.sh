@@ -20,13 +20,18 @@ TD=$B/plugins-test/libgradus_testdev.so
 
 # ---- the bad files ------------------------------------------------------------------------
 mkdir "$T/truncgz" "$T/badidx" "$T/shortidx" "$T/plug_trunc" "$T/plug_nodev" "$T/plug_text"
-# a gzip stream cut short: the first 40 bytes of 100000 zero bytes compressed by gzip
-printf '\037\213\010\000\000\000\000\000\000\003\355\301\061\001\000\000\000\302\240\365\117\155\015\017\240' \
-    > "$T/truncgz/train-images-idx3-ubyte.gz"
-head -c 15 /dev/zero >> "$T/truncgz/train-images-idx3-ubyte.gz"
+# a gzip stream cut short: a valid IDX file of 5 random 28x28 images, compressed by gzip
+# (random pixels do not compress, so half the stream ends inside the pixels' block), cut
+# in half; the header inflates, the images do not
+{ printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034'; head -c 3920 /dev/urandom; } |
+    gzip -c | head -c 2000 > "$T/truncgz/train-images-idx3-ubyte.gz"
 # not an IDX file; an IDX header promising more images than follow
 printf 'garbage!garbage!' > "$T/badidx/train-images-idx3-ubyte"
 printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034' > "$T/shortidx/train-images-idx3-ubyte"
+# beside each, a valid label file of 5 labels, so that the image file is what is at fault
+for d in truncgz badidx shortidx; do
+    printf '\000\000\010\001\000\000\000\005\000\001\002\003\004' > "$T/$d/train-labels-idx1-ubyte"
+done
 # a regular file where a directory is wanted
 printf 'x' > "$T/afile"
 # plugins: one cut short by an interrupted install, one declining for lack of a device,

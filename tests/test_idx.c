@@ -1,5 +1,5 @@
-/* test_idx.c — IDX datasets (plain and gzip), the gzip decoder's error checks, the shapes
- * dataset and gd_shuffle.
+/* test_idx.c — IDX datasets (plain and gzip), the gzip decoder's error checks and output
+ * bound, the shapes dataset and gd_shuffle; and that loading prints nothing on stdout.
  *
  * The gzip samples: py_img_gz and py_lab_gz were made with python3's gzip module
  * (gzip.compress(data, compresslevel=9, mtime=0)) from the files idx_images()/idx_labels()
@@ -10,6 +10,9 @@
 #include "gradus_classifier.h"
 #include "testutil.h"
 
+#include "io/inflate.h"
+
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +132,64 @@ static void put_gzip_stored(bytes *g, const uint8_t *data, size_t n, size_t bloc
     } while (off < n);
     put_le(g, crc32(data, n), 4);
     put_le(g, (uint32_t)n, 4);
+}
+
+/* DEFLATE sends bits least significant first; Huffman codes go most significant first. */
+typedef struct bitw {
+    bytes *b;
+    uint32_t acc;
+    int n;
+} bitw;
+
+static void put_bits(bitw *w, uint32_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        w->acc |= ((v >> i) & 1u) << w->n;
+        if (++w->n == 8) {
+            uint8_t c = (uint8_t)w->acc;
+            put(w->b, &c, 1);
+            w->acc = 0;
+            w->n = 0;
+        }
+    }
+}
+
+static void put_code(bitw *w, uint32_t code, int len)
+{
+    for (int i = len - 1; i >= 0; i--) put_bits(w, code >> i, 1);
+}
+
+/* A gzip member that inflates to head[0..n) and then 1 + 258 * copies zero bytes: the
+ * head in a stored block, then a fixed-Huffman block of a literal 0 and `copies` copies
+ * of length 258 at distance 1, 13 bits for every 258 bytes (a deflate bomb). */
+static void put_gzip_bomb(bytes *g, const uint8_t *head, size_t n, uint32_t copies)
+{
+    const uint8_t hdr[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+    put(g, hdr, sizeof hdr);
+    uint8_t stored_hdr = 0; /* BFINAL 0, BTYPE 00 */
+    put(g, &stored_hdr, 1);
+    put_le(g, (uint32_t)n, 2);
+    put_le(g, (uint32_t)(~n & 0xffff), 2);
+    put(g, head, n);
+    bitw w = {g, 0, 0};
+    put_bits(&w, 1, 1); /* BFINAL */
+    put_bits(&w, 1, 2); /* BTYPE 01: fixed codes */
+    put_code(&w, 0x30, 8); /* literal 0 */
+    for (uint32_t i = 0; i < copies; i++) {
+        put_code(&w, 0xc5, 8); /* length symbol 285: 258 */
+        put_code(&w, 0, 5);    /* distance symbol 0: 1 */
+    }
+    put_code(&w, 0, 7); /* end of block */
+    put_bits(&w, 0, 7); /* to the byte */
+    static const uint8_t zeros[1 << 16] = {0};
+    uint32_t crc = gd_crc32(0, head, n);
+    for (size_t left = 1 + (size_t)258 * copies; left > 0;) {
+        size_t k = left < sizeof zeros ? left : sizeof zeros;
+        crc = gd_crc32(crc, zeros, k);
+        left -= k;
+    }
+    put_le(g, crc, 4);
+    put_le(g, (uint32_t)(n + 1 + (size_t)258 * copies), 4);
 }
 
 static const char *path(const char *name)
@@ -252,6 +313,34 @@ static void test_idx(void)
         free(l32.p);
     }
 
+    /* Headers whose count x rows x cols wraps in 64 bits: to 0 beside an empty payload,
+     * and to 1 beside one pixel byte (215609 x 924223 x 3702849463 = 40 * 2^64 + 1).
+     * Either would load as a dataset far larger than its pixel buffer. */
+    bytes wrap = {0}, lab4 = idx_labels(4), labw = idx_labels(215609);
+    put_be32(&wrap, 0x803);
+    put_be32(&wrap, 4);
+    put_be32(&wrap, 1u << 31);
+    put_be32(&wrap, 1u << 31);
+    write_file("wrap", wrap.p, wrap.n);
+    write_file("lab4", lab4.p, lab4.n);
+    load_fails("wrap", "lab4", GD_ERR_FORMAT, "wrap", "overflows", "4 images of 2^31 x 2^31");
+    wrap.n = 0;
+    put_be32(&wrap, 0x803);
+    put_be32(&wrap, 215609);
+    put_be32(&wrap, 924223);
+    put_be32(&wrap, 3702849463u);
+    put(&wrap, "\x80", 1);
+    write_file("wrap", wrap.p, wrap.n);
+    write_file("labw", labw.p, labw.n);
+    load_fails("wrap", "labw", GD_ERR_FORMAT, "wrap", "overflows", "a product that wraps to 1");
+    /* A label count that passes the payload is truncation, whatever the count. */
+    bytes labx = {0};
+    put_be32(&labx, 0xc01);
+    put_be32(&labx, 0xffffffffu);
+    put(&labx, "\0\0\0\1", 4);
+    write_file("labx", labx.p, labx.n);
+    load_fails("img", "labx", GD_ERR_FORMAT, "labx", "truncated", "2^32-1 i32 labels in 4 bytes");
+
     /* gzip damage: header, truncation, CRC, ISIZE, stored lengths, corrupt codes */
     uint8_t gz[sizeof py_img_gz];
     memcpy(gz, py_img_gz, sizeof gz);
@@ -294,6 +383,24 @@ static void test_idx(void)
     gz[10] |= 6; /* first block's BTYPE = 3 */
     write_file("bad.gz", gz, sizeof gz);
     load_fails("bad.gz", "lab", GD_ERR_FORMAT, "bad.gz", "block type", "block type 3");
+    /* A gzip file that inflates past what its IDX header declares is stopped there: one
+     * 28x28 image, then 17 MB of zeros from 106 KB of DEFLATE. */
+    bytes bomb = {0}, one = {0};
+    put_be32(&one, 0x803);
+    put_be32(&one, 1);
+    put_be32(&one, 28);
+    put_be32(&one, 28);
+    put_gzip_bomb(&bomb, one.p, one.n, 65536);
+    write_file("bomb.gz", bomb.p, bomb.n);
+    load_fails("bomb.gz", "lab", GD_ERR_FORMAT, "bomb.gz", "inflates to more than the 800 bytes its header declares",
+               "deflate bomb behind a one-image header");
+    bytes extra = {0}; /* the same for labels: 24 declared, 25 inflated */
+    bytes lab25 = idx_labels(N + 1);
+    memcpy(lab25.p + 4, lab.p + 4, 4);
+    put_gzip_stored(&extra, lab25.p, lab25.n, 1000);
+    write_file("extra.gz", extra.p, extra.n);
+    load_fails("img", "extra.gz", GD_ERR_FORMAT, "extra.gz", "inflates to more than the 32 bytes", "one label too many");
+
     /* Every single-bit flip in the compressed data must fail cleanly, never crash and
      * never pass: the CRC catches whatever the decoder's structure checks let through.
      * The exception is the padding after the end-of-block code, in the high bits of the
@@ -324,9 +431,110 @@ static void test_idx(void)
     free(lab23.p);
     free(s.p);
     free(trail.p);
+    free(wrap.p);
+    free(bomb.p);
+    free(one.p);
+    free(extra.p);
+    free(lab25.p);
+    free(lab4.p);
+    free(labw.p);
+    free(labx.p);
     const char *names[] = {"img", "lab", "img.gz", "lab.gz", "simg.gz", "slab.gz", "multi.gz", "cut",
-                           "long", "lab23", "lab32", "bad.gz"};
+                           "long", "lab23", "lab32", "bad.gz", "wrap", "lab4", "labw", "labx", "bomb.gz", "extra.gz"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) remove(path(names[i]));
+}
+
+/* gd_gunzip's output bound and gd_gunzip_head, on each block type and across members. */
+static void gunzip_bound(const char *what, const bytes *gz, const uint8_t *want, size_t want_n)
+{
+    char err[256] = "";
+    uint8_t *out;
+    size_t out_n;
+    gd_status st = gd_gunzip(gz->p, gz->n, want_n, &out, &out_n, err, sizeof err);
+    CHECK(st == GD_OK && out_n == want_n && memcmp(out, want, want_n) == 0, "%s: bound = size: %s", what,
+          st == GD_OK ? "wrong bytes" : err);
+    free(out);
+    st = gd_gunzip(gz->p, gz->n, want_n - 1, &out, &out_n, err, sizeof err);
+    CHECK(st == GD_ERR_FORMAT && out == NULL && out_n > want_n - 1, "%s: bound = size - 1: status %s, %zu bytes", what,
+          gd_status_name(st), out_n);
+    CHECK(strstr(err, "more than") != NULL, "%s: bound = size - 1: message \"%s\"", what, err);
+    size_t wants[] = {0, 1, 16, want_n - 1, want_n, want_n + 100};
+    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) {
+        uint8_t *head = malloc(wants[i] + 1);
+        size_t got;
+        st = gd_gunzip_head(gz->p, gz->n, wants[i], head, &got, err, sizeof err);
+        size_t expect = wants[i] < want_n ? wants[i] : want_n;
+        CHECK(st == GD_OK && got == expect && memcmp(head, want, expect) == 0, "%s: head of %zu bytes: %s", what,
+              wants[i], st == GD_OK ? "wrong bytes" : err);
+        free(head);
+    }
+}
+
+static void test_gunzip(void)
+{
+    bytes img = idx_images(N), g = {0};
+    put_gzip_stored(&g, img.p, img.n, 100);
+    gunzip_bound("stored blocks", &g, img.p, img.n);
+    g.n = 0;
+    put_gzip_stored(&g, img.p, 700, 256);
+    put_gzip_stored(&g, img.p + 700, img.n - 700, 256);
+    gunzip_bound("two members", &g, img.p, img.n);
+    g.n = 0;
+    put(&g, py_img_gz, sizeof py_img_gz);
+    gunzip_bound("dynamic block", &g, img.p, img.n);
+    bytes lab = idx_labels(N);
+    g.n = 0;
+    put(&g, py_lab_gz, sizeof py_lab_gz);
+    gunzip_bound("fixed block", &g, lab.p, lab.n);
+
+    /* Empty members (a fixed block holding only end-of-block, or an empty stored block)
+     * anywhere in a file add nothing; a file of only empty members decodes to nothing. */
+    static const uint8_t empty_fixed[20] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0x03, 0x00};
+    g.n = 0;
+    put(&g, empty_fixed, sizeof empty_fixed);
+    put_gzip_stored(&g, img.p, 0, 100);
+    uint8_t *out;
+    size_t out_n;
+    char err[256] = "";
+    gd_status st = gd_gunzip(g.p, g.n, SIZE_MAX, &out, &out_n, err, sizeof err);
+    CHECK(st == GD_OK && out_n == 0, "two empty members: status %s, %zu bytes (%s)", gd_status_name(st), out_n, err);
+    free(out);
+    g.n = 0;
+    put(&g, empty_fixed, sizeof empty_fixed);
+    put_gzip_stored(&g, img.p, 300, 100);
+    put_gzip_stored(&g, img.p, 0, 100);
+    put(&g, empty_fixed, sizeof empty_fixed);
+    put_gzip_stored(&g, img.p + 300, img.n - 300, 1000);
+    put(&g, empty_fixed, sizeof empty_fixed);
+    gunzip_bound("empty members between others", &g, img.p, img.n);
+
+    /* A dynamic block whose code-length code is incomplete (some bit patterns are no
+     * code) but which decodes, CRC and all, without meeting one: zlib refuses it, so a
+     * decoder that accepted it would read files no other tool reads. */
+    static const uint8_t incomplete[41] = {
+        0x1f, 0x8b, 0x08, 0x00, 0x00, 0x02, 0x00, 0xd0, 0x00, 0x03, 0x85, 0xee, 0x85, 0xa2,
+        0x00, 0x00, 0x00, 0x00, 0x35, 0xd3, 0xd5, 0xd2, 0xf9, 0x00, 0x00, 0x00, 0x03, 0x00,
+        0x00, 0x00, 0x02, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+    st = gd_gunzip(incomplete, sizeof incomplete, SIZE_MAX, &out, &out_n, err, sizeof err);
+    CHECK(st == GD_ERR_FORMAT && strstr(err, "incomplete") != NULL, "incomplete code-length code: status %s (%s)",
+          gd_status_name(st), err);
+    free(out);
+
+    /* A bomb stops at the bound, long before its 17 MB. */
+    bytes bomb = {0};
+    put_gzip_bomb(&bomb, img.p, 16, 65536);
+    st = gd_gunzip(bomb.p, bomb.n, 1 << 20, &out, &out_n, err, sizeof err);
+    CHECK(st == GD_ERR_FORMAT && out == NULL && out_n > (1 << 20), "bomb: status %s, %zu bytes", gd_status_name(st),
+          out_n);
+    CHECK(strstr(err, "more than 1048576 bytes") != NULL, "bomb: message \"%s\"", err);
+    uint8_t head[16];
+    size_t got;
+    st = gd_gunzip_head(bomb.p, bomb.n, sizeof head, head, &got, err, sizeof err);
+    CHECK(st == GD_OK && got == 16 && memcmp(head, img.p, 16) == 0, "bomb: head: %s", err);
+    free(img.p);
+    free(lab.p);
+    free(g.p);
+    free(bomb.p);
 }
 
 static void test_shapes(void)
@@ -400,7 +608,20 @@ int main(void)
     if (!tu_open_ctx()) return 1;
     /* Scratch files are GD_BUILD_DIR/test_idx_<pid>_<name>, removed at the end. */
     snprintf(prefix, sizeof prefix, "%s/test_idx_%d_", GD_BUILD_DIR, (int)getpid());
+    /* Loaders report through their status and the context, never on stdout: everything
+     * they print while loading every file above is caught here and must be nothing. */
+    fflush(stdout);
+    int saved = dup(1), fd = open(path("stdout"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0 && dup2(fd, 1) == 1, "cannot redirect stdout");
     test_idx();
+    test_gunzip();
+    fflush(stdout);
+    off_t printed = lseek(fd, 0, SEEK_END);
+    dup2(saved, 1);
+    close(saved);
+    close(fd);
+    remove(path("stdout"));
+    CHECK(printed == 0, "loading printed %lld bytes on stdout", (long long)printed);
     test_shapes();
     test_shuffle();
     return tu_finish("test_idx");

@@ -57,6 +57,21 @@ static void test_refusals(gd_ctx *ctx, gd_dataset *train, gd_dataset *test)
     gd_dataset empty = {0};
     st = gd_train_classifier(ctx, &empty, test, &cfg, &r);
     check(st == GD_ERR_INVALID, "empty training set: status %s", gd_status_name(st));
+
+    /* Dims whose product wraps (what a corrupt IDX header once produced): refused as
+     * such before any batch is sized from them, not "out of memory" or worse. */
+    gd_dataset huge = *train;
+    huge.n = 4;
+    huge.h = huge.w = (int64_t)1 << 31;
+    const char *models[] = {"mlp", "cnn"};
+    for (int k = 0; k < 2; k++) {
+        cfg.model = models[k];
+        st = gd_train_classifier(ctx, &huge, &huge, &cfg, &r);
+        check(st == GD_ERR_INVALID && strstr(gd_ctx_error(ctx), "4 images of 2147483648x2147483648") != NULL &&
+                  strstr(gd_ctx_error(ctx), "overflows") != NULL,
+              "%s on 4 images of 2^31 x 2^31: status %s, message \"%s\"", models[k], gd_status_name(st),
+              gd_ctx_error(ctx));
+    }
 }
 
 /* A short run on shapes: learns well past chance (0.1), loss finite and falling. */

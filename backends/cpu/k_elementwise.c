@@ -46,8 +46,8 @@ static void bin_f32(int op, const float *a, int64_t sa, const float *b, int64_t 
     case OP_SUB: LOOPS(float, x - z); break;
     case OP_MUL: LOOPS(float, x * z); break;
     case OP_DIV: LOOPS(float, x / z); break;
-    case OP_MIN: LOOPS(float, (x <= z) | (x != x) ? x : z); break;
-    default: LOOPS(float, (x >= z) | (x != x) ? x : z); break;
+    case OP_MIN: LOOPS(float, ((x <= z) | (x != x)) ? x : z); break;
+    default: LOOPS(float, ((x >= z) | (x != x)) ? x : z); break;
     }
 }
 

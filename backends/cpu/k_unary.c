@@ -107,7 +107,7 @@ static void un_f32(const un_job *j, const float *x, const float *dy, float *y, i
         double lo = j->k0, hi = j->k1;
         for (int64_t i = 0; i < n; i++) {
             double v = x[i];
-            y[i] = (v >= lo) & (v <= hi) ? dy[i] : 0.0f;
+            y[i] = ((v >= lo) & (v <= hi)) ? dy[i] : 0.0f;
         }
     }
     }

@@ -1,5 +1,10 @@
-/* cases.c — the sweep-case mini-language (see opdef.h) and deterministic input data. */
+/* cases.c — the sweep-case mini-language (see opdef.h) and deterministic input data.
+ *
+ * A spec that parses describes inputs that can be sized and filled without overflow:
+ * dims are non-negative with an element and byte count that fit (checked.h), and a value
+ * range is finite, not empty, and within what an integer dtype can hold. */
 #include "cases.h"
+#include "checked.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -42,6 +47,30 @@ static int parse_ints(const char **ps, int64_t *v, int cap, int *n)
     }
 }
 
+/* A range must be finite and not empty; for integers its values must fit the dtype, and
+ * stay where a double holds every integer exactly (2^53). */
+static int check_range(const gd_case_input *ci, char *msg, size_t cap)
+{
+    if (!isfinite(ci->lo) || !isfinite(ci->hi) || !(ci->lo < ci->hi)) {
+        snprintf(msg, cap, "bad range %g:%g (want finite lo < hi)", ci->lo, ci->hi);
+        return -1;
+    }
+    if (ci->kind != 'i') return 0;
+    double lo = -9007199254740992.0, hi = 9007199254740992.0;
+    switch (ci->dtype) {
+    case GDP_I32: lo = -2147483648.0, hi = 2147483648.0; break;
+    case GDP_U8: lo = 0, hi = 256; break;
+    case GDP_I8: lo = -128, hi = 128; break;
+    default: break;
+    }
+    if (ci->lo < lo || ci->hi > hi) {
+        snprintf(msg, cap, "range %g:%g does not fit %s (values from %g up to %g)", ci->lo, ci->hi,
+                 gd_dtype_name(ci->dtype), lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_input(const char **ps, int32_t fdt, gd_case_input *ci, char *msg, size_t cap)
 {
     const char *s = *ps, *name = s;
@@ -71,6 +100,16 @@ static int parse_input(const char **ps, int32_t fdt, gd_case_input *ci, char *ms
         return -1;
     }
     ci->ndim = n;
+    for (int i = 0; i < n; i++)
+        if (ci->shape[i] < 0) {
+            snprintf(msg, cap, "negative dim %lld in the shape of '%.*s'", (long long)ci->shape[i], (int)len, name);
+            return -1;
+        }
+    size_t bytes;
+    if (gd_numel_bytes(n, ci->shape, gdp_dtype_size(ci->dtype), &bytes) != 0) {
+        snprintf(msg, cap, "the shape of '%.*s' is too large (its size overflows)", (int)len, name);
+        return -1;
+    }
     if (*s == '<') {
         /* integer range: <hi or <lo:hi */
         char *end;
@@ -92,6 +131,7 @@ static int parse_input(const char **ps, int32_t fdt, gd_case_input *ci, char *ms
             ci->hi = a;
         }
         s = end;
+        if (check_range(ci, msg, cap) != 0) return -1;
     }
     *ps = s;
     return 0;
@@ -170,9 +210,8 @@ int gd_case_parse(const char *spec, int32_t fdt, gd_case *c, char *msg, size_t c
 
 int64_t gd_case_numel(const gd_case_input *ci)
 {
-    int64_t n = 1;
-    for (int i = 0; i < ci->ndim; i++) n *= ci->shape[i];
-    return n;
+    int64_t n;
+    return gd_numel_checked(ci->ndim, ci->shape, &n) == 0 ? n : -1;
 }
 
 void gd_case_fill(const gd_case_input *ci, void *data, uint64_t seed)
@@ -192,7 +231,11 @@ void gd_case_fill(const gd_case_input *ci, void *data, uint64_t seed)
             v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
             break;
         }
-        case 'i': v = floor(ci->lo + u * (ci->hi - ci->lo)); break;
+        case 'i':
+            v = floor(ci->lo + u * (ci->hi - ci->lo));
+            /* lo + u * (hi - lo) can round up to hi itself, which may not fit the dtype */
+            if (v >= ci->hi) v = ceil(ci->hi) - 1;
+            break;
         case 'b': v = (r.v[0] & 1u) != 0; break;
         default: v = ci->lo + u * (ci->hi - ci->lo); break;
         }

@@ -27,6 +27,7 @@ typedef struct gd_case {
 int gd_case_parse(const char *spec, int32_t float_dtype, gd_case *out, char *msg, size_t cap);
 /* Fills host memory (numel * dtype size bytes) with values for input ci. */
 void gd_case_fill(const gd_case_input *ci, void *data, uint64_t seed);
+/* The element count of input ci; -1 if it overflows, which gd_case_parse never lets through. */
 int64_t gd_case_numel(const gd_case_input *ci);
 int gd_dtype_from_name(const char *s, size_t len);
 

@@ -8,9 +8,13 @@
  * tens of kilobytes a block decodes to.
  *
  * Everything that can be wrong with a stream is checked: block types, code lengths that
- * over-subscribe the code space, codes that are not in the table, distances reaching
- * before the start of the output, stored-block length complements, a stream that ends
- * early, and for gzip the header fields, the CRC-32 and the length in the trailer. */
+ * over-subscribe the code space or leave it incomplete, codes that are not in the table,
+ * distances reaching before the start of the output, stored-block length complements, a
+ * stream that ends early, and for gzip the header fields, the CRC-32 and the length in
+ * the trailer.
+ *
+ * Output is bounded: the caller says how much it accepts, and decoding stops the moment
+ * a stream produces more, rather than after inflating a small hostile file to gigabytes. */
 #include "inflate.h"
 
 #include <stdarg.h>
@@ -29,6 +33,8 @@ typedef struct inflate_state {
     int bitcnt;
     uint8_t *out;
     size_t out_n, out_cap;
+    size_t limit;           /* out_n may not pass this */
+    int over;               /* the stream produced more than limit */
     size_t start;           /* out_n when this stream began: distances may not reach before */
     char *err;
     size_t err_cap;
@@ -97,21 +103,28 @@ static int decode(inflate_state *s, const uint16_t *table, int bits)
     return e >> 4;
 }
 
-/* Canonical Huffman code (RFC 1951 3.2.2) from code lengths into a lookup table. */
-static gd_status build(inflate_state *s, uint16_t *table, int *bits_out, const uint8_t *lengths, int n,
+/* Canonical Huffman code (RFC 1951 3.2.2) from code lengths into a lookup table.
+ * `lone`: a single code of one bit may stand alone (literal/length and distance codes). */
+static gd_status build(inflate_state *s, uint16_t *table, int *bits_out, const uint8_t *lengths, int n, int lone,
                        const char *what)
 {
     int count[MAXBITS + 1] = {0};
     for (int i = 0; i < n; i++) count[lengths[i]]++;
     count[0] = 0;
     /* An over-subscribed code has more codes of some length than the shorter ones leave
-     * room for; an incomplete one is allowed (its unused bit patterns decode as errors). */
+     * room for; an incomplete one leaves bit patterns that are no code. zlib, which wrote
+     * nearly every gzip file there is, refuses both, except a code with no symbols at all
+     * (nothing may be decoded with it) and, where `lone`, one symbol of one bit, which the
+     * RFC describes for a block with a single distance. Accepting more would make files
+     * that this decoder reads and zlib does not. */
     int left = 1, maxlen = 0;
     for (int len = 1; len <= MAXBITS; len++) {
         left = (left << 1) - count[len];
         if (left < 0) return FAIL(s, "bad %s code: code lengths over-subscribe the code space", what);
         if (count[len]) maxlen = len;
     }
+    if (left > 0 && maxlen > 0 && !(lone && maxlen == 1))
+        return FAIL(s, "bad %s code: code lengths leave the code incomplete", what);
     uint32_t next[MAXBITS + 1];
     uint32_t code = 0;
     next[0] = 0;
@@ -147,6 +160,20 @@ static gd_status reserve(inflate_state *s, size_t extra)
     return GD_OK;
 }
 
+static gd_status too_big(inflate_state *s)
+{
+    s->over = 1;
+    return FAIL(s, "data decompresses to more than %zu bytes", s->limit);
+}
+
+/* Makes room for up to *take more output bytes, lowering *take to what the limit lets
+ * through; the caller writes those and then reports too_big() if it wanted more. */
+static gd_status room(inflate_state *s, size_t *take)
+{
+    if (*take > s->limit - s->out_n) *take = s->limit - s->out_n;
+    return reserve(s, *take);
+}
+
 static gd_status stored(inflate_state *s)
 {
     /* A stored block starts at a byte boundary: drop the partial byte, then hand the
@@ -163,12 +190,13 @@ static gd_status stored(inflate_state *s)
         return FAIL(s, "bad stored block at byte %zu: length %u does not match its complement %u", s->pos, len, nlen);
     s->pos += 4;
     if (s->n - s->pos < len) return TRUNCATED(s);
-    gd_status st = reserve(s, len);
+    size_t take = len;
+    gd_status st = room(s, &take);
     if (st != GD_OK) return st;
-    if (len > 0) memcpy(s->out + s->out_n, s->in + s->pos, len);
-    s->out_n += len;
+    if (take > 0) memcpy(s->out + s->out_n, s->in + s->pos, take);
+    s->out_n += take;
     s->pos += len;
-    return GD_OK;
+    return take < len ? too_big(s) : GD_OK;
 }
 
 /* Literals and length/distance pairs until the end-of-block symbol. */
@@ -179,7 +207,11 @@ static gd_status codes(inflate_state *s)
         if (sym == -1) return TRUNCATED(s);
         if (sym == -2) return FAIL(s, "invalid literal/length code near byte %zu", s->pos);
         if (sym < 256) {
-            if (s->out_n == s->out_cap && reserve(s, 1) != GD_OK) return GD_ERR_NOMEM;
+            if (s->out_n == s->out_cap || s->out_n == s->limit) {
+                size_t take = 1;
+                if (room(s, &take) != GD_OK) return GD_ERR_NOMEM;
+                if (take == 0) return too_big(s);
+            }
             s->out[s->out_n++] = (uint8_t)sym;
             continue;
         }
@@ -197,12 +229,15 @@ static gd_status codes(inflate_state *s)
         if (dist > s->out_n - s->start)
             return FAIL(s, "distance %zu reaches before the start of the output (%zu bytes so far)", dist,
                         s->out_n - s->start);
-        gd_status st = reserve(s, len);
+        size_t take = len;
+        gd_status st = room(s, &take);
         if (st != GD_OK) return st;
+        if (take == 0) return too_big(s);
         /* Byte by byte: a copy may overlap the bytes it is producing (runs). */
         uint8_t *o = s->out + s->out_n;
-        for (size_t i = 0; i < len; i++) o[i] = o[(ptrdiff_t)i - (ptrdiff_t)dist];
-        s->out_n += len;
+        for (size_t i = 0; i < take; i++) o[i] = o[(ptrdiff_t)i - (ptrdiff_t)dist];
+        s->out_n += take;
+        if (take < len) return too_big(s);
     }
 }
 
@@ -215,8 +250,8 @@ static gd_status fixed(inflate_state *s)
     for (; i < 280; i++) l[i] = 7;
     for (; i < MAXLCODES; i++) l[i] = 8;
     for (; i < MAXLCODES + MAXDCODES; i++) l[i] = 5;
-    gd_status st = build(s, s->lit, &s->lit_bits, l, MAXLCODES, "fixed literal/length");
-    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + MAXLCODES, MAXDCODES, "fixed distance");
+    gd_status st = build(s, s->lit, &s->lit_bits, l, MAXLCODES, 0, "fixed literal/length");
+    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + MAXLCODES, MAXDCODES, 0, "fixed distance");
     return st != GD_OK ? st : codes(s);
 }
 
@@ -234,7 +269,7 @@ static gd_status dynamic(inflate_state *s)
         if (getbits(s, 3, &v)) return TRUNCATED(s);
         l[clen_order[i]] = (uint8_t)v;
     }
-    gd_status st = build(s, s->lens, &s->lens_bits, l, 19, "code-length");
+    gd_status st = build(s, s->lens, &s->lens_bits, l, 19, 0, "code-length");
     if (st != GD_OK) return st;
     memset(l, 0, sizeof l);
     uint32_t index = 0;
@@ -265,14 +300,16 @@ static gd_status dynamic(inflate_state *s)
         while (rep--) l[index++] = val;
     }
     if (l[256] == 0) return FAIL(s, "bad dynamic block: no code for end-of-block");
-    st = build(s, s->lit, &s->lit_bits, l, (int)nlen, "literal/length");
-    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + nlen, (int)ndist, "distance");
+    st = build(s, s->lit, &s->lit_bits, l, (int)nlen, 1, "literal/length");
+    if (st == GD_OK) st = build(s, s->dist, &s->dist_bits, l + nlen, (int)ndist, 1, "distance");
     return st != GD_OK ? st : codes(s);
 }
 
-gd_status gd_inflate(const uint8_t *in, size_t n, size_t *consumed, uint8_t **out, size_t *out_n,
-                     size_t *out_cap, char *err, size_t err_cap)
+/* gd_inflate, also saying whether the limit is what stopped it. */
+static gd_status inflate_run(const uint8_t *in, size_t n, size_t max_out, size_t *consumed, uint8_t **out,
+                             size_t *out_n, size_t *out_cap, int *over, char *err, size_t err_cap)
 {
+    *over = 0;
     /* The tables make the state 130 KB: too much for some thread stacks. */
     inflate_state *s = malloc(sizeof *s);
     if (s == NULL) return fail(err, err_cap, GD_ERR_NOMEM, "inflate: out of memory");
@@ -284,6 +321,8 @@ gd_status gd_inflate(const uint8_t *in, size_t n, size_t *consumed, uint8_t **ou
     s->out = *out;
     s->out_n = *out_n;
     s->out_cap = *out_cap;
+    s->limit = max_out > *out_n ? max_out : *out_n;
+    s->over = 0;
     s->start = *out_n;
     s->err = err;
     s->err_cap = err_cap;
@@ -303,8 +342,16 @@ gd_status gd_inflate(const uint8_t *in, size_t n, size_t *consumed, uint8_t **ou
     *out = s->out;
     *out_n = s->out_n;
     *out_cap = s->out_cap;
+    *over = s->over;
     free(s);
     return st;
+}
+
+gd_status gd_inflate(const uint8_t *in, size_t n, size_t max_out, size_t *consumed, uint8_t **out,
+                     size_t *out_n, size_t *out_cap, char *err, size_t err_cap)
+{
+    int over;
+    return inflate_run(in, n, max_out, consumed, out, out_n, out_cap, &over, err, err_cap);
 }
 
 uint32_t gd_crc32(uint32_t crc, const void *data, size_t n)
@@ -338,7 +385,10 @@ static size_t skip_string(const uint8_t *in, size_t n, size_t p)
     return z == NULL ? 0 : (size_t)(z - in) + 1;
 }
 
-gd_status gd_gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_n, char *err, size_t err_cap)
+/* gd_gunzip and gd_gunzip_head: with `head`, reaching max_out ends decoding without an
+ * error and leaves the first max_out bytes in *out. */
+static gd_status gunzip(const uint8_t *in, size_t n, size_t max_out, int head, uint8_t **out, size_t *out_n,
+                        char *err, size_t err_cap)
 {
     enum { FTEXT = 1, FHCRC = 2, FEXTRA = 4, FNAME = 8, FCOMMENT = 16 };
     uint8_t *buf = NULL;
@@ -347,9 +397,11 @@ gd_status gd_gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_n, c
     *out = NULL;
     *out_n = 0;
     /* The last member's ISIZE is the whole size for the usual single-member file; take it
-     * as a first guess at the capacity, bounded by the most DEFLATE can expand (1032:1). */
+     * as a first guess at the capacity, bounded by the most DEFLATE can expand (1032:1)
+     * and by what the caller accepts. */
     if (n >= 18) {
         size_t hint = le32(in + n - 4);
+        if (hint > max_out) hint = max_out;
         if (hint > 0 && hint / 1032 <= n) {
             buf = malloc(hint);
             cap = buf != NULL ? hint : 0;
@@ -405,7 +457,13 @@ gd_status gd_gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_n, c
             p += 2;
         }
         size_t begin = used, consumed = 0;
-        st = gd_inflate(in + p, n - p, &consumed, &buf, &used, &cap, err, err_cap);
+        int over;
+        st = inflate_run(in + p, n - p, max_out, &consumed, &buf, &used, &cap, &over, err, err_cap);
+        if (over && head) {
+            st = GD_OK;
+            break;
+        }
+        if (over) used = max_out + 1; /* "more than max_out" for the caller (over implies max_out < SIZE_MAX) */
         if (st != GD_OK) break;
         p += consumed;
         if (n - p < 8) {
@@ -414,7 +472,8 @@ gd_status gd_gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_n, c
             break;
         }
         uint32_t crc = le32(in + p), isize = le32(in + p + 4);
-        uint32_t got = gd_crc32(0, buf + begin, used - begin);
+        /* An empty first member leaves buf NULL, and NULL + 0 is undefined. */
+        uint32_t got = used > begin ? gd_crc32(0, buf + begin, used - begin) : 0;
         if (crc != got) {
             st = fail(err, err_cap, GD_ERR_FORMAT, "gzip CRC32 mismatch: trailer says 0x%08x, data gives 0x%08x", crc, got);
             break;
@@ -429,9 +488,27 @@ gd_status gd_gunzip(const uint8_t *in, size_t n, uint8_t **out, size_t *out_n, c
     }
     if (st != GD_OK) {
         free(buf);
+        *out_n = used;
         return st;
     }
     *out = buf;
     *out_n = used;
     return GD_OK;
+}
+
+gd_status gd_gunzip(const uint8_t *in, size_t n, size_t max_out, uint8_t **out, size_t *out_n, char *err,
+                    size_t err_cap)
+{
+    return gunzip(in, n, max_out, 0, out, out_n, err, err_cap);
+}
+
+gd_status gd_gunzip_head(const uint8_t *in, size_t n, size_t want, uint8_t *out, size_t *got, char *err,
+                         size_t err_cap)
+{
+    uint8_t *buf;
+    gd_status st = gunzip(in, n, want, 1, &buf, got, err, err_cap);
+    if (st == GD_OK && *got > 0) memcpy(out, buf, *got);
+    if (st != GD_OK) *got = 0;
+    free(buf);
+    return st;
 }

@@ -118,10 +118,28 @@ static gd_status evaluate(gd_ctx *ctx, model *m, const gd_dataset *d, int64_t ba
     return GD_OK;
 }
 
+/* a * b * c floats in bytes, when that fits a size_t (all three positive) */
+static int float_bytes(int64_t a, int64_t b, int64_t c, size_t *bytes)
+{
+    size_t n;
+    if (a <= 0 || b <= 0 || c <= 0 || __builtin_mul_overflow((size_t)a, (size_t)b, &n) ||
+        __builtin_mul_overflow(n, (size_t)c, &n) || __builtin_mul_overflow(n, sizeof(float), &n))
+        return 0;
+    *bytes = n;
+    return 1;
+}
+
 static gd_status check_data(gd_ctx *ctx, const gd_dataset *d, const char *which, const gd_dataset *like)
 {
     if (d == NULL || d->n <= 0 || d->images == NULL || d->labels == NULL || d->h <= 0 || d->w <= 0)
         return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: the %s set is empty or missing", which);
+    /* Batches index the images with products of these dims: a dataset whose size does not
+     * even fit in memory is corrupt, and a wrapped product would be a small buffer. */
+    size_t bytes;
+    if (!float_bytes(d->n, d->h, d->w, &bytes))
+        return gd_ctx_fail(ctx, GD_ERR_INVALID,
+                           "gd_train_classifier: the %s set claims %lld images of %lldx%lld, whose size overflows: "
+                           "a corrupt dataset", which, (long long)d->n, (long long)d->h, (long long)d->w);
     if (like != NULL && (d->h != like->h || d->w != like->w))
         return gd_ctx_fail(ctx, GD_ERR_SHAPE, "gd_train_classifier: test images are %lldx%lld but training images %lldx%lld",
                        (long long)d->h, (long long)d->w, (long long)like->h, (long long)like->w);
@@ -176,11 +194,17 @@ gd_status gd_train_classifier(gd_ctx *ctx, const gd_dataset *train, const gd_dat
     const int64_t n = cfg.limit > 0 && cfg.limit < train->n ? cfg.limit : train->n;
     const int64_t steps = (n + B - 1) / B, total = steps * cfg.epochs;
     model m = {0};
+    size_t batch_bytes;
+    if (!float_bytes(B, hw, 1, &batch_bytes))
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_train_classifier: a batch of %lld images of %lldx%lld is too large",
+                       (long long)B, (long long)train->h, (long long)train->w);
     int64_t *perm = malloc((size_t)n * sizeof *perm), *pb = malloc((size_t)B * sizeof *pb);
-    float *xb = malloc((size_t)(B * hw) * sizeof *xb);
+    float *xb = malloc(batch_bytes);
     int32_t *yb = malloc((size_t)B * sizeof *yb);
     if (perm == NULL || pb == NULL || xb == NULL || yb == NULL)
-        st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "gd_train_classifier: out of memory for batches of %lld", (long long)B);
+        st = gd_ctx_fail(ctx, GD_ERR_NOMEM,
+                         "gd_train_classifier: out of memory for batches of %lld images of %lldx%lld (%zu bytes)",
+                         (long long)B, (long long)train->h, (long long)train->w, batch_bytes);
     metrics_log ml = {NULL, 0};
     if (st == GD_OK && cfg.metrics != NULL && (ml.f = fopen(cfg.metrics, "w")) == NULL)
         st = gd_ctx_fail(ctx, GD_ERR_IO, "gd_train_classifier: metrics log %s: cannot write: %s", cfg.metrics,

@@ -3,9 +3,8 @@
  * unchanged and has a parameter count. An accepted config that the writer can express
  * must read back identical (written under /dev/shm, where flushing costs nothing).
  *
- *     clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_hf_config.c \
- *         <libgradus built with -fsanitize=fuzzer-no-link,address,undefined> -lm -ldl -lpthread
- *     ./fuzz_hf_config -dict=tests/fuzz/hf_config.dict tests/fuzz/corpus/hf_config
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/hf_config
+ * and dictionary tests/fuzz/hf_config.dict.
  */
 #include "gradus_lm.h"
 

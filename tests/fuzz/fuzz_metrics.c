@@ -2,10 +2,8 @@
  * what it reads, on arbitrary bytes: no crash, no leak, no undefined behaviour; a refusal
  * names the file; a plot is a document that starts as SVG and ends closed.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Isrc/core \
- *       tests/fuzz/fuzz_metrics.c src/prof/metrics.c src/prof/plot.c src/prof/trace_read.c \
- *       src/io/json.c src/core/alloc.c src/core/dtype.c -lm -o fuzz_metrics
- *   ./fuzz_metrics -max_total_time=300 [corpus dir]   (seed it with metrics logs) */
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/metrics.
+ */
 #include "alloc.h"
 #include "prof/trace.h"
 

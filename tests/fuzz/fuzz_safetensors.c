@@ -8,9 +8,8 @@
  * its length prefixed, and the bytes after it as the data. Mutations of the JSON then
  * reach the checks of the tensors.
  *
- *     clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_safetensors.c \
- *         <libgradus built with -fsanitize=fuzzer-no-link,address,undefined> -lm -ldl -lpthread
- *     ./fuzz_safetensors -dict=tests/fuzz/safetensors.dict tests/fuzz/corpus/safetensors
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/safetensors
+ * and dictionary tests/fuzz/safetensors.dict.
  */
 #include "gradus_lm.h"
 

@@ -3,7 +3,9 @@
  * by one, and whose positions advance. Each input is read twice: as it is, and with its
  * checksums made right, so that mutations reach the checks behind them (sizes, the
  * document table, token ranges, the split) instead of all stopping at a checksum.
- * Seeds: tests/fuzz/seeds/token_file; built like fuzz_tokenizer_json.c. */
+ *
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/token_file.
+ */
 #include "gradus_lm.h"
 #include "io/tokens.h"
 

@@ -6,12 +6,9 @@
  * fixed text, one per pre-tokenizer (GPT-2, Llama 3, Qwen2 with NFC), whose round trip
  * must always hold: that reaches the matchers, the merge loops and NFC with any bytes.
  *
- * Seeds: tests/fuzz/seeds/tokenizer_json; dictionary: tests/fuzz/tokenizer_json.dict. By
- * hand, against a library built with clang and -fsanitize=fuzzer-no-link,address,undefined:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Isrc/core \
- *       tests/fuzz/fuzz_tokenizer_json.c BUILD/libgradus.a BUILD/backends/cpu/libgradus_cpu.a \
- *       -lopenblas -lm -ldl -lpthread -o fuzz_tokenizer_json
- *   ./fuzz_tokenizer_json -dict=tests/fuzz/tokenizer_json.dict CORPUS_DIR tests/fuzz/seeds/tokenizer_json */
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/tokenizer_json
+ * and dictionary tests/fuzz/tokenizer_json.dict.
+ */
 #include "gradus_lm.h"
 #include "io/bpe.h"
 

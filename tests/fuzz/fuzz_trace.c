@@ -2,10 +2,8 @@
  * reads, on arbitrary bytes: no crash, no leak, no undefined behaviour; a refusal always
  * comes with a message naming the file.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Isrc/core \
- *       tests/fuzz/fuzz_trace.c src/prof/trace_read.c src/prof/summary.c src/io/json.c \
- *       src/core/alloc.c src/core/dtype.c -lm -o fuzz_trace
- *   ./fuzz_trace -max_total_time=300 [corpus dir]   (seed it with traces gradus wrote) */
+ * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/trace.
+ */
 #include "prof/trace.h"
 
 #include <stdint.h>
