@@ -20,11 +20,13 @@ TD=$B/plugins-test/libgradus_testdev.so
 
 # ---- the bad files ------------------------------------------------------------------------
 mkdir "$T/truncgz" "$T/badidx" "$T/shortidx" "$T/plug_trunc" "$T/plug_nodev" "$T/plug_text"
-# a gzip stream cut short: a valid IDX file of 5 random 28x28 images, compressed by gzip
-# (random pixels do not compress, so half the stream ends inside the pixels' block), cut
-# in half; the header inflates, the images do not
-{ printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034'; head -c 3920 /dev/urandom; } |
-    gzip -c | head -c 2000 > "$T/truncgz/train-images-idx3-ubyte.gz"
+# a gzip stream cut short, written byte by byte (no gzip program needed): the gzip header,
+# one stored deflate block announcing 3936 bytes (an IDX header for 5 images of 28x28 and
+# their 3920 pixels), and only the IDX header and 100 pixels of it: the header inflates,
+# the images do not
+{ printf '\037\213\010\000\000\000\000\000\000\003\001\140\017\237\360'
+  printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034'
+  head -c 100 /dev/zero; } > "$T/truncgz/train-images-idx3-ubyte.gz"
 # not an IDX file; an IDX header promising more images than follow
 printf 'garbage!garbage!' > "$T/badidx/train-images-idx3-ubyte"
 printf '\000\000\010\003\000\000\000\005\000\000\000\034\000\000\000\034' > "$T/shortidx/train-images-idx3-ubyte"
