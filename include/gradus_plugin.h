@@ -114,10 +114,12 @@ static inline int64_t gdp_numel(const gdp_tensor *t)
 /* Row-major strides of t's shape into t->stride. */
 static inline void gdp_set_contiguous(gdp_tensor *t)
 {
-    int64_t s = 1;
+    /* unsigned: a tensor with a zero dim may have others whose product overflows, and its
+     * strides are never used to address anything */
+    uint64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        t->stride[i] = s;
-        s *= t->shape[i];
+        t->stride[i] = (int64_t)s;
+        s *= (uint64_t)t->shape[i];
     }
 }
 /* 1 when t is row-major contiguous (dims of size 1 may have any stride). */

@@ -16,6 +16,7 @@
 #include "alloc.h"
 #include "gradus_lm.h"
 #include "file_read.h"
+#include "lm_checkpoint.h"
 #include "json.h"
 
 #include <dirent.h>
@@ -313,15 +314,10 @@ static gd_status load_tensor(gd_ctx *ctx, const gd_st_file *f, const char *file,
     return gd_tensor_write(t, data, bytes);
 }
 
-static gd_status read_trainer_json(gd_ctx *ctx, const char *path, gd_lm_state *st)
+gd_status gd_lm_state_parse(gd_ctx *ctx, const char *path, const char *text, size_t n, gd_lm_state *st)
 {
-    char *buf;
-    size_t n;
-    gd_status rs = gd_read_whole_file(ctx, path, 1 << 16, "a gradus trainer state", &buf, &n);
-    if (rs != GD_OK) return rs;
     char err[160];
-    gd_json_doc *d = gd_json_parse(buf, n, 8, err, sizeof err);
-    gd_free(buf);
+    gd_json_doc *d = gd_json_parse(text, n, 8, err, sizeof err);
     if (d == NULL) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "checkpoint %s: %s", path, err);
     const gd_json *r = gd_json_root(d), *data = gd_json_get(r, "data");
     int64_t step, seed, dseed, epoch, index, version;
@@ -336,6 +332,17 @@ static gd_status read_trainer_json(gd_ctx *ctx, const char *path, gd_lm_state *s
     st->seed = (uint64_t)seed;
     st->pos = (gd_data_pos){.seed = (uint64_t)dseed, .epoch = epoch, .index = index};
     return GD_OK;
+}
+
+static gd_status read_trainer_json(gd_ctx *ctx, const char *path, gd_lm_state *st)
+{
+    char *buf;
+    size_t n;
+    gd_status rs = gd_read_whole_file(ctx, path, 1 << 16, "a gradus trainer state", &buf, &n);
+    if (rs != GD_OK) return rs;
+    rs = gd_lm_state_parse(ctx, path, buf, n, st);
+    gd_free(buf);
+    return rs;
 }
 
 gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *where, int with_optimizer,

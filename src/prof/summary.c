@@ -221,10 +221,11 @@ gd_status gd_trace_summarize(const gd_trace *t, gd_summary **out, char *err, siz
     if (rc == 0) {
         for (int i = 0; i < b.s->n_programs; i++) {
             gd_sum_program *p = &b.s->programs[i];
-            qsort(p->ops, (size_t)p->n_ops, sizeof *p->ops, by_time);
-            qsort(p->nodes, (size_t)p->n_nodes, sizeof *p->nodes, by_time);
+            if (p->n_ops > 1) qsort(p->ops, (size_t)p->n_ops, sizeof *p->ops, by_time);
+            if (p->n_nodes > 1) qsort(p->nodes, (size_t)p->n_nodes, sizeof *p->nodes, by_time);
         }
-        qsort(b.s->programs, (size_t)b.s->n_programs, sizeof *b.s->programs, by_device_time);
+        if (b.s->n_programs > 1) /* qsort of no array is undefined even for zero elements */
+            qsort(b.s->programs, (size_t)b.s->n_programs, sizeof *b.s->programs, by_device_time);
         b.s->dropped = t->dropped;
         b.s->unmatched = t->unmatched;
     }

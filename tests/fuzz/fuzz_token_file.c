@@ -3,6 +3,7 @@
  * by one, and whose positions advance. Each input is read twice: as it is, and with its
  * checksums made right, so that mutations reach the checks behind them (sizes, the
  * document table, token ranges, the split) instead of all stopping at a checksum.
+ * The reader is tokens.c (gd_token_data_from_memory); tokens_build.c writes these files.
  *
  * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/token_file.
  */

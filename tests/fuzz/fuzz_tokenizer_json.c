@@ -6,6 +6,10 @@
  * fixed text, one per pre-tokenizer (GPT-2, Llama 3, Qwen2 with NFC), whose round trip
  * must always hold: that reaches the matchers, the merge loops and NFC with any bytes.
  *
+ * That covers the reader (tokenizer_json.c), the encoder and decoder (bpe.c, bpe_encode.c),
+ * the trainer that builds the fixed tokenizers (bpe_train.c), the pre-tokenizers
+ * (pretok.c), NFC (unicode_nfc.c) and the tables (unicode_tables.c, unicode_nfc_tables.c).
+ *
  * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/tokenizer_json
  * and dictionary tests/fuzz/tokenizer_json.dict.
  */
