@@ -30,6 +30,14 @@ int main(void)
     refused("f[2]<3:3", "bad range");
     refused("i32[2]<5:1", "bad range");
 
+    /* A zero dim beside dims whose product overflows: no elements, so it parses, and its
+     * row-major strides must be computed without signed overflow (found by fuzz_cases;
+     * the sanitizer pass fails here if gdp_set_contiguous multiplies signed). */
+    gdp_tensor z = {.ndim = 3, .shape = {0, INT64_MAX, 5}};
+    gdp_set_contiguous(&z);
+    CHECK(z.stride[2] == 1 && z.stride[1] == 5, "strides of [0, INT64_MAX, 5]: %lld %lld", (long long)z.stride[1],
+          (long long)z.stride[2]);
+
     /* The widest i32 range: every value fits, including where lo + u * (hi - lo) rounds
      * up to hi. */
     gd_case c;
