@@ -567,6 +567,140 @@ static void test_executor(void)
     D->free(P.backend, mm_in[1].data, &E), D->free(P.backend, y.data, &E);
 }
 
+/* An optimizer step over many parameters, captured by the executor (which launches like
+ * updates together) and launched node by node: the parameters and states must agree bit
+ * for bit, over two steps. Forty SGD updates (more than one batch) of sizes from 1 to
+ * 70000, one of them updating the same parameter as an earlier one (which must not share
+ * its launch); then the same for AdamW with bf16 gradients and a bf16 copy. */
+enum { UPD_N = 40, UPD_REPEAT = 5, UPD_AGAIN = 3 };
+
+typedef struct upd_set {
+    gdp_tensor t[UPD_N][7];   /* a node's inputs */
+    gdp_tensor o[UPD_N][4];   /* its outputs, over its inputs */
+    test_node node[UPD_N];
+} upd_set;
+
+/* Node UPD_REPEAT updates the parameter of node UPD_AGAIN, so has its size. */
+static int64_t upd_size(int j)
+{
+    if (j == UPD_REPEAT) j = UPD_AGAIN;
+    return j == 7 ? 70000 : 1 + (j * 37) % 300;
+}
+
+/* The tensors of both sets, filled alike; node UPD_REPEAT updates node UPD_AGAIN's parameter. */
+static int upd_build(upd_set *set, int adam, const gdp_tensor *scalars, const gdp_attr *attrs, int n_attr)
+{
+    int32_t dts[7] = {GDP_F32, adam ? GDP_BF16 : GDP_F32, GDP_F32, GDP_F32, GDP_F32, GDP_F32, GDP_BF16};
+    int n_in = adam ? 7 : 4, n_out = adam ? 4 : 2;
+    int out_of[4] = {0, 2, adam ? 3 : -1, 6};
+    for (int j = 0; j < UPD_N; j++) {
+        int64_t n = upd_size(j);
+        for (int k = 0; k < n_in; k++) {
+            int scalar = adam ? (k == 4 || k == 5) : k == 3;
+            if (scalar) {
+                set[0].t[j][k] = scalars[adam ? k - 4 : 0];
+                set[1].t[j][k] = scalars[adam ? k - 4 : 0];
+                continue;
+            }
+            size_t es = dts[k] == GDP_BF16 ? 2 : 4, bytes = (size_t)n * es;
+            unsigned char *h = malloc(bytes);
+            for (int64_t i = 0; i < n; i++) {
+                float f = k == 3 ? 0.01f + 0.5f * fabsf(frand()) : frand(); // v > 0
+                if (es == 4) memcpy(h + i * 4, &f, 4);
+                else {
+                    uint32_t u;
+                    memcpy(&u, &f, 4);
+                    uint16_t b = (uint16_t)(u >> 16);
+                    memcpy(h + i * 2, &b, 2);
+                }
+            }
+            for (int c = 0; c < 2; c++) {
+                if (j == UPD_REPEAT && k != 1) {
+                    set[c].t[j][k] = set[c].t[UPD_AGAIN][k];
+                    continue;
+                }
+                set[c].t[j][k] = tensor(dev_upload(h, bytes), dts[k], 1, &n);
+            }
+            free(h);
+        }
+        for (int c = 0; c < 2; c++) {
+            for (int k = 0; k < n_out; k++) set[c].o[j][k] = set[c].t[j][out_of[k]];
+            const gdp_kernel *kk = adam ? find_sig("adamw_update", "f32,bf16,f32,f32,f32,f32,bf16->f32,f32,f32,bf16") : NULL;
+            if (!make_node_k(&set[c].node[j], kk, adam ? "adamw_update" : "sgd_update", GDP_F32, n_in, set[c].t[j], n_out,
+                             set[c].o[j], n_attr, attrs, 100 + j, "upd"))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static void upd_free(upd_set *set, int adam)
+{
+    int n_in = adam ? 7 : 4;
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < UPD_N; j++)
+            for (int k = 0; k < n_in; k++) {
+                int scalar = adam ? (k == 4 || k == 5) : k == 3;
+                if (scalar || (j == UPD_REPEAT && k != 1)) continue;
+                D->free(P.backend, set[c].t[j][k].data, &E);
+            }
+}
+
+static void test_batched_updates(int adam)
+{
+    const gdp_executor *ex = P.executor;
+    if (ex == NULL) return;
+    const char *graphs = getenv("GRADUS_CUDA_GRAPHS");
+    if (graphs != NULL && strcmp(graphs, "0") == 0) return; // no capture, nothing batched
+    static upd_set set[2];
+    memset(set, 0, sizeof set);
+    float step = 3, lr = 0.05f;
+    int64_t none[1] = {1};
+    gdp_tensor sc[2] = {tensor(dev_upload(adam ? &step : &lr, 4), GDP_F32, 0, none),
+                        tensor(dev_upload(&lr, 4), GDP_F32, 0, none)};
+    gdp_attr sgd_a[3] = {{.name = "momentum", .kind = GDP_ATTR_FLOAT, .f = 0.9},
+                         {.name = "weight_decay", .kind = GDP_ATTR_FLOAT, .f = 0.01},
+                         {.name = "nesterov", .kind = GDP_ATTR_INT, .i = 1}};
+    gdp_attr adam_a[4] = {{.name = "beta1", .kind = GDP_ATTR_FLOAT, .f = 0.9},
+                          {.name = "beta2", .kind = GDP_ATTR_FLOAT, .f = 0.95},
+                          {.name = "eps", .kind = GDP_ATTR_FLOAT, .f = 1e-8},
+                          {.name = "weight_decay", .kind = GDP_ATTR_FLOAT, .f = 0.1}};
+    if (!upd_build(set, adam, sc, adam ? adam_a : sgd_a, adam ? 4 : 3)) return;
+    const gdp_node *nodes[UPD_N];
+    gdp_launch_fn fns[UPD_N];
+    for (int j = 0; j < UPD_N; j++) nodes[j] = &set[0].node[j].n, fns[j] = set[0].node[j].k->launch;
+    gdp_segment seg;
+    memset(&seg, 0, sizeof seg);
+    seg.size = sizeof seg, seg.n_nodes = UPD_N, seg.nodes = nodes, seg.launch = fns;
+    void *h = NULL;
+    gdp_status s = ex->prepare(P.backend, &seg, &h, &E);
+    CHECK(s == GDP_OK && h != NULL, "prepare %d updates: %s", UPD_N, E.msg);
+    for (int round = 0; round < 2 && h != NULL; round++) {
+        CHECK(ex->run(P.backend, h, NULL, &E) == GDP_OK, "replay: %s", E.msg);
+        for (int j = 0; j < UPD_N; j++)
+            CHECK(set[1].node[j].k->launch(P.backend, &set[1].node[j].n, NULL, &E) == GDP_OK, "launch: %s", E.msg);
+    }
+    if (h != NULL) ex->release(P.backend, h);
+    int n_out = adam ? 4 : 2, differ = 0;
+    for (int j = 0; j < UPD_N; j++)
+        for (int k = 0; k < n_out; k++) {
+            size_t bytes = (size_t)gdp_numel(&set[0].o[j][k]) * (set[0].o[j][k].dtype == GDP_BF16 ? 2 : 4);
+            unsigned char *a = malloc(bytes), *b = malloc(bytes);
+            D->copy_d2h(P.backend, a, set[0].o[j][k].data, bytes, NULL, &E);
+            D->copy_d2h(P.backend, b, set[1].o[j][k].data, bytes, NULL, &E);
+            if (memcmp(a, b, bytes) != 0) differ++;
+            free(a), free(b);
+        }
+    printf("%s: %d updates captured (batched) vs launched one by one: %d of %d outputs differ\n",
+           adam ? "adamw_update" : "sgd_update", UPD_N, differ, UPD_N * n_out);
+    CHECK(differ == 0, "%s: %d outputs differ between the batched replay and single launches", adam ? "adamw" : "sgd",
+          differ);
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < UPD_N; j++) drop_node(&set[c].node[j]);
+    upd_free(set, adam);
+    D->free(P.backend, sc[0].data, &E), D->free(P.backend, sc[1].data, &E);
+}
+
 /* cross_entropy targets, cache_write positions, attention lengths: good values computed
  * right, bad ones reported by synchronize with the node's id, label and the value. */
 static void test_bad_data(void)
@@ -874,6 +1008,8 @@ int main(int argc, char **argv)
     test_norm_ce(50, 300);
     test_profiler();
     test_executor();
+    test_batched_updates(0);
+    test_batched_updates(1);
     test_bad_data();
     test_mixed();
 

@@ -288,6 +288,11 @@ extern const gdp_executor cu_executor_module;
 gdp_status cu_device_open(cu_backend *be, gdp_err *err);
 void cu_device_close(cu_backend *be);
 
+/* optim.cu: launches the updates from node i of a captured segment on that are alike
+ * (one optimizer step over many parameters) as one kernel; answers how many nodes it
+ * launched, 0 when node i is to be launched alone. *st is the launch's status. */
+int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err);
+
 /* Profiler hooks used by cu_run and the executor. */
 void cu_prof_begin(cu_backend *be, cudaStream_t s, cudaEvent_t *start);
 void cu_prof_end(cu_backend *be, cudaStream_t s, const char *name, int32_t node_id, cudaEvent_t start);

@@ -16,6 +16,9 @@
  * doing something capture forbids), prepare ends the capture, says so once in the log,
  * and answers GDP_ERR_UNSUPPORTED: the host then launches that segment node by node.
  *
+ * The optimizer's updates, one node per parameter, are captured as batched launches of a
+ * few parameters each (cu_updates_batch in optim.cu): the replay saves their launches.
+ *
  * Profiling: a replayed graph is timed as a whole, one span per segment run (node_id -1,
  * named after its first and last nodes); GRADUS_CUDA_GRAPHS=0 gives a span per node.
  */
@@ -75,7 +78,13 @@ static gdp_status exec_prepare(void *backend, const gdp_segment *seg, void **han
     memset(&lerr, 0, sizeof lerr);
     lerr.size = sizeof lerr;
     for (int i = 0; i < seg->n_nodes; i++) {
-        if (seg->launch[i](be, seg->nodes[i], seg->stream, &lerr) != GDP_OK) {
+        gdp_status bst = GDP_OK;
+        int batched = cu_updates_batch(be, seg, i, s, &bst, &lerr);
+        if (batched > 0 && bst == GDP_OK) {
+            i += batched - 1;
+            continue;
+        }
+        if (bst != GDP_OK || seg->launch[i](be, seg->nodes[i], seg->stream, &lerr) != GDP_OK) {
             abandon(be, s);
             char why[600];
             snprintf(why, sizeof why, "node %d '%s': %s", (int)seg->nodes[i]->id,

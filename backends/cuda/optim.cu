@@ -20,22 +20,46 @@
 
 #define THREADS 256
 
-// p (n), g (n), buf (n), lr () -> p', buf' : PyTorch SGD (momentum, weight decay, nesterov)
+// One element of p (n), g (n), buf (n), lr () -> p', buf' : PyTorch SGD (momentum, weight
+// decay, nesterov). The single and the batched kernels share it, so their bits agree.
+__device__ __forceinline__ void sgd_elem(const float *p_in, const float *g_in, const float *buf_in, float *p_out,
+                                         float *buf_out, int64_t i, double lr, double m, double wd, int nesterov)
+{
+    double p = p_in[i], g = g_in[i], buf = buf_in[i];
+    g += wd * p;
+    buf = m * buf + g;
+    double update = nesterov ? g + m * buf : buf;
+    p_out[i] = (float)(p - lr * update);
+    buf_out[i] = (float)buf;
+}
+
 __global__ void sgd_kernel(const float *p_in, const float *g_in, const float *buf_in, const float *lr_p, float *p_out,
                            float *buf_out, int64_t n, double m, double wd, int nesterov)
 {
     double lr = (double)lr_p[0];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        double p = p_in[i], g = g_in[i], buf = buf_in[i];
-        g += wd * p;
-        buf = m * buf + g;
-        double update = nesterov ? g + m * buf : buf;
-        p_out[i] = (float)(p - lr * update);
-        buf_out[i] = (float)buf;
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        sgd_elem(p_in, g_in, buf_in, p_out, buf_out, i, lr, m, wd, nesterov);
 }
 
-// p, g, m, v (n), step (), lr () -> p', m', v' [, copy' = p' rounded to C] : PyTorch AdamW, step 1-based
+// One element of p, g, m, v (n) -> p', m', v' [, copy' = p' rounded to C] : PyTorch AdamW,
+// with the bias corrections bc1, bc2 of the step (1-based).
+template <typename G, typename C>
+__device__ __forceinline__ void adamw_elem(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
+                                           float *p_out, float *m_out, float *v_out, C *copy, int64_t i, double lr,
+                                           double bc1, double bc2, double b1, double b2, double eps, double wd)
+{
+    double p = p_in[i], g = (double)cu_ld(g_in, i), m = m_in[i], v = v_in[i];
+    p -= lr * wd * p;
+    m = b1 * m + (1.0 - b1) * g;
+    v = b2 * v + (1.0 - b2) * g * g;
+    p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
+    const float p32 = (float)p;
+    p_out[i] = p32;
+    m_out[i] = (float)m;
+    v_out[i] = (float)v;
+    if (copy != NULL) cu_st(copy, i, p32);
+}
+
 template <typename G, typename C>
 __global__ void adamw_kernel(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
                              const float *step_p, const float *lr_p, float *p_out, float *m_out, float *v_out, C *copy,
@@ -43,18 +67,8 @@ __global__ void adamw_kernel(const float *p_in, const G *g_in, const float *m_in
 {
     double t = (double)step_p[0], lr = (double)lr_p[0];
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        double p = p_in[i], g = (double)cu_ld(g_in, i), m = m_in[i], v = v_in[i];
-        p -= lr * wd * p;
-        m = b1 * m + (1.0 - b1) * g;
-        v = b2 * v + (1.0 - b2) * g * g;
-        p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
-        const float p32 = (float)p;
-        p_out[i] = p32;
-        m_out[i] = (float)m;
-        v_out[i] = (float)v;
-        if (copy != NULL) cu_st(copy, i, p32);
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        adamw_elem(p_in, g_in, m_in, v_in, p_out, m_out, v_out, copy, i, lr, bc1, bc2, b1, b2, eps, wd);
 }
 
 static int shaped_like(const gdp_tensor *a, const gdp_tensor *b)
@@ -174,6 +188,183 @@ static gdp_status clip_coef_run(cu_backend *be, const gdp_node *node, cudaStream
     return GDP_OK;
 }
 CU_LAUNCHER(clip_coef_run)
+
+/* ---- updates batched into one launch ----------------------------------------------------
+ * An optimizer appends one update per parameter, one after the other; for small models
+ * (and the biases and norms of any model) each launch costs more than its work. When the
+ * executor captures a segment, it hands a run of like updates (same kernel, dtypes,
+ * attributes, learning rate and step) to cu_updates_batch, which launches them together:
+ * a table of up to MT_MAX tensors goes as the kernel's argument, blockIdx.y picks the
+ * tensor. Each element goes through the same function as in the single kernels, so the
+ * bits are the same (test_cuda_device compares a step with CUDA graphs on and off). */
+
+#define MT_MAX 32 /* a table stays well inside the 4 KiB of kernel arguments */
+
+typedef struct mt_sgd {
+    const float *p, *g, *b;
+    float *po, *bo;
+    int64_t n;
+} mt_sgd;
+typedef struct mt_sgd_table {
+    mt_sgd t[MT_MAX];
+} mt_sgd_table;
+
+typedef struct mt_adamw {
+    const float *p, *m, *v;
+    const void *g;
+    float *po, *mo, *vo;
+    void *copy;
+    int64_t n;
+} mt_adamw;
+typedef struct mt_adamw_table {
+    mt_adamw t[MT_MAX];
+} mt_adamw_table;
+
+__global__ void sgd_batch_kernel(const mt_sgd_table tab, const float *lr_p, double m, double wd, int nesterov)
+{
+    const mt_sgd e = tab.t[blockIdx.y];
+    double lr = (double)lr_p[0];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x)
+        sgd_elem(e.p, e.g, e.b, e.po, e.bo, i, lr, m, wd, nesterov);
+}
+
+template <typename G, typename C>
+__global__ void adamw_batch_kernel(const mt_adamw_table tab, const float *step_p, const float *lr_p, double b1,
+                                   double b2, double eps, double wd)
+{
+    const mt_adamw e = tab.t[blockIdx.y];
+    double t = (double)step_p[0], lr = (double)lr_p[0];
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x)
+        adamw_elem(e.p, (const G *)e.g, e.m, e.v, e.po, e.mo, e.vo, (C *)e.copy, i, lr, bc1, bc2, b1, b2, eps, wd);
+}
+
+static int same_attrs(const gdp_node *a, const gdp_node *b)
+{
+    if (a->attrs.n != b->attrs.n) return 0;
+    for (int32_t k = 0; k < a->attrs.n; k++) {
+        const gdp_attr *x = &a->attrs.items[k], *y = gdp_attr_find(&b->attrs, x->name);
+        if (y == NULL || gdp_attr_float(&a->attrs, x->name, 0.0) != gdp_attr_float(&b->attrs, x->name, 0.0) ||
+            gdp_attr_int(&a->attrs, x->name, 0) != gdp_attr_int(&b->attrs, x->name, 0))
+            return 0;
+    }
+    return 1;
+}
+
+static int overlaps(const gdp_tensor *a, const gdp_tensor *b)
+{
+    const char *pa = (const char *)a->data, *pb = (const char *)b->data;
+    size_t na = (size_t)gdp_numel(a) * gdp_dtype_size(a->dtype), nb = (size_t)gdp_numel(b) * gdp_dtype_size(b->dtype);
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+/* The inputs of an update that are scalars read by every element: sgd's lr; adamw's step
+ * and lr. Nodes launched together share them. */
+static int scalar_input(int sgd, int k) { return sgd ? k == 3 : k == 4 || k == 5; }
+
+/* Whether nodes a and b may run in one launch: same form, the same scalars, and no other
+ * tensor of one overlapping a tensor of the other, since the elements of one launch run
+ * in no particular order. */
+static int batchable(const gdp_node *a, const gdp_node *b, int sgd)
+{
+    if (a->n_in != b->n_in || a->n_out != b->n_out || !same_attrs(a, b)) return 0;
+    for (int k = 0; k < a->n_in; k++)
+        if (a->in[k]->dtype != b->in[k]->dtype || (scalar_input(sgd, k) && a->in[k]->data != b->in[k]->data)) return 0;
+    for (int i = 0; i < a->n_in + a->n_out; i++) {
+        if (i < a->n_in && scalar_input(sgd, i)) continue;
+        const gdp_tensor *x = i < a->n_in ? a->in[i] : a->out[i - a->n_in];
+        for (int j = 0; j < b->n_in + b->n_out; j++) {
+            if (j < b->n_in && scalar_input(sgd, j)) continue;
+            if (overlaps(x, j < b->n_in ? b->in[j] : b->out[j - b->n_in])) return 0;
+        }
+    }
+    return 1;
+}
+
+template <typename G, typename C>
+static void adamw_batch_launch(cudaStream_t s, dim3 grid, const mt_adamw_table &tab, const gdp_node *n)
+{
+    adamw_batch_kernel<G, C><<<grid, THREADS, 0, s>>>(
+        tab, (const float *)n->in[4]->data, (const float *)n->in[5]->data, gdp_attr_float(&n->attrs, "beta1", 0.9),
+        gdp_attr_float(&n->attrs, "beta2", 0.999), gdp_attr_float(&n->attrs, "eps", 1e-8),
+        gdp_attr_float(&n->attrs, "weight_decay", 0.0));
+}
+
+template <typename G>
+static int adamw_batch_dispatch_c(int32_t cdt, cudaStream_t s, dim3 grid, const mt_adamw_table &tab, const gdp_node *n)
+{
+    switch (cdt) {
+    case GDP_F32: adamw_batch_launch<G, float>(s, grid, tab, n); return 1;
+    case GDP_F16: adamw_batch_launch<G, __half>(s, grid, tab, n); return 1;
+    case GDP_BF16: adamw_batch_launch<G, __nv_bfloat16>(s, grid, tab, n); return 1;
+    default: return 0;
+    }
+}
+
+/* Launches the batched kernel for gradient dtype gdt and copy dtype cdt; 0 for dtypes it
+ * has no form for (those nodes are launched one by one). */
+static int adamw_batch_dispatch(int32_t gdt, int32_t cdt, cudaStream_t s, dim3 grid, const mt_adamw_table &tab,
+                                const gdp_node *n)
+{
+    switch (gdt) {
+    case GDP_F32: return adamw_batch_dispatch_c<float>(cdt, s, grid, tab, n);
+    case GDP_F16: return adamw_batch_dispatch_c<__half>(cdt, s, grid, tab, n);
+    case GDP_BF16: return adamw_batch_dispatch_c<__nv_bfloat16>(cdt, s, grid, tab, n);
+    default: return 0;
+    }
+}
+
+int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err)
+{
+    *st = GDP_OK;
+    gdp_launch_fn f = seg->launch[i];
+    int sgd = f == sgd_run_launch;
+    if (!sgd && f != adamw_run_launch) return 0;
+    int count = 1;
+    while (i + count < seg->n_nodes && count < MT_MAX && seg->launch[i + count] == f) {
+        int ok = 1;
+        for (int j = 0; ok && j < count; j++) ok = batchable(seg->nodes[i + j], seg->nodes[i + count], sgd);
+        if (!ok) break;
+        count++;
+    }
+    if (count < 2) return 0;
+    unsigned gx = 1;
+    for (int j = 0; j < count; j++) {
+        unsigned b = cu_blocks(be, gdp_numel(seg->nodes[i + j]->in[0]), THREADS);
+        if (b > gx) gx = b;
+    }
+    dim3 grid(gx, (unsigned)count);
+    const gdp_node *n0 = seg->nodes[i];
+    if (sgd) {
+        mt_sgd_table tab;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < count; j++) {
+            const gdp_node *n = seg->nodes[i + j];
+            tab.t[j] = {(const float *)n->in[0]->data, (const float *)n->in[1]->data, (const float *)n->in[2]->data,
+                        (float *)n->out[0]->data, (float *)n->out[1]->data, gdp_numel(n->in[0])};
+        }
+        sgd_batch_kernel<<<grid, THREADS, 0, s>>>(tab, (const float *)n0->in[3]->data,
+                                                  gdp_attr_float(&n0->attrs, "momentum", 0.0),
+                                                  gdp_attr_float(&n0->attrs, "weight_decay", 0.0),
+                                                  gdp_attr_int(&n0->attrs, "nesterov", 0) != 0);
+    } else {
+        mt_adamw_table tab;
+        memset(&tab, 0, sizeof tab);
+        for (int j = 0; j < count; j++) {
+            const gdp_node *n = seg->nodes[i + j];
+            tab.t[j] = {(const float *)n->in[0]->data, (const float *)n->in[2]->data, (const float *)n->in[3]->data,
+                        n->in[1]->data, (float *)n->out[0]->data, (float *)n->out[1]->data, (float *)n->out[2]->data,
+                        n->n_out > 3 ? n->out[3]->data : NULL, gdp_numel(n->in[0])};
+        }
+        int32_t cdt = n0->n_in > 6 ? n0->in[6]->dtype : GDP_F32;
+        if (!adamw_batch_dispatch(n0->in[1]->dtype, cdt, s, grid, tab, n0)) return 0;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        *st = gdp_fail(err, GDP_ERR_DEVICE, "cuda: %d batched %s launches failed: %s (%s)", count, n0->op,
+                       cudaGetErrorName(e), cudaGetErrorString(e));
+    return count;
+}
 
 static const gdp_kernel kernels[] = {
     CU_K("sgd_update", GDP_F32, sgd_supports, sgd_run_launch, NULL),
