@@ -361,6 +361,35 @@ __global__ void fold_cols_kernel(const double *part, int64_t n_out, int64_t chun
     }
 }
 
+/* Column sums of short planes (R up to COLS_SMALL_R rows) in one kernel, where the chunked
+ * pair above would spend a second launch on the fold: a block takes 32 columns of one
+ * plane, its COLS_GROUPS warps a run of rows each, and the first warp adds the runs' sums
+ * in order, so the result does not depend on timing. */
+#define COLS_GROUPS 8
+#define COLS_SMALL_R 1024
+template <typename T, typename U>
+__global__ void cols_sum_small_kernel(const T *x, int64_t A, int64_t R, int64_t C, U *y, double div)
+{
+    __shared__ double sh[COLS_GROUPS][32];
+    const int64_t col_blocks = (C + 31) / 32;
+    const int64_t a = blockIdx.x / col_blocks, c = (blockIdx.x % col_blocks) * 32 + threadIdx.x;
+    const int64_t run = (R + COLS_GROUPS - 1) / COLS_GROUPS, r0 = threadIdx.y * run;
+    const int64_t r1 = r0 + run < R ? r0 + run : R;
+    double acc = 0.0;
+    if (c < C) {
+        const T *p = x + (a * R + r0) * C + c;
+#pragma unroll 4
+        for (int64_t r = r0; r < r1; r++, p += C) acc += (double)cu_ld(p, 0);
+    }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0.0;
+        for (int k = 0; k < COLS_GROUPS; k++) t += sh[k][threadIdx.x];
+        cu_std(y, a * C + c, t / div);
+    }
+}
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Chunks of R so that about `want` work items exist, each at least `min_len` long; the
@@ -415,6 +444,11 @@ static gdp_status sum_fast(cu_backend *be, cudaStream_t s, const gdp_tensor *x, 
         }
     } else {
         sum_fast_split(be, A, R, C, 1, &chunks, &clen);
+        if (chunks > 1 && R <= COLS_SMALL_R && A * ((C + 31) / 32) <= INT32_MAX) {
+            cols_sum_small_kernel<T, U><<<(unsigned)(A * ((C + 31) / 32)), dim3(32, COLS_GROUPS), 0, s>>>(px, A, R, C, py,
+                                                                                                         div);
+            return GDP_OK;
+        }
         cols_sum_kernel<T, U><<<cu_blocks(be, n_out * chunks, RED_THREADS), RED_THREADS, 0, s>>>(
             px, A, R, C, chunks, clen, chunks > 1 ? part : (double *)NULL, chunks > 1 ? (U *)NULL : py, div);
         if (chunks > 1)

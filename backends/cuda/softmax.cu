@@ -242,31 +242,44 @@ __global__ void ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, in
     }
 }
 
-/* One block: total = sum of loss, count = sum of kept, each in a fixed order; writes
- * out[0] = total / count (0 when nothing is kept) and out[1] = count. */
-__global__ void ce_total_kernel(const double *loss, const double *kept, int64_t N, double *out)
+/* One block: total = sum of loss, count = sum of kept, each in a fixed order; writes the
+ * mean loss total / count (0 when nothing is kept) to y[0]. */
+template <typename T>
+__global__ void ce_total_kernel(const double *loss, const double *kept, int64_t N, T *y)
 {
     __shared__ double sh[THREADS];
     double a = 0.0, c = 0.0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) a += loss[r], c += kept[r];
     a = block_sum(a, sh);
     c = block_sum(c, sh);
-    if (threadIdx.x == 0) out[0] = c > 0 ? a / c : 0.0, out[1] = c;
+    if (threadIdx.x == 0) cu_std(y, 0, c > 0 ? a / c : 0.0);
 }
 
-template <typename T>
-__global__ void ce_store_kernel(const double *v, T *y)
+/* How many targets the mean is over (those not ignored), summed in a block's fixed order.
+ * Every block of the grad kernel calls it when N is small (no kernel of its own); one
+ * block of ce_count_kernel does, when N is large, for the grad kernel to read. */
+static __device__ double ce_count(const void *t, int t64, int64_t N, int64_t ignore, double *sh)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) cu_std(y, 0, v[0]);
+    double c = 0.0;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) c += load_target(t, t64, r) != ignore ? 1.0 : 0.0;
+    return block_sum(c, sh);
 }
 
-// dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
-template <typename T>
-__global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore,
-                               const double *totals, T *dx, cu_bad bad)
+__global__ void ce_count_kernel(const void *t, int t64, int64_t N, int64_t ignore, double *count)
 {
     __shared__ double sh[THREADS];
-    double count = totals[1];
+    double c = ce_count(t, t64, N, ignore, sh);
+    if (threadIdx.x == 0) count[0] = c;
+}
+
+// dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count;
+// `counted` holds the count, or is NULL for the block to count itself
+template <typename T>
+__global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore,
+                               const double *counted, T *dx, cu_bad bad)
+{
+    __shared__ double sh[THREADS];
+    double count = counted != NULL ? counted[0] : ce_count(t, t64, N, ignore, sh);
     double scale = count > 0 ? (double)cu_ld(dl, 0) / count : 0.0;
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
         int64_t target = load_target(t, t64, r);
@@ -304,11 +317,14 @@ static int ce_supports(void *b, const gdp_node *n)
     return C >= 1 && gdp_numel(t) * C == gdp_numel(x);
 }
 
-/* Row losses, row weights (kept or not), then the total and the count. */
+/* Targets up to which each block of the grad kernel counts the kept ones itself. */
+#define CE_SELF_COUNT 4096
+
+/* The forward's row losses and row weights (kept or not); the grad's count. */
 static size_t ce_scratch(const gdp_node *n)
 {
     int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
-    return (size_t)(2 * gdp_numel(n->in[is_grad ? 2 : 1]) + 2) * sizeof(double);
+    return (size_t)(is_grad ? 1 : 2 * gdp_numel(n->in[1]) + 1) * sizeof(double);
 }
 
 static size_t ce_workspace(void *b, const gdp_node *n)
@@ -327,31 +343,25 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     char *ws = NULL;
     gdp_status st = cu_ws(node, ce_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    double *loss = (double *)ws, *kept = loss + N, *tot = kept + N;
+    double *loss = (double *)ws, *kept = loss + N;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_TARGET, C, ignore, t);
     unsigned g = cu_blocks(be, N * THREADS, THREADS);
-    switch (x->dtype) {
-    case GDP_F32: ce_rows_kernel<float><<<g, THREADS, 0, s>>>((const float *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
-    case GDP_F16: ce_rows_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
-    default: ce_rows_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, loss, kept, bad); break;
+    if (is_grad) {
+        /* Only the count of kept targets is needed from the whole batch: each block counts
+         * them itself when that is cheap, else one small kernel does, before. */
+        double *counted = NULL;
+        if (N > CE_SELF_COUNT) {
+            counted = kept;
+            ce_count_kernel<<<1, THREADS, 0, s>>>(t->data, t64, N, ignore, counted);
+        }
+        CU_FLOAT_SWITCH(x->dtype, T,
+                        ce_grad_kernel<T><<<g, THREADS, 0, s>>>((const T *)node->in[0]->data, (const T *)x->data,
+                                                               t->data, t64, N, C, ignore, counted, (T *)y->data, bad));
+        return GDP_OK;
     }
-    ce_total_kernel<<<1, THREADS, 0, s>>>(loss, kept, N, tot);
-    /* The row losses are recomputed by the grad pass rather than stored: only the count
-     * is needed there, and the forward node may have run long before. */
-    switch (x->dtype) {
-    case GDP_F32:
-        if (is_grad) ce_grad_kernel<float><<<g, THREADS, 0, s>>>((const float *)node->in[0]->data, (const float *)x->data, t->data, t64, N, C, ignore, tot, (float *)y->data, bad);
-        else ce_store_kernel<float><<<1, 1, 0, s>>>(tot, (float *)y->data);
-        break;
-    case GDP_F16:
-        if (is_grad) ce_grad_kernel<__half><<<g, THREADS, 0, s>>>((const __half *)node->in[0]->data, (const __half *)x->data, t->data, t64, N, C, ignore, tot, (__half *)y->data, bad);
-        else ce_store_kernel<__half><<<1, 1, 0, s>>>(tot, (__half *)y->data);
-        break;
-    default:
-        if (is_grad) ce_grad_kernel<__nv_bfloat16><<<g, THREADS, 0, s>>>((const __nv_bfloat16 *)node->in[0]->data, (const __nv_bfloat16 *)x->data, t->data, t64, N, C, ignore, tot, (__nv_bfloat16 *)y->data, bad);
-        else ce_store_kernel<__nv_bfloat16><<<1, 1, 0, s>>>(tot, (__nv_bfloat16 *)y->data);
-        break;
-    }
+    CU_FLOAT_SWITCH(x->dtype, T,
+                    ce_rows_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, t->data, t64, N, C, ignore, loss, kept, bad);
+                    ce_total_kernel<T><<<1, THREADS, 0, s>>>(loss, kept, N, (T *)y->data));
     return GDP_OK;
 }
 CU_LAUNCHER(ce_run)

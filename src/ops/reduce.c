@@ -580,6 +580,7 @@ static const char *const reduce_cases[] = {
     "f[]",
     "n[33,65] | axes=[0]",
     "n[33,65] | axes=[1]",
+    "n[3,40,37] | axes=[1]",
     NULL,
 };
 
