@@ -2,7 +2,7 @@
  * peer benchmarks (torch_peer.py ops/cnn on the GPU machine, bench/torch_cpu_peer.py on
  * CPUs), timed on one backend, one JSON object per line.
  *
- *     bench_ops [--backend NAME] [--only ops|cnn|mlp] [--samples N] [--warmup N] [--max-n N]
+ *     bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] [--max-n N]
  *
  * Method: inputs are written once; each program is run a few times to warm up, then
  * timed in samples of R back-to-back runs between two synchronizations (so launch cost
@@ -157,6 +157,56 @@ static void mlp(const char *backend)
     gd_graph_free(g);
 }
 
+/* Causal attention in bf16 at the shapes of the transformer presets (batch x heads x 1024
+ * x head size, grouped kv heads for qwen3): the forward, and attention_grad (which
+ * recomputes the forward's statistics). FLOP/s count 4 B H T^2 D / 2 for the forward
+ * (causal: half the pairs) and 2.5 times that for the backward, the FlashAttention
+ * convention (the recomputation is not counted). */
+static void attn_row(const char *backend, const char *name, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D)
+{
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *q = gd_input(g, "q", GD_BF16, 4, (int64_t[]){B, H, T, D});
+    gd_tensor *k = gd_input(g, "k", GD_BF16, 4, (int64_t[]){B, Hkv, T, D});
+    gd_tensor *v = gd_input(g, "v", GD_BF16, 4, (int64_t[]){B, Hkv, T, D});
+    gd_tensor *dy = gd_input(g, "dy", GD_BF16, 4, (int64_t[]){B, H, T, D});
+    gd_tensor *xs[4] = {q, k, v, dy};
+    for (int i = 0; i < 4; i++) {
+        int64_t n = gd_tensor_numel(xs[i]);
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+        uint64_t x = (uint64_t)(i + 11) * 0x9E3779B97F4A7C15ull;
+        for (int64_t j = 0; j < n; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            h[j] = (uint16_t)(u >> 16);
+        }
+        if (gd_tensor_write(xs[i], h, sizeof(uint16_t) * (size_t)n) != GD_OK) die("write");
+        free(h);
+    }
+    gd_tensor *y = gd_attention(q, k, v, 1, 0.0, NULL);
+    gd_tensor *in[4] = {dy, q, k, v}, *grads[3];
+    gd_attr causal = gd_attr_i("causal", 1);
+    if (y == NULL || gd_op_multi(g, "attention_grad", 4, in, 1, &causal, 3, grads) != GD_OK) die("attention");
+    gd_program *fwd = gd_compile(g, 1, &y, 0), *bwd = gd_compile(g, 3, grads, 0);
+    if (fwd == NULL || bwd == NULL) die("compile");
+    double tf = time_prog(fwd), tb = time_prog(bwd);
+    double flops = 4.0 * (double)(B * H) * (double)T * (double)T * (double)D * 0.5;
+    printf("{\"kind\": \"attention\", \"name\": \"%s\", \"backend\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
+           "\"fwd_tflops\": %.4g, \"bwd_tflops\": %.4g}\n",
+           name, backend, tf, tb, flops / tf * 1e-9, 2.5 * flops / tb * 1e-9);
+    fflush(stdout);
+    gd_program_free(fwd);
+    gd_program_free(bwd);
+    gd_graph_free(g);
+}
+
+static void attn(const char *backend)
+{
+    attn_row(backend, "gpt2 b16 h12 t1024 d64", quick ? 1 : 16, 12, 12, quick ? 128 : 1024, 64);
+    attn_row(backend, "qwen3 b8 h16/8 t1024 d128", quick ? 1 : 8, 16, 8, quick ? 128 : 1024, 128);
+}
+
 static void cnn(const char *backend)
 {
     gd_graph *g = gd_graph_new(ctx);
@@ -201,7 +251,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmups = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp] [--samples N] [--warmup N] "
+            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] "
                             "[--max-n N] [--quick]\n");
             return 2;
         }
@@ -211,6 +261,7 @@ int main(int argc, char **argv)
     const char *label = backend != NULL ? backend : "default";
     if (only == NULL || strcmp(only, "ops") == 0) ops(label);
     if (only == NULL || strcmp(only, "mlp") == 0) mlp(label);
+    if (only != NULL && strcmp(only, "attn") == 0) attn(label);
     if (only == NULL || strcmp(only, "cnn") == 0) cnn(label);
     gd_ctx_free(ctx);
     return 0;

@@ -35,9 +35,12 @@
  *      and their query rows in ascending order:
  *        dv[s] = sum_t P[t,s] dy[t],  dk[s] = scale sum_t P[t,s] (dy[t].v[s] - delta[t]) q[t].
  * Each output element is written by exactly one lane, summed in one fixed order.
+ *
+ * f16 and bf16 problems with heads of 64 or 128 go to the tensor-core kernels of
+ * attention_tc.cu instead (cu_attn_tc_ok says which).
  */
+#include "attention.h"
 #include "cu_vec.h"
-#include "cuda_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -47,36 +50,6 @@
 #define ATT_R 4        /* rows per warp */
 #define ATT_THREADS 128 /* 4 warps: ATT_BQ / ATT_R */
 #define ATT_MAX_DV 8   /* D <= 32 * ATT_MAX_DV */
-
-typedef struct att_dims {
-    int64_t B, H, T, D, Hkv, S;
-    int64_t L;          /* valid keys: set by each kernel from kvlen */
-    const void *kvlen;  /* the kv_len scalar on the device, or NULL (L = S) */
-    int kvlen64;
-    int causal;
-    float scale;
-} att_dims;
-
-/* The kv_len value as given (S when there is none). */
-static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a)
-{
-    return a.kvlen != NULL ? cu_ld_index(a.kvlen, a.kvlen64, 0) : a.S;
-}
-
-/* Valid keys, clamped into [0, S]. */
-static __device__ __forceinline__ int64_t att_len(const att_dims &a)
-{
-    int64_t L = att_len_raw(a);
-    return L < 0 ? 0 : L > a.S ? a.S : L;
-}
-
-/* How many keys query t sees (a prefix of the L valid keys). */
-static __device__ __forceinline__ int64_t att_visible(const att_dims &a, int64_t t)
-{
-    if (!a.causal) return a.L;
-    int64_t n = t + a.L - a.T + 1;
-    return n < 0 ? 0 : n > a.L ? a.L : n;
-}
 
 /* Loads rows [first, first + nrows) of a (len, D) matrix at base into sh (row stride ld),
  * zeros past len: padding rows then contribute nothing (0 * 0), even if never masked. */
@@ -392,6 +365,7 @@ void cu_attention_open(cu_backend *be)
     opt_in_type<float>(cap);
     opt_in_type<__half>(cap);
     opt_in_type<__nv_bfloat16>(cap);
+    cu_attention_tc_open(be);
 }
 
 /* q, k, v as attention_check in attention.c wants them, D within what a lane holds, and
@@ -499,8 +473,14 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
 {
     att_dims a = att_dims_of(node, node->in[0], node->in[1], 3);
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
+    const int32_t dt = node->in[0]->dtype;
+    const void *ptrs[4] = {node->in[0]->data, node->in[1]->data, node->in[2]->data, node->out[0]->data};
+    if (cu_attn_tc_ok(be, dt, a, 0, ptrs, 4)) {
+        cu_attn_tc_fwd(be, s, dt, ptrs[0], ptrs[1], ptrs[2], node->out[0]->data, NULL, NULL, NULL, a, bad);
+        return GDP_OK;
+    }
     gdp_status st = GDP_OK;
-    CU_FLOAT_SWITCH(node->in[0]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, bad))));
+    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, bad))));
     return st;
 }
 CU_LAUNCHER(attention_run)
@@ -527,6 +507,16 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
     if (st != GDP_OK) return st;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     float *stats = (float *)ws;
+    const int32_t dt = node->in[1]->dtype;
+    const void *ptrs[7] = {node->in[0]->data,  node->in[1]->data,  node->in[2]->data, node->in[3]->data,
+                           node->out[0]->data, node->out[1]->data, node->out[2]->data};
+    if (cu_attn_tc_ok(be, dt, a, 1, ptrs, 7)) {
+        float *lse = stats, *delta = stats + a.B * a.H * a.T;
+        cu_attn_tc_fwd(be, s, dt, ptrs[1], ptrs[2], ptrs[3], NULL, ptrs[0], lse, delta, a, bad);
+        cu_attn_tc_bwd(be, s, dt, ptrs[0], ptrs[1], ptrs[2], ptrs[3], lse, delta, node->out[0]->data,
+                       node->out[1]->data, node->out[2]->data, a);
+        return GDP_OK;
+    }
     CU_FLOAT_SWITCH(node->in[1]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, stats, bad))));
     return st;
 }

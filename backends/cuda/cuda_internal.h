@@ -94,6 +94,7 @@ typedef struct cu_backend {
     int sync_each;           /* GRADUS_SYNC=1: synchronize after every kernel */
     int graphs;              /* the executor captures segments (GRADUS_CUDA_GRAPHS != 0) */
     int capturing;           /* a segment is being captured: no profiling, no waiting */
+    int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
     /* Kernels and copies given a NULL stream run here. The host normally makes a stream
      * of its own (stream_create) and passes it everywhere. */

@@ -179,6 +179,8 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     be->sync_each = setting_on(host, "GRADUS_SYNC");
     const char *graphs = setting(host, "GRADUS_CUDA_GRAPHS");
     be->graphs = !(graphs != NULL && strcmp(graphs, "0") == 0);
+    const char *tc = setting(host, "GRADUS_CUDA_TC_ATTENTION");
+    be->tc_attention = !(tc != NULL && strcmp(tc, "0") == 0);
 
     gdp_status s = cu_check(cudaSetDevice(dev), "cudaSetDevice", err);
     cudaDeviceProp prop;

@@ -1,0 +1,58 @@
+/* attention.h — what the two attention implementations share: the problem's dimensions
+ * and which keys a query sees (attention.cu: any float dtype and head size, on CUDA
+ * cores; attention_tc.cu: f16/bf16 with heads of 64 or 128, on tensor cores), and the
+ * tensor-core entry points attention.cu dispatches to. */
+#ifndef GD_CUDA_ATTENTION_H
+#define GD_CUDA_ATTENTION_H
+
+#include "cuda_internal.h"
+
+typedef struct att_dims {
+    int64_t B, H, T, D, Hkv, S;
+    int64_t L;          /* valid keys: set by each kernel from kvlen */
+    const void *kvlen;  /* the kv_len scalar on the device, or NULL (L = S) */
+    int kvlen64;
+    int causal;
+    float scale;
+} att_dims;
+
+/* The kv_len value as given (S when there is none). */
+static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a)
+{
+    return a.kvlen != NULL ? cu_ld_index(a.kvlen, a.kvlen64, 0) : a.S;
+}
+
+/* Valid keys, clamped into [0, S]. */
+static __device__ __forceinline__ int64_t att_len(const att_dims &a)
+{
+    int64_t L = att_len_raw(a);
+    return L < 0 ? 0 : L > a.S ? a.S : L;
+}
+
+/* How many keys query t sees (a prefix of the L valid keys). */
+static __device__ __forceinline__ int64_t att_visible(const att_dims &a, int64_t t)
+{
+    if (!a.causal) return a.L;
+    int64_t n = t + a.L - a.T + 1;
+    return n < 0 ? 0 : n > a.L ? a.L : n;
+}
+
+/* ---- attention_tc.cu ---- */
+
+/* Whether the tensor-core kernels take this problem: dtype f16/bf16, D 64 or 128, at
+ * least 16 query rows, every pointer 16-byte aligned, and the shared memory they need
+ * granted (`backward`: the two backward kernels too). */
+int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const void *const *ptrs,
+                  int n_ptrs);
+/* Forward: y = attention(q, k, v); or, with lse != NULL, the backward's statistics per
+ * query row (lse = log-sum-exp of the scaled scores, delta = dy . y) and no y. */
+void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
+                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, cu_bad bad);
+/* Backward from those statistics: dq, then dk and dv. */
+void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
+                    const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
+                    const att_dims &a);
+/* Opts the kernels into the shared memory they need (once, at open). */
+void cu_attention_tc_open(cu_backend *be);
+
+#endif
