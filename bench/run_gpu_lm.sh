@@ -120,7 +120,7 @@ else:
     print(json.dumps(dict(kind="train", engine="gradus", model=name, error="exit " + rc)))
 PY
     for comp in ${PEER_MODES-0 1}; do # PEER_MODES= : gradus only
-      PEER_MODELS=$peer PEER_COMPILE=$comp timeout 300 python3 "$PEER/torch_peer.py" train \
+      PEER_MODELS=$peer PEER_COMPILE=$comp timeout "${PEER_TIMEOUT:-300}" python3 "$PEER/torch_peer.py" train \
         >"$OUT/peer.tmp" 2>>"$OUT/torch_train.err" &
       pid=$!
       mem=$(watch_mem $pid)

@@ -385,11 +385,28 @@ static int qkv_ok(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k
 
 static int index_scalar(const gdp_tensor *t) { return gdp_is_index(t->dtype) && gdp_numel(t) == 1; }
 
+/* The dims; kv_len is input `len_at` when the node has it. */
+static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at);
+
+/* Views (strided inputs) only for the tensor-core kernels; the others read contiguous
+ * inputs, which the host makes when supports() declines a view. */
+static int views_ok(const cu_backend *be, const gdp_node *n, int first, int backward)
+{
+    const gdp_tensor *const *in = n->in + first;
+    int contiguous = 1;
+    for (int i = 0; i < (backward ? 4 : 3); i++) contiguous &= gdp_is_contiguous(n->in[i]);
+    if (contiguous) return 1;
+    att_dims a = att_dims_of(n, n->in[first], n->in[first + 1], backward ? 4 : 3);
+    const gdp_tensor *views[4] = {in[0], in[1], in[2], backward ? n->in[0] : NULL};
+    return cu_attn_tc_ok(be, n->in[first]->dtype, a, backward, views, backward ? 4 : 3);
+}
+
 static int attention_supports(void *b, const gdp_node *n)
 {
     if (n->n_in < 3 || n->n_in > 4 || n->n_out != 1) return 0;
     if (!qkv_ok((const cu_backend *)b, n->in[0], n->in[1], n->in[2], 0)) return 0;
     if (n->n_in == 4 && !index_scalar(n->in[3])) return 0;
+    if (!views_ok((const cu_backend *)b, n, 0, 0)) return 0;
     return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype;
 }
 
@@ -398,6 +415,7 @@ static int attention_grad_supports(void *b, const gdp_node *n)
     if (n->n_in < 4 || n->n_in > 5 || n->n_out != 3) return 0;
     if (!qkv_ok((const cu_backend *)b, n->in[1], n->in[2], n->in[3], 1)) return 0;
     if (n->n_in == 5 && !index_scalar(n->in[4])) return 0;
+    if (!views_ok((const cu_backend *)b, n, 1, 1)) return 0;
     for (int i = 0; i < 3; i++)
         if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != n->in[1]->dtype) return 0;
     return cu_same_shape(n->in[0], n->in[1]) && n->in[0]->dtype == n->in[1]->dtype;
@@ -474,9 +492,11 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
     att_dims a = att_dims_of(node, node->in[0], node->in[1], 3);
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     const int32_t dt = node->in[0]->dtype;
-    const void *ptrs[4] = {node->in[0]->data, node->in[1]->data, node->in[2]->data, node->out[0]->data};
-    if (cu_attn_tc_ok(be, dt, a, 0, ptrs, 4)) {
-        cu_attn_tc_fwd(be, s, dt, ptrs[0], ptrs[1], ptrs[2], node->out[0]->data, NULL, NULL, NULL, a, bad);
+    const gdp_tensor *in[3] = {node->in[0], node->in[1], node->in[2]};
+    if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
+        att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, NULL, NULL, a, w,
+                       bad);
         return GDP_OK;
     }
     gdp_status st = GDP_OK;
@@ -508,13 +528,13 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     float *stats = (float *)ws;
     const int32_t dt = node->in[1]->dtype;
-    const void *ptrs[7] = {node->in[0]->data,  node->in[1]->data,  node->in[2]->data, node->in[3]->data,
-                           node->out[0]->data, node->out[1]->data, node->out[2]->data};
-    if (cu_attn_tc_ok(be, dt, a, 1, ptrs, 7)) {
+    const gdp_tensor *in[4] = {node->in[1], node->in[2], node->in[3], node->in[0]}; // q, k, v, dy
+    if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
+        att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), att_strides_of(in[3])};
         float *lse = stats, *delta = stats + a.B * a.H * a.T;
-        cu_attn_tc_fwd(be, s, dt, ptrs[1], ptrs[2], ptrs[3], NULL, ptrs[0], lse, delta, a, bad);
-        cu_attn_tc_bwd(be, s, dt, ptrs[0], ptrs[1], ptrs[2], ptrs[3], lse, delta, node->out[0]->data,
-                       node->out[1]->data, node->out[2]->data, a);
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, NULL, in[3]->data, lse, delta, a, w, bad);
+        cu_attn_tc_bwd(be, s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
+                       node->out[1]->data, node->out[2]->data, a, w);
         return GDP_OK;
     }
     CU_FLOAT_SWITCH(node->in[1]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, stats, bad))));
@@ -664,14 +684,17 @@ CU_LAUNCHER(cache_write_run)
 
 static const char *const rope_attrs[] = {"theta", NULL};
 
-#define FLOATS3(op, sup, fn, attrs, ws) \
-    CU_KX(op, GDP_F32, 0, sup, fn, attrs, ws), CU_KX(op, GDP_F16, 0, sup, fn, attrs, ws), \
-        CU_KX(op, GDP_BF16, 0, sup, fn, attrs, ws)
+#define FLOATS3F(op, flags, sup, fn, attrs, ws) \
+    CU_KX(op, GDP_F32, flags, sup, fn, attrs, ws), CU_KX(op, GDP_F16, flags, sup, fn, attrs, ws), \
+        CU_KX(op, GDP_BF16, flags, sup, fn, attrs, ws)
+#define FLOATS3(op, sup, fn, attrs, ws) FLOATS3F(op, 0, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
-    FLOATS3("attention", attention_supports, attention_run_launch, NULL, NULL),
-    FLOATS3("attention_grad", attention_grad_supports, attention_grad_run_launch, NULL, attention_grad_workspace),
+    /* views go to the tensor-core kernels; supports() declines them for the others */
+    FLOATS3F("attention", GDP_KERNEL_STRIDED, attention_supports, attention_run_launch, NULL, NULL),
+    FLOATS3F("attention_grad", GDP_KERNEL_STRIDED, attention_grad_supports, attention_grad_run_launch, NULL,
+             attention_grad_workspace),
     FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),
 };
 CU_FAMILY(attention, kernels);

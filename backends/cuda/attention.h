@@ -39,19 +39,40 @@ static __device__ __forceinline__ int64_t att_visible(const att_dims &a, int64_t
 
 /* ---- attention_tc.cu ---- */
 
+/* Where the rows of a (B, H, rows, D) view lie: element (b, h, t, d) is at
+ * b * b + h * h + t * t + d (strides in elements; the D elements of a row contiguous). */
+typedef struct att_strides {
+    int64_t b, h, t;
+    int vec; /* every row 16-byte aligned */
+} att_strides;
+typedef struct att_views {
+    att_strides q, k, v, dy;
+} att_views;
+
+/* The strides of a 4-d tensor as att_strides. */
+static inline att_strides att_strides_of(const gdp_tensor *t)
+{
+    att_strides s = {t->stride[0], t->stride[1], t->stride[2], 0};
+    int64_t es = (int64_t)gdp_dtype_size(t->dtype);
+    s.vec = ((uintptr_t)t->data & 15) == 0 && (s.b * es) % 16 == 0 && (s.h * es) % 16 == 0 && (s.t * es) % 16 == 0;
+    return s;
+}
+
 /* Whether the tensor-core kernels take this problem: dtype f16/bf16, D 64 or 128, at
- * least 16 query rows, every pointer 16-byte aligned, and the shared memory they need
- * granted (`backward`: the two backward kernels too). */
-int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const void *const *ptrs,
-                  int n_ptrs);
-/* Forward: y = attention(q, k, v); or, with lse != NULL, the backward's statistics per
- * query row (lse = log-sum-exp of the scaled scores, delta = dy . y) and no y. */
+ * least 16 query rows, the inputs `in` (q, k, v and, for the backward, dy) any views whose
+ * rows are contiguous, and the shared memory the kernels need granted. */
+int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const gdp_tensor *const *in,
+                  int n_in);
+/* Forward: y = attention(q, k, v), y contiguous; or, with lse != NULL, the backward's
+ * statistics per query row (lse = log-sum-exp of the scaled scores, delta = dy . y) and
+ * no y. */
 void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
-                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, cu_bad bad);
-/* Backward from those statistics: dq, then dk and dv. */
+                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
+                    cu_bad bad);
+/* Backward from those statistics: dq, then dk and dv (contiguous). */
 void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
                     const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
-                    const att_dims &a);
+                    const att_dims &a, const att_views &w);
 /* Opts the kernels into the shared memory they need (once, at open). */
 void cu_attention_tc_open(cu_backend *be);
 

@@ -25,8 +25,12 @@
  * results are deterministic. P and dS are rounded to the input dtype before their
  * products, as FlashAttention does; the sweep's half-precision tolerance covers that.
  *
+ * Inputs may be views (attention's q, k, v are transposes of the projections' outputs):
+ * a tile is loaded row by row through the view's strides, so the planner makes no copies.
+ * Outputs are contiguous.
+ *
  * Everything else (f32, other head sizes, a handful of query rows as in decoding) stays
- * with attention.cu's CUDA-core kernels.
+ * with attention.cu's CUDA-core kernels, on contiguous inputs.
  */
 #include "attention.h"
 #include "cu_vec.h"
@@ -55,19 +59,36 @@ template <int D> struct tc_dims {
     static constexpr size_t dkdv_smem = 4 * tile + 2 * TC_BK * 4 + 4 * dkdv_warp * 4;
 };
 
-/* Rows [first, first + 64) of a (len, D) row-major matrix into a shared tile (rows LD
- * apart), 16 bytes at a time; rows past len are zeros. */
+/* Rows [first, first + 64) of a (len, D) matrix whose rows start `rs` elements apart (the
+ * elements of a row contiguous) into a shared tile (rows LD apart); rows past len are
+ * zeros. With `vec` (every row 16-byte aligned: the host checked the view's base and
+ * strides) 16 bytes at a time, all of a thread's loads in flight together; otherwise
+ * element by element. */
 template <typename T, int D>
-static __device__ __forceinline__ void tc_load(const T *src, int64_t first, int64_t len, T *sh)
+static __device__ __forceinline__ void tc_load(const T *src, int64_t rs, int64_t first, int64_t len, T *sh, bool vec)
 {
     constexpr int V = D / 8, LD = tc_dims<D>::LD;
-    for (int i = threadIdx.x; i < TC_BK * V; i += TC_THREADS) {
-        const int r = i / V, c = (i - r * V) * 8;
-        const int64_t row = first + r;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-        if (row < len) x = *(const uint4 *)(src + row * D + c);
-        *(uint4 *)(sh + r * LD + c) = x;
+    if (vec) {
+#pragma unroll
+        for (int i = threadIdx.x; i < TC_BK * V; i += TC_THREADS) {
+            const int r = i / V, c = (i - r * V) * 8;
+            const int64_t row = first + r;
+            *(uint4 *)(sh + r * LD + c) = row < len ? *(const uint4 *)(src + row * rs + c) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
     }
+    for (int i = threadIdx.x; i < TC_BK * D; i += TC_THREADS) {
+        const int r = i / D, c = i - r * D;
+        const int64_t row = first + r;
+        cu_st(sh, r * LD + c, row < len ? cu_ld(src, row * rs + c) : 0.0f); /* exact for f16/bf16 */
+    }
+}
+
+/* Where matrix (b, h) of a (B, H, rows, D) view starts. */
+template <typename T>
+static __device__ __forceinline__ const T *tc_mat(const T *base, const att_strides &st, int64_t b, int64_t h)
+{
+    return base + b * st.b + h * st.h;
 }
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_acc;
@@ -140,7 +161,8 @@ static __device__ __forceinline__ void tc_store_rows(tc_acc *acc, float mul, flo
 
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T *k, const T *v, T *y, const T *dy,
-                                                            float *lse, float *delta, att_dims a, cu_bad bad)
+                                                            float *lse, float *delta, att_dims a, att_views w,
+                                                            cu_bad bad)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
@@ -157,19 +179,19 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
     const int r = lane >> 1, c0 = (lane & 1) * (TC_BK / 2), d0 = (lane & 1) * (D / 2);
     const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
-        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ;
-        const int64_t kvoff = ((bh / a.H) * a.Hkv + (bh % a.H) / group) * a.S * D;
+        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
+        const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last);
         const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
         __syncthreads(); /* the previous tile's readers are done */
-        tc_load<T, D>(q + bh * a.T * D, t0, a.T, Qs);
+        tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
         float m = -INFINITY, l = 0.0f;
         for (int d = d0; d < d0 + D / 2; d++) Ow[r * Dm::OL + d] = 0.0f;
         for (int64_t kt = 0; kt < n_max; kt += TC_BK) {
             __syncthreads();
-            tc_load<T, D>(k + kvoff, kt, a.S, Ks);
-            tc_load<T, D>(v + kvoff, kt, a.S, Vs);
+            tc_load<T, D>(kb, w.k.t, kt, a.S, Ks, w.k.vec);
+            tc_load<T, D>(vb, w.v.t, kt, a.S, Vs, w.v.vec);
             __syncthreads();
             tc_abt<T, D>(Qs + warp * 16 * Dm::LD, Ks, Sw);
             __syncwarp();
@@ -218,11 +240,12 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
         const float *orow = Ow + r * Dm::OL;
         float dsum = 0.0f;
         if (t < a.T) {
-            const int64_t row = (bh * a.T + t) * D;
+            const int64_t row = (bh * a.T + t) * D; /* y is contiguous */
+            const T *dyrow = y == NULL ? tc_mat(dy, w.dy, b, h) + t * w.dy.t : NULL;
             for (int d = d0; d < d0 + D / 2; d++) {
                 const float val = orow[d] * inv;
                 if (y != NULL) cu_st(y, row + d, val);
-                else dsum = fmaf(cu_ld(dy, row + d), val, dsum);
+                else dsum = fmaf(cu_ld(dyrow, d), val, dsum);
             }
         }
         dsum += __shfl_xor_sync(CU_FULL_MASK, dsum, 1);
@@ -237,7 +260,8 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
 
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T *q, const T *k, const T *v,
-                                                           const float *lse, const float *delta, T *dq, att_dims a)
+                                                           const float *lse, const float *delta, T *dq, att_dims a,
+                                                           att_views w)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
@@ -251,22 +275,22 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
     const int r = lane >> 1, c0 = (lane & 1) * (TC_BK / 2);
     const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
-        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ;
-        const int64_t kvoff = ((bh / a.H) * a.Hkv + (bh % a.H) / group) * a.S * D;
+        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
+        const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last);
         const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
         const float lse_t = t < a.T ? lse[bh * a.T + t] : 0.0f, delta_t = t < a.T ? delta[bh * a.T + t] : 0.0f;
         __syncthreads();
-        tc_load<T, D>(q + bh * a.T * D, t0, a.T, Qs);
-        tc_load<T, D>(dy + bh * a.T * D, t0, a.T, Ys);
+        tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
+        tc_load<T, D>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, Ys, w.dy.vec);
         tc_acc acc[D / 16];
 #pragma unroll
         for (int n = 0; n < D / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
         for (int64_t kt = 0; kt < n_max; kt += TC_BK) {
             __syncthreads();
-            tc_load<T, D>(k + kvoff, kt, a.S, Ks);
-            tc_load<T, D>(v + kvoff, kt, a.S, Vs);
+            tc_load<T, D>(kb, w.k.t, kt, a.S, Ks, w.k.vec);
+            tc_load<T, D>(vb, w.v.t, kt, a.S, Vs, w.v.vec);
             __syncthreads();
             tc_abt<T, D>(Qs + warp * 16 * Dm::LD, Ks, Sw); /* S = Q K^T */
             tc_abt<T, D>(Ys + warp * 16 * Dm::LD, Vs, Dw); /* dP = dO V^T */
@@ -287,7 +311,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v,
                                                              const float *lse, const float *delta, T *dk, T *dv,
-                                                             att_dims a)
+                                                             att_dims a, att_views w)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
@@ -306,19 +330,19 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
         const int64_t b = bk / a.Hkv, hk = bk % a.Hkv;
         const int64_t s = s0 + warp * 16 + r; /* the lane's key row */
         __syncthreads();
-        tc_load<T, D>(k + bk * a.S * D, s0, a.S, Ks);
-        tc_load<T, D>(v + bk * a.S * D, s0, a.S, Vs);
+        tc_load<T, D>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks, w.k.vec);
+        tc_load<T, D>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs, w.v.vec);
         tc_acc dK[D / 16], dV[D / 16];
 #pragma unroll
         for (int n = 0; n < D / 16; n++) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
         /* keys past kv_len are seen by no query: their gradients stay zero */
         const int64_t t_first = s0 >= a.L ? a.T : a.causal ? (s0 - a.L + a.T > 0 ? s0 - a.L + a.T : 0) : 0;
         for (int64_t hh = 0; hh < group; hh++) {
-            const int64_t bh = b * a.H + hk * group + hh;
+            const int64_t h = hk * group + hh, bh = b * a.H + h;
             for (int64_t t0 = (t_first / TC_BQ) * TC_BQ; t0 < a.T; t0 += TC_BQ) {
                 __syncthreads();
-                tc_load<T, D>(q + bh * a.T * D, t0, a.T, Qs);
-                tc_load<T, D>(dy + bh * a.T * D, t0, a.T, Ys);
+                tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
+                tc_load<T, D>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, Ys, w.dy.vec);
                 for (int i = threadIdx.x; i < TC_BQ; i += TC_THREADS) {
                     const int64_t t = t0 + i;
                     lse_s[i] = t < a.T ? lse[bh * a.T + t] : 0.0f;
@@ -363,62 +387,63 @@ static size_t tc_need(int backward)
     return n;
 }
 
-int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const void *const *ptrs,
-                  int n_ptrs)
+int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const gdp_tensor *const *in,
+                  int n_in)
 {
-    if ((dtype != GDP_F16 && dtype != GDP_BF16) || (a.D != 64 && a.D != 128) || a.T < 16) return 0;
-    if (!be->tc_attention) return 0;
-    for (int i = 0; i < n_ptrs; i++)
-        if (((uintptr_t)ptrs[i] & 15) != 0) return 0;
+    if (!be->tc_attention || (dtype != GDP_F16 && dtype != GDP_BF16) || (a.D != 64 && a.D != 128) || a.T < 16) return 0;
+    for (int i = 0; i < n_in; i++)
+        if (in[i]->ndim != 4 || in[i]->stride[3] != 1) return 0;
     size_t need = a.D == 64 ? tc_need<64>(backward) : tc_need<128>(backward);
     return need <= be->smem_optin;
 }
 
 template <typename T, int D>
 static void tc_fwd(cu_backend *be, cudaStream_t s, const void *q, const void *k, const void *v, void *y,
-                   const void *dy, float *lse, float *delta, const att_dims &a, cu_bad bad)
+                   const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w, cu_bad bad)
 {
     int64_t tiles = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ);
     if (tiles == 0) return;
     tc_fwd_kernel<T, D><<<tc_grid(be, tiles), TC_THREADS, tc_dims<D>::fwd_smem, s>>>(
-        (const T *)q, (const T *)k, (const T *)v, (T *)y, (const T *)dy, lse, delta, a, bad);
+        (const T *)q, (const T *)k, (const T *)v, (T *)y, (const T *)dy, lse, delta, a, w, bad);
 }
 
 template <typename T, int D>
 static void tc_bwd(cu_backend *be, cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
-                   const float *lse, const float *delta, void *dq, void *dk, void *dv, const att_dims &a)
+                   const float *lse, const float *delta, void *dq, void *dk, void *dv, const att_dims &a,
+                   const att_views &w)
 {
     int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BK - 1) / TC_BK);
     if (qt > 0)
         tc_dq_kernel<T, D><<<tc_grid(be, qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
-            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a);
+            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);
     if (kt > 0)
         tc_dkdv_kernel<T, D><<<tc_grid(be, kt), TC_THREADS, tc_dims<D>::dkdv_smem, s>>>(
-            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, a);
+            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, a, w);
 }
 
 void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
-                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, cu_bad bad)
+                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
+                    cu_bad bad)
 {
     if (dtype == GDP_F16) {
-        if (a.D == 64) tc_fwd<__half, 64>(be, s, q, k, v, y, dy, lse, delta, a, bad);
-        else tc_fwd<__half, 128>(be, s, q, k, v, y, dy, lse, delta, a, bad);
+        if (a.D == 64) tc_fwd<__half, 64>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+        else tc_fwd<__half, 128>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
     } else {
-        if (a.D == 64) tc_fwd<__nv_bfloat16, 64>(be, s, q, k, v, y, dy, lse, delta, a, bad);
-        else tc_fwd<__nv_bfloat16, 128>(be, s, q, k, v, y, dy, lse, delta, a, bad);
+        if (a.D == 64) tc_fwd<__nv_bfloat16, 64>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+        else tc_fwd<__nv_bfloat16, 128>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
     }
 }
 
 void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
                     const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
-                    const att_dims &a)
+                    const att_dims &a, const att_views &w)
 {
     if (dtype == GDP_F16) {
-        if (a.D == 64) tc_bwd<__half, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a);
-        else tc_bwd<__half, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a);
+        if (a.D == 64) tc_bwd<__half, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        else tc_bwd<__half, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
     } else {
-        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a);
-        else tc_bwd<__nv_bfloat16, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a);
+        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        else tc_bwd<__nv_bfloat16, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
     }
 }
 
