@@ -204,6 +204,14 @@ gd_status gd_lm_config_write(gd_ctx *ctx, const gd_lm_config *cfg, const char *p
  * cast where used, as autocast does). pos (an i32 scalar tensor, NULL for 0) is the
  * position of the first token (RoPE models). cfg must have been checked. */
 gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype);
+/* The same with a KV cache: each layer's keys and values are written into states
+ * "cache.<layer>.k" and "cache.<layer>.v" ((B, Hkv, cache_len, hd), the compute dtype) at
+ * position pos, and attention reads the first kv_len positions of them (an i32 scalar,
+ * normally pos + T): a decoder's step. pos and kv_len are runtime values, so one compiled
+ * program serves every position. A second call over the same graph (another T) shares the
+ * parameters and the cache. */
+gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
+                                gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */
 gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets);
 
@@ -285,11 +293,37 @@ typedef struct gd_lm_generate_config {
     int n_stop;
     void (*on_token)(void *user, int32_t id); /* each token as it is made */
     void *user;
+    int recompute;                   /* 1: no KV cache, the whole window recomputed per token */
+    double prefill_s, decode_s;      /* written: seconds spent on the prompt and on the new tokens */
 } gd_lm_generate_config;
-/* Continues `prompt` with the model of a checkpoint (or training) directory, recomputing
- * the window for each token; *out (free with gd_free_mem) holds prompt and continuation. */
+/* Continues `prompt` with the model of a checkpoint (or training) directory through the
+ * inference engine (or, with `recompute`, by recomputing the window for each token: the
+ * same tokens, the check of the cache); *out (free with gd_free_mem) holds prompt and
+ * continuation. */
 gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prompt, int64_t n_prompt,
-                         const gd_lm_generate_config *c, int32_t **out, int64_t *n_out);
+                         gd_lm_generate_config *c, int32_t **out, int64_t *n_out);
+
+/* ---- the inference engine -------------------------------------------------------------- */
+
+/* A model loaded for generation: a prefill program (chunks of prompt tokens) and a decode
+ * program (one token) compiled over one graph, sharing the weights and a KV cache of
+ * max_len positions. Positions and lengths are runtime values: no recompilation per
+ * token. One sequence at a time. */
+typedef struct gd_lm_engine gd_lm_engine;
+typedef struct gd_lm_engine_config {
+    int64_t max_len; /* positions the cache holds; 0: the model's max_seq */
+    int64_t chunk;   /* prompt tokens per prefill run; 0: 64 */
+} gd_lm_engine_config;
+gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engine_config *c, gd_lm_engine **out);
+const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e);
+/* Starts a sequence with the n prompt tokens; *logits (vocab_size floats, valid until the
+ * next call) are those after the last of them. */
+gd_status gd_lm_engine_prefill(gd_lm_engine *e, const int32_t *ids, int64_t n, const float **logits);
+/* Appends one token; *logits are those after it. */
+gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits);
+/* Tokens in the sequence so far. */
+int64_t gd_lm_engine_length(const gd_lm_engine *e);
+void gd_lm_engine_free(gd_lm_engine *e);
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 

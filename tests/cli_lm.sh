@@ -53,12 +53,21 @@ check "plot of the LM metrics" 0 "wrote $T/m.svg"
 
 # ---- generation from the training directory ------------------------------------------------
 run "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0
-check "generate: greedy from text" 0 "^The " "[0-9]+ prompt and 8 new tokens"
+check "generate: greedy from text" 0 "^The " "prefill: [0-9]+ tokens .*decode: 8 tokens"
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen1" 2> /dev/null
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen2" 2> /dev/null
 must "generate: greedy is repeatable" cmp -s "$T/gen1" "$T/gen2"
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --recompute > "$T/gen3" 2> /dev/null
+must "generate: the same text without the KV cache" cmp -s "$T/gen1" "$T/gen3"
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 > "$T/gen4" 2> /dev/null
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 --recompute > "$T/gen5" 2> /dev/null
+must "generate: the same samples without the KV cache" cmp -s "$T/gen4" "$T/gen5"
+if [ -x "$2/generate" ]; then
+  run "$2/generate" "$T/run" "The " 6
+  check "examples/generate.c: prompt and continuation" 0 "^The "
+fi
 run "$G" generate --model "$T/run/ckpt-00000006" --prompt-ids 1,2,3 --max-tokens 4 --print-ids --seed 7
-check "generate: ids, from a checkpoint" 0 "3 prompt and 4 new tokens"
+check "generate: ids, from a checkpoint" 0 "prefill: 3 tokens .*decode: 4 tokens"
 must "only the latest checkpoint is kept" test ! -e "$T/run/ckpt-00000003"
 run "$G" train lm --resume "$T/run/ckpt-00000006" --steps 7 --batch 2 --seq 32 --threads 2
 check "train lm: resumed from a checkpoint's directory" 0 "checkpoint: $T/run/ckpt-0+7"

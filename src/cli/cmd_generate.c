@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void help(FILE *f)
 {
@@ -24,6 +23,7 @@ static void help(FILE *f)
                "  --top-p P          sample among the most likely holding mass P (default 0.95)\n"
                "  --seed S           the sampler's seed (default 1)\n"
                "  --print-ids        print token ids instead of text\n"
+               "  --recompute        no KV cache: recompute the whole window for each token\n"
                "  --backend NAME     run on this backend\n"
                "  --profile FILE     record a Chrome trace of the generation\n");
 }
@@ -71,19 +71,12 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
     return 1;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL;
     int64_t max_tokens = 64, top_k = 0, seed = 1;
     double temperature = 0.8, top_p = 0.95;
-    int print_ids = 0;
+    int print_ids = 0, recompute = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int ok = 1;
@@ -91,8 +84,8 @@ int cmd_generate(int argc, char **argv)
             help(stdout);
             return 0;
         }
-        if (strcmp(a, "--print-ids") == 0) {
-            print_ids = 1;
+        if (strcmp(a, "--print-ids") == 0 || strcmp(a, "--recompute") == 0) {
+            *(a[2] == 'p' ? &print_ids : &recompute) = 1;
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
@@ -161,16 +154,17 @@ int cmd_generate(int argc, char **argv)
     fflush(stdout);
     gd_lm_generate_config gc = {.max_tokens = max_tokens,
                                 .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = (uint64_t)seed},
-                                .on_token = on_token, .user = &s};
+                                .on_token = on_token, .user = &s, .recompute = recompute};
     int32_t eos = tok != NULL ? gd_tokenizer_eos(tok) : -1;
     if (eos >= 0) gc.stop_ids = &eos, gc.n_stop = 1;
-    double t0 = now_s();
     st = gd_lm_generate(ctx, dir, ids, (int64_t)n, &gc, &out, &n_out);
-    double el = now_s() - t0;
     printf("\n");
     if (st != GD_OK) goto fail;
-    fprintf(stderr, "%lld prompt and %lld new tokens in %.2f s: %.1f tokens/s (the window recomputed per token)\n",
-            (long long)n, (long long)(n_out - (int64_t)n), el, el > 0 ? (double)(n_out - (int64_t)n) / el : 0.0);
+    int64_t made = n_out - (int64_t)n;
+    fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.1f tokens/s)%s\n",
+            (long long)n, gc.prefill_s, gc.prefill_s > 0 ? (double)n / gc.prefill_s : 0.0, (long long)made,
+            gc.decode_s, gc.decode_s > 0 && made > 1 ? (double)(made - 1) / gc.decode_s : 0.0,
+            recompute ? " (no KV cache: the window recomputed per token)" : "");
     rc = 0;
     goto done;
 fail:

@@ -36,6 +36,11 @@ typedef struct builder {
     const gd_lm_config *cfg;
     gd_dtype dt;     /* activations */
     int failed;
+    /* KV cache (gd_lm_forward_cached): keys and values of every layer stay in states
+     * "cache.<layer>.k/v" of cache_len positions, written at pos; attention reads the
+     * first kv_len of them. cache_len 0: no cache. */
+    gd_tensor *pos, *kv_len;
+    int64_t cache_len;
 } builder;
 
 static gd_tensor *use(builder *b, gd_tensor *p)
@@ -64,7 +69,16 @@ static gd_tensor *param(builder *b, const char *prefix, const char *what, int nd
     char name[256];
     int n = prefix[0] ? snprintf(name, sizeof name, "%s.%s", prefix, what) : snprintf(name, sizeof name, "%s", what);
     if (n < 0 || (size_t)n >= sizeof name) return fail(b, GD_ERR_INVALID, "parameter name %s.%s is too long", prefix, what);
-    gd_tensor *p = gd_param(b->g, name, GD_F32, ndim, shape);
+    /* a second forward pass over the same graph (the inference engine's prefill and
+     * decode programs) shares the first one's parameters */
+    gd_tensor *p = gd_graph_find(b->g, name);
+    if (p != NULL) {
+        int same = gd_tensor_ndim(p) == ndim && gd_tensor_dtype(p) == GD_F32;
+        for (int k = 0; same && k < ndim; k++) same = gd_tensor_dim(p, k) == shape[k];
+        if (!same) return fail(b, GD_ERR_SHAPE, "parameter %s exists with another shape", name);
+        return p;
+    }
+    p = gd_param(b->g, name, GD_F32, ndim, shape);
     if (p == NULL || gd_param_set_init(p, init, std) != GD_OK) {
         b->failed = 1;
         return NULL;
@@ -121,15 +135,32 @@ static gd_tensor *heads(gd_tensor *x, int64_t B, int64_t T, int64_t n, int64_t h
     return gd_reshape(x, 4, (int64_t[]){B, T, n, hd});
 }
 
-/* attention over (B, T, H, hd) q and (B, T, Hkv, hd) k, v; returns (B, T, H*hd). The
- * attention node is labelled "<prefix>.attention". */
-static gd_tensor *attend(gd_tensor *q, gd_tensor *k, gd_tensor *v, int64_t B, int64_t T, int64_t H, int64_t hd,
+/* A layer's key or value cache, (B, Hkv, cache_len, hd) in the compute dtype, x (B, T,
+ * Hkv, hd) written into it at pos: the cache as attention reads it. */
+static gd_tensor *cached(builder *b, gd_tensor *x, int64_t layer, const char *which)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cache.%lld.%s", (long long)layer, which);
+    gd_tensor *t = gd_transpose(x, 1, 2);
+    if (t == NULL) return NULL;
+    int64_t shape[4] = {gd_tensor_dim(t, 0), gd_tensor_dim(t, 1), b->cache_len, gd_tensor_dim(t, 3)};
+    gd_tensor *c = gd_graph_find(b->g, name);
+    if (c == NULL) c = gd_state(b->g, name, b->dt, 4, shape);
+    return c != NULL ? gd_cache_write(c, t, b->pos) : NULL;
+}
+
+/* attention over (B, T, H, hd) q and (B, T, Hkv, hd) k, v (through the layer's KV cache
+ * when there is one); returns (B, T, H*hd). The attention node is labelled
+ * "<prefix>.attention". */
+static gd_tensor *attend(builder *b, gd_tensor *q, gd_tensor *k, gd_tensor *v, int64_t layer, int64_t H, int64_t hd,
                          const char *prefix)
 {
     char l[256];
     snprintf(l, sizeof l, "%s.attention", prefix);
-    gd_tensor *y = gd_label(
-        gd_attention(gd_transpose(q, 1, 2), gd_transpose(k, 1, 2), gd_transpose(v, 1, 2), 1, 0.0, NULL), l);
+    int64_t B = gd_tensor_dim(q, 0), T = gd_tensor_dim(q, 1);
+    gd_tensor *kk = b->cache_len > 0 ? cached(b, k, layer, "k") : gd_transpose(k, 1, 2);
+    gd_tensor *vv = b->cache_len > 0 ? cached(b, v, layer, "v") : gd_transpose(v, 1, 2);
+    gd_tensor *y = gd_label(gd_attention(gd_transpose(q, 1, 2), kk, vv, 1, 0.0, b->kv_len), l);
     return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
 }
 
@@ -156,7 +187,7 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         }
         q = gd_rope(q, c->rope_theta, 0, pos); /* the half-split pairs of Hugging Face's rotate_half */
         k = gd_rope(k, c->rope_theta, 0, pos);
-        gd_tensor *att = attend(q, k, v, B, T, H, hd, A);
+        gd_tensor *att = attend(b, q, k, v, l, H, hd, A);
         x = gd_add(x, proj(b, att, A, "o_proj.weight", D, H * hd, std));
         h = gd_rms_norm(x, vec(b, L, "post_attention_layernorm.weight", D, GD_INIT_ONES), eps);
         gd_tensor *gate = gd_silu(proj(b, h, M, "gate_proj.weight", F, D, std));
@@ -175,13 +206,14 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
     int64_t B = gd_tensor_dim(ids, 0), T = gd_tensor_dim(ids, 1), D = c->dim, H = c->n_heads, hd = c->head_dim;
     int64_t F = c->hidden_dim, V = c->vocab_padded;
     double eps = c->norm_eps, std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)c->n_layers);
-    if (pos != NULL) return fail(b, GD_ERR_UNSUPPORTED, "gpt2: a position offset is for the inference engine");
     gd_tensor *wte = mat(b, "transformer", "wte.weight", V, D, std);
     gd_tensor *wpe = mat(b, "transformer", "wpe.weight", c->max_seq, D, std);
     if (T > c->max_seq)
         return fail(b, GD_ERR_SHAPE, "gpt2: sequences of %lld tokens, but the model has %lld positions", (long long)T,
                     (long long)c->max_seq);
+    /* positions pos .. pos + T - 1; one past the table is bad data the embedding reports */
     gd_tensor *positions = gd_arange(b->g, GD_I32, T, 0, 1);
+    if (pos != NULL) positions = gd_add(positions, gd_tensor_dtype(pos) == GD_I32 ? pos : gd_cast(pos, GD_I32));
     gd_tensor *x = use(b, gd_add(gd_embedding(wte, ids), gd_embedding(wpe, positions))); // (B, T, D) + (T, D)
     for (int64_t l = 0; l < c->n_layers && !b->failed; l++) {
         char L[64], P[96];
@@ -192,8 +224,8 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
         gd_tensor *qkv = conv1d(b, h, P, D, 3 * D, std), *part[3] = {NULL, NULL, NULL};
         if (gd_split(qkv, -1, 3, NULL, part) != GD_OK && !b->failed) b->failed = 1;
         snprintf(P, sizeof P, "%s.attn", L);
-        gd_tensor *att = attend(heads(part[0], B, T, H, hd), heads(part[1], B, T, H, hd), heads(part[2], B, T, H, hd),
-                                B, T, H, hd, P);
+        gd_tensor *att = attend(b, heads(part[0], B, T, H, hd), heads(part[1], B, T, H, hd),
+                                heads(part[2], B, T, H, hd), l, H, hd, P);
         snprintf(P, sizeof P, "%s.attn.c_proj", L);
         x = gd_add(x, conv1d(b, att, P, D, D, proj_std));
         snprintf(P, sizeof P, "%s.ln_2", L);
@@ -211,7 +243,17 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
 
 gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype)
 {
+    return gd_lm_forward_cached(g, cfg, ids, pos, NULL, 0, dtype);
+}
+
+gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
+                                gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype)
+{
     if (g == NULL || ids == NULL) return NULL;
+    if (cache_len > 0 && (pos == NULL || kv_len == NULL)) {
+        gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "lm: a KV cache needs the position and kv_len scalars");
+        return NULL;
+    }
     gd_ctx *ctx = gd_graph_ctx(g);
     if (cfg == NULL) {
         gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config is NULL");
@@ -230,7 +272,7 @@ gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, g
         gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config has not been checked (gd_lm_config_check fills its defaults)");
         return NULL;
     }
-    builder b = {.g = g, .cfg = cfg, .dt = dtype};
+    builder b = {.g = g, .cfg = cfg, .dt = dtype, .pos = pos, .kv_len = kv_len, .cache_len = cache_len};
     gd_tensor *logits = cfg->arch == GD_LM_GPT2 ? gpt2(&b, ids, pos) : llama(&b, ids, pos);
     if (logits == NULL || b.failed) return NULL;
     if (cfg->vocab_padded != cfg->vocab_size) logits = gd_slice(logits, -1, 0, cfg->vocab_size);

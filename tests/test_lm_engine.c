@@ -1,0 +1,208 @@
+/* test_lm_engine.c — the inference engine (KV cache) against recomputing the window:
+ * for a llama-family model with grouped kv heads and a GPT-2 model, both randomly
+ * initialized and saved as checkpoints,
+ *   - the logits after a prompt prefilled in chunks (two whole chunks and a tail of single
+ *     steps) and after ten decode steps match those of a full forward pass over the same
+ *     tokens;
+ *   - greedy generation gives the same tokens with and without the cache, and the same on
+ *     the reference, the fast CPU backend and the test device (host memory behind copies);
+ *   - sampling with a seed gives the same tokens with and without the cache;
+ *   - misuse is refused with a message: a step before any prompt, a prompt longer than the
+ *     cache, a token outside the vocabulary.
+ */
+#include "gradus_lm.h"
+#include "testdev_util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#define CHUNK 16
+#define PROMPT 37 /* two chunks of 16 and 5 single steps */
+
+static char dirs[2][256];
+
+/* A model of `cfg` with parameters drawn from `seed`, saved under dir. */
+static int save_model(gd_lm_config *cfg, const char *dir, uint64_t seed)
+{
+    gd_graph *g = fresh();
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){1, 4});
+    gd_tensor *logits = gd_lm_forward(g, cfg, ids, NULL, GD_F32);
+    gd_lm_state st = {.step = 1, .seed = seed};
+    int ok = logits != NULL && gd_graph_init_params(g, seed) == GD_OK &&
+             gd_lm_checkpoint_save(ctx, g, cfg, NULL, &st, dir, NULL, 0) == GD_OK;
+    CHECK(ok, "saving a model: %s", gd_ctx_error(ctx));
+    gd_graph_free(g);
+    return ok;
+}
+
+/* The logits at every position of ids (n of them), recomputed by one forward pass. */
+static float *full_logits(gd_ctx *c, const char *dir, const gd_lm_config *cfg, const int32_t *ids, int64_t n)
+{
+    gd_graph *g = gd_graph_new(c);
+    gd_tensor *x = gd_input(g, "ids", GD_I32, 2, (int64_t[]){1, n});
+    gd_tensor *logits = gd_lm_forward(g, cfg, x, NULL, GD_F32);
+    float *out = malloc(sizeof(float) * (size_t)(n * cfg->vocab_size));
+    gd_program *p = NULL;
+    int ok = logits != NULL && out != NULL && gd_lm_checkpoint_load(c, g, cfg, dir, 0, NULL) == GD_OK &&
+             (p = gd_compile(g, 1, &logits, 0)) != NULL && gd_tensor_write(x, ids, sizeof *ids * (size_t)n) == GD_OK &&
+             gd_program_run(p) == GD_OK &&
+             gd_tensor_read(logits, out, sizeof(float) * (size_t)(n * cfg->vocab_size)) == GD_OK;
+    CHECK(ok, "full forward pass: %s", gd_ctx_error(c));
+    gd_program_free(p);
+    gd_graph_free(g);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static double nmse(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d, den += (double)b[i] * b[i];
+    }
+    return num / den;
+}
+
+static void prompt_of(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((seed * 2654435761u + (uint64_t)i * 40503u) % (uint64_t)vocab);
+}
+
+/* Engine logits after the prompt and after 10 greedy steps against full forward passes. */
+static void check_logits(gd_ctx *c, const char *dir, const char *what)
+{
+    gd_lm_engine *e = NULL;
+    gd_lm_engine_config ec = {.chunk = CHUNK};
+    CHECK(gd_lm_engine_open(c, dir, &ec, &e) == GD_OK, "%s: engine: %s", what, gd_ctx_error(c));
+    if (e == NULL) return;
+    const gd_lm_config *cfg = gd_lm_engine_model(e);
+    int64_t V = cfg->vocab_size;
+    int32_t ids[PROMPT + 10];
+    prompt_of(ids, PROMPT, V, 7);
+    const float *lg = NULL;
+    CHECK(gd_lm_engine_prefill(e, ids, PROMPT, &lg) == GD_OK, "%s: prefill: %s", what, gd_ctx_error(c));
+    float *after_prompt = malloc(sizeof(float) * (size_t)V);
+    if (lg != NULL) memcpy(after_prompt, lg, sizeof(float) * (size_t)V);
+    int64_t n = PROMPT;
+    for (int i = 0; lg != NULL && i < 10; i++) {
+        int32_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = (int32_t)v;
+        ids[n++] = best;
+        CHECK(gd_lm_engine_step(e, best, &lg) == GD_OK, "%s: step %d: %s", what, i, gd_ctx_error(c));
+    }
+    CHECK(gd_lm_engine_length(e) == PROMPT + 10, "%s: length %lld", what, (long long)gd_lm_engine_length(e));
+    float *full = full_logits(c, dir, cfg, ids, n);
+    if (full != NULL && lg != NULL) {
+        double a = nmse(after_prompt, full + (PROMPT - 1) * V, V), b = nmse(lg, full + (n - 1) * V, V);
+        printf("%s: logits after the prompt NMSE %.2e, after 10 steps %.2e (against a full forward pass)\n", what, a, b);
+        CHECK(a < 1e-10 && b < 1e-10, "%s: cached logits differ from the full pass: NMSE %.3g, %.3g", what, a, b);
+    }
+    /* a second sequence on the same engine starts afresh */
+    CHECK(gd_lm_engine_prefill(e, ids, PROMPT, &lg) == GD_OK && lg != NULL &&
+              nmse(lg, after_prompt, V) < 1e-12,
+          "%s: a second prefill of the same prompt gives other logits", what);
+    free(full);
+    free(after_prompt);
+    gd_lm_engine_free(e);
+}
+
+/* The tokens gd_lm_generate makes, with or without the cache. */
+static int32_t *generate(gd_ctx *c, const char *dir, int recompute, double temperature, int64_t *n)
+{
+    int32_t prompt[PROMPT];
+    prompt_of(prompt, PROMPT, 300, 3);
+    gd_lm_generate_config gc = {.max_tokens = 24, .sample = {.temperature = temperature, .top_k = 20, .seed = 5},
+                                .recompute = recompute};
+    int32_t *out = NULL;
+    CHECK(gd_lm_generate(c, dir, prompt, PROMPT, &gc, &out, n) == GD_OK, "generate (recompute %d): %s", recompute,
+          gd_ctx_error(c));
+    return out;
+}
+
+static int same_tokens(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    return a != NULL && b != NULL && na == nb && memcmp(a, b, sizeof *a * (size_t)na) == 0;
+}
+
+static void check_misuse(const char *dir)
+{
+    gd_lm_engine *e = NULL;
+    gd_lm_engine_config ec = {.max_len = 20, .chunk = 8};
+    CHECK(gd_lm_engine_open(ctx, dir, &ec, &e) == GD_OK, "engine: %s", gd_ctx_error(ctx));
+    if (e == NULL) return;
+    const float *lg;
+    CHECK(gd_lm_engine_step(e, 1, &lg) == GD_ERR_INVALID && strstr(gd_ctx_error(ctx), "prefill first") != NULL,
+          "a step before a prompt: %s", gd_ctx_error(ctx));
+    int32_t ids[21] = {0};
+    CHECK(gd_lm_engine_prefill(e, ids, 21, &lg) == GD_ERR_INVALID && strstr(gd_ctx_error(ctx), "holds 20") != NULL,
+          "a prompt longer than the cache: %s", gd_ctx_error(ctx));
+    ids[3] = 300;
+    CHECK(gd_lm_engine_prefill(e, ids, 5, &lg) == GD_ERR_INVALID && strstr(gd_ctx_error(ctx), "id 300") != NULL,
+          "a token outside the vocabulary: %s", gd_ctx_error(ctx));
+    ids[3] = 1;
+    CHECK(gd_lm_engine_prefill(e, ids, 20, &lg) == GD_OK, "a prompt filling the cache: %s", gd_ctx_error(ctx));
+    CHECK(gd_lm_engine_step(e, 2, &lg) == GD_ERR_INVALID, "a step past the cache was taken");
+    gd_lm_engine_free(e);
+}
+
+int main(void)
+{
+    if (!tu_open_ctx()) return 1;
+    char tmpl[] = "/tmp/gradus-engine-XXXXXX";
+    if (mkdtemp(tmpl) == NULL) return 1;
+    gd_lm_config cfg[2];
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = (gd_lm_config){.arch = GD_LM_LLAMA, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                            .hidden_dim = 128, .vocab_size = 300, .max_seq = 96, .rope_theta = 1e4, .norm_eps = 1e-5,
+                            .qk_norm = 1};
+    cfg[1] = (gd_lm_config){.arch = GD_LM_GPT2, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
+                            .hidden_dim = 256, .vocab_size = 300, .max_seq = 96, .norm_eps = 1e-5, .tied_embeddings = 1};
+    const char *names[2] = {"llama (GQA, QK-norm)", "gpt2"};
+    for (int m = 0; m < 2; m++) {
+        snprintf(dirs[m], sizeof dirs[m], "%s/m%d", tmpl, m);
+        CHECK(gd_lm_config_check(ctx, &cfg[m]) == GD_OK, "config %d: %s", m, gd_ctx_error(ctx));
+        if (!save_model(&cfg[m], dirs[m], 11 + (uint64_t)m)) continue;
+        check_logits(ctx, dirs[m], names[m]);
+
+        int64_t na = 0, nb = 0;
+        int32_t *a = generate(ctx, dirs[m], 0, 0, &na), *b = generate(ctx, dirs[m], 1, 0, &nb);
+        CHECK(same_tokens(a, na, b, nb), "%s: greedy tokens differ with and without the KV cache", names[m]);
+        int64_t distinct = 0;
+        for (int64_t i = PROMPT; a != NULL && i < na; i++) distinct += i == PROMPT || a[i] != a[i - 1];
+        printf("%s: %lld greedy tokens identical with and without the cache (%lld changes of token)\n", names[m],
+               (long long)(na - PROMPT), (long long)distinct);
+        /* the same tokens on the fast CPU backend and on the test device */
+        gd_ctx *cpu = NULL, *td = td_new_ctx("testdev", 0);
+        CHECK(gd_ctx_create(&cpu, NULL) == GD_OK && gd_ctx_use_backend(cpu, "cpu") == GD_OK, "cpu context");
+        gd_ctx *others[2] = {cpu, td};
+        const char *oname[2] = {"cpu", "testdev"};
+        for (int o = 0; o < 2; o++) {
+            if (others[o] == NULL) continue;
+            int64_t nc = 0;
+            int32_t *cc = generate(others[o], dirs[m], 0, 0, &nc);
+            CHECK(same_tokens(a, na, cc, nc), "%s: greedy tokens on %s differ from the reference's", names[m], oname[o]);
+            gd_free_mem(cc);
+        }
+        if (cpu != NULL) check_logits(cpu, dirs[m], "cpu");
+        if (td != NULL) check_logits(td, dirs[m], "testdev");
+        gd_ctx_free(cpu);
+        gd_ctx_free(td);
+        gd_free_mem(a);
+        gd_free_mem(b);
+        /* sampling: the draw for position i is the same on both paths */
+        a = generate(ctx, dirs[m], 0, 0.9, &na), b = generate(ctx, dirs[m], 1, 0.9, &nb);
+        CHECK(same_tokens(a, na, b, nb), "%s: sampled tokens differ with and without the KV cache", names[m]);
+        gd_free_mem(a);
+        gd_free_mem(b);
+    }
+    check_misuse(dirs[0]);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+    return tu_finish("test_lm_engine");
+}
