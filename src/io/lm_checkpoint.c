@@ -17,6 +17,7 @@
 #include "gradus_lm.h"
 #include "file_read.h"
 #include "lm_checkpoint.h"
+#include "hf_weights.h"
 #include "json.h"
 
 #include <dirent.h>
@@ -360,15 +361,16 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
         saved.hidden_dim != cfg->hidden_dim || saved.vocab_size != cfg->vocab_size ||
         saved.qk_norm != cfg->qk_norm || saved.tied_embeddings != cfg->tied_embeddings)
         return fail(ctx, GD_ERR_FORMAT, path, "describes another model than the one being trained");
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    gd_st_file *f = NULL;
-    if ((s = gd_st_open(ctx, path, &f)) != GD_OK) return s;
+    /* the model's weights as Hugging Face saves them (one file or shards, f32/f16/bf16) */
+    gd_hf_weights *w = NULL;
+    if ((s = gd_hf_weights_open(ctx, dir, &w)) != GD_OK) return s;
     for (int i = 0; i < gd_graph_param_count(g) && s == GD_OK; i++) {
         gd_tensor *p = gd_graph_param(g, i);
-        s = load_tensor(ctx, f, path, gd_tensor_name(p), p);
+        s = gd_hf_weights_load(ctx, w, gd_tensor_name(p), p);
     }
-    gd_st_close(f);
+    gd_hf_weights_close(w);
     if (s != GD_OK || !with_optimizer) return s;
+    gd_st_file *f = NULL;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if ((s = gd_st_open(ctx, path, &f)) != GD_OK) return s;
     for (int i = 0; i < gd_graph_param_count(g) && s == GD_OK; i++) {
