@@ -345,6 +345,11 @@ gd_status gd_lm_checkpoint_save(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
  * otherwise). `where` is a checkpoint or a training directory (its latest). */
 gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *where,
                                 int with_optimizer, gd_lm_state *st);
+/* The model at `where`: a checkpoint or training directory, a Hugging Face model
+ * directory (config.json and its safetensors), or a llama2.c checkpoint file (.bin, its
+ * legacy or version 1 header). The result has passed gd_lm_config_check.
+ * gd_lm_checkpoint_load (without the optimizer) and the engine take all three. */
+gd_status gd_lm_model_config(gd_ctx *ctx, const char *where, gd_lm_config *cfg);
 /* The checkpoint directory `dir` stands for: itself if it holds config.json, else the one
  * its `latest` file names. */
 gd_status gd_lm_checkpoint_resolve(gd_ctx *ctx, const char *dir, char *path, size_t cap);

@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void help(FILE *f)
 {
-    fprintf(f, "usage: gradus generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+    fprintf(f, "usage: gradus generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
                "\n"
-               "  --model DIR        a checkpoint, or a training directory (its latest checkpoint)\n"
+               "  --model PATH       a checkpoint, a training directory (its latest checkpoint), a Hugging\n"
+               "                     Face model directory, or a llama2.c checkpoint file (with --prompt-ids)\n"
                "  --prompt TEXT      text to continue (encoded with the model's tokenizer.json)\n"
                "  --prompt-ids LIST  token ids to continue, comma separated\n"
                "  --max-tokens N     tokens to add (default 64)\n"
@@ -133,10 +135,15 @@ int cmd_generate(int argc, char **argv)
     int32_t *out = NULL;
     int64_t n_out = 0;
     char dir[4200], tpath[4300];
-    gd_status st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir);
-    if (st != GD_OK) goto fail;
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
-    FILE *tf = fopen(tpath, "rb");
+    struct stat sb;
+    gd_status st = GD_OK;
+    if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) /* a llama2.c checkpoint: no tokenizer.json */
+        snprintf(dir, sizeof dir, "%s", model), tpath[0] = '\0';
+    else if ((st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir)) != GD_OK)
+        goto fail;
+    else
+        snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    FILE *tf = tpath[0] ? fopen(tpath, "rb") : NULL;
     if (tf != NULL) {
         fclose(tf);
         if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;

@@ -18,6 +18,7 @@
 #include "file_read.h"
 #include "lm_checkpoint.h"
 #include "hf_weights.h"
+#include "llama2c.h"
 #include "json.h"
 
 #include <dirent.h>
@@ -346,9 +347,60 @@ static gd_status read_trainer_json(gd_ctx *ctx, const char *path, gd_lm_state *s
     return rs;
 }
 
+static int regular_file(const char *path)
+{
+    struct stat sb;
+    return path != NULL && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int same_model(const gd_lm_config *a, const gd_lm_config *b)
+{
+    return a->arch == b->arch && a->dim == b->dim && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->hidden_dim == b->hidden_dim &&
+           a->vocab_size == b->vocab_size && a->qk_norm == b->qk_norm && a->tied_embeddings == b->tied_embeddings;
+}
+
+gd_status gd_lm_model_config(gd_ctx *ctx, const char *where, gd_lm_config *cfg)
+{
+    if (where == NULL || cfg == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_model_config: NULL argument");
+    if (regular_file(where)) {
+        if (!gd_l2c_sniff(where))
+            return fail(ctx, GD_ERR_FORMAT, where, "is a file but not a llama2.c checkpoint (a model directory holds config.json)");
+        gd_l2c *m = NULL;
+        gd_status s = gd_l2c_open(ctx, where, &m, cfg);
+        gd_l2c_close(m);
+        return s;
+    }
+    char dir[1100], path[1300];
+    gd_status s = gd_lm_checkpoint_resolve(ctx, where, dir, sizeof dir);
+    if (s != GD_OK) return s;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((s = gd_lm_config_read(ctx, path, cfg)) != GD_OK) return s;
+    return gd_lm_config_check(ctx, cfg);
+}
+
+/* The parameters of g from a llama2.c checkpoint file. */
+static gd_status load_llama2c(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *path)
+{
+    gd_l2c *m = NULL;
+    gd_lm_config saved;
+    gd_status s = gd_l2c_open(ctx, path, &m, &saved);
+    if (s == GD_OK && !same_model(&saved, cfg)) s = fail(ctx, GD_ERR_FORMAT, path, "describes another model than the graph's");
+    for (int i = 0; i < gd_graph_param_count(g) && s == GD_OK; i++) {
+        gd_tensor *p = gd_graph_param(g, i);
+        s = gd_l2c_load(ctx, m, gd_tensor_name(p), p);
+    }
+    gd_l2c_close(m);
+    return s;
+}
+
 gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *where, int with_optimizer,
                              gd_lm_state *st)
 {
+    if (regular_file(where)) {
+        if (with_optimizer) return fail(ctx, GD_ERR_FORMAT, where, "is a model file: it holds no optimizer state to resume");
+        return load_llama2c(ctx, g, cfg, where);
+    }
     char dir[1100], path[1300];
     gd_status s = gd_lm_checkpoint_resolve(ctx, where, dir, sizeof dir);
     if (s != GD_OK) return s;
@@ -356,10 +408,7 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((s = gd_lm_config_read(ctx, path, &saved)) != GD_OK) return s;
     if ((s = gd_lm_config_check(ctx, &saved)) != GD_OK) return s;
-    if (saved.arch != cfg->arch || saved.dim != cfg->dim || saved.n_layers != cfg->n_layers ||
-        saved.n_heads != cfg->n_heads || saved.n_kv_heads != cfg->n_kv_heads || saved.head_dim != cfg->head_dim ||
-        saved.hidden_dim != cfg->hidden_dim || saved.vocab_size != cfg->vocab_size ||
-        saved.qk_norm != cfg->qk_norm || saved.tied_embeddings != cfg->tied_embeddings)
+    if (!same_model(&saved, cfg))
         return fail(ctx, GD_ERR_FORMAT, path, "describes another model than the one being trained");
     /* the model's weights as Hugging Face saves them (one file or shards, f32/f16/bf16) */
     gd_hf_weights *w = NULL;

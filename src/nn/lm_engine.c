@@ -56,14 +56,11 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     if (ctx == NULL) return GD_ERR_INVALID;
     if (model_dir == NULL || out == NULL) return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_engine_open: NULL argument");
     *out = NULL;
-    char dir[1100], path[1300];
-    gd_status st = gd_lm_checkpoint_resolve(ctx, model_dir, dir, sizeof dir);
-    if (st != GD_OK) return st;
     gd_lm_engine *e = calloc(1, sizeof *e);
     if (e == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     e->ctx = ctx;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((st = gd_lm_config_read(ctx, path, &e->cfg)) != GD_OK || (st = gd_lm_config_check(ctx, &e->cfg)) != GD_OK) {
+    gd_status st = gd_lm_model_config(ctx, model_dir, &e->cfg);
+    if (st != GD_OK) {
         gd_lm_engine_free(e);
         return st;
     }
@@ -90,7 +87,7 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     e->logits_p = last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids_p, e->pos, e->kv_len, e->max_len, GD_F32));
     e->logits_d = gd_lm_forward_cached(e->g, &e->cfg, e->ids_d, e->pos, e->kv_len, e->max_len, GD_F32);
     if (e->logits_p == NULL || e->logits_d == NULL) st = status_or(ctx, GD_ERR_INVALID);
-    if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, dir, 0, NULL);
+    if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, model_dir, 0, NULL);
     /* Without GD_COMPILE_UPDATES: each program runs the cache writes its logits need (its
      * own), not the other program's. */
     if (st == GD_OK && (e->prefill = gd_compile(e->g, 1, &e->logits_p, 0)) == NULL)

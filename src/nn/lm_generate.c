@@ -160,12 +160,10 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     *out = NULL;
     *n_out = 0;
     if (n_prompt < 1) return gd_ctx_fail(ctx, GD_ERR_INVALID, "an empty prompt (give at least one token)");
-    char dir[1100], path[1300];
-    gd_status st = gd_lm_checkpoint_resolve(ctx, model_dir, dir, sizeof dir);
-    if (st != GD_OK) return st;
     gd_lm_config cfg;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((st = gd_lm_config_read(ctx, path, &cfg)) != GD_OK || (st = gd_lm_config_check(ctx, &cfg)) != GD_OK) return st;
+    gd_status st = gd_lm_model_config(ctx, model_dir, &cfg);
+    if (st != GD_OK) return st;
+    const char *dir = model_dir;
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
             return gd_ctx_fail(ctx, GD_ERR_INVALID, "prompt token %lld is id %d, outside the model's vocabulary of %lld",
