@@ -35,7 +35,10 @@ gd_status gd_tokenizer_train(gd_ctx *ctx, const uint8_t *text, size_t n, int32_t
  * normalizer or NFC, a ByteLevel pre-tokenizer or a Split on the GPT-2, Llama 3 or Qwen2
  * pattern before one. Anything else that would change the ids (another pattern or
  * normalizer, dropout, single_word tokens) is refused with a message naming the file and
- * the field. The post-processor (a BOS template) is not applied by encoding. */
+ * the field. The post-processor (a BOS template) is not applied by encoding.
+ * Also reads llama2.c's tokenizer.bin (scores and pieces; any file not starting with '{'):
+ * encoding then does as llama2.c's run.c, <s> first and a space before the text, and such
+ * a tokenizer cannot be saved as tokenizer.json. */
 gd_status gd_tokenizer_load(gd_ctx *ctx, const char *path, gd_tokenizer **out);
 /* Writes tokenizer.json (byte-level BPE), which the `tokenizers` library loads and encodes
  * with identically. Written atomically (a temporary file renamed). */

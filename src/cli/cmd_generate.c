@@ -19,6 +19,7 @@ static void help(FILE *f)
                "                     Face model directory, or a llama2.c checkpoint file (with --prompt-ids)\n"
                "  --prompt TEXT      text to continue (encoded with the model's tokenizer.json)\n"
                "  --prompt-ids LIST  token ids to continue, comma separated\n"
+               "  --tokenizer FILE   a tokenizer.json or llama2.c tokenizer.bin (default: the model's)\n"
                "  --max-tokens N     tokens to add (default 64)\n"
                "  --temperature X    0 for greedy (default 0.8)\n"
                "  --top-k K          sample among the K most likely (default 0: all)\n"
@@ -75,7 +76,7 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL;
+    const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL, *tokenizer = NULL;
     int64_t max_tokens = 64, top_k = 0, seed = 1;
     double temperature = 0.8, top_p = 0.95;
     int print_ids = 0, recompute = 0;
@@ -91,7 +92,7 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend", "--profile"};
+                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
         if (!known) {
@@ -105,6 +106,7 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--prompt-ids") == 0) prompt_ids = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--profile") == 0) profile = v;
+        else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
         else if (strcmp(a, "--top-k") == 0) ok = cli_int(a, v, 0, INT32_MAX, &top_k);
         else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
@@ -143,7 +145,12 @@ int cmd_generate(int argc, char **argv)
         goto fail;
     else
         snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    if (tokenizer != NULL) snprintf(tpath, sizeof tpath, "%s", tokenizer);
     FILE *tf = tpath[0] ? fopen(tpath, "rb") : NULL;
+    if (tf == NULL && tokenizer != NULL) {
+        fprintf(stderr, "gradus generate: --tokenizer %s: cannot open it\n", tokenizer);
+        goto done;
+    }
     if (tf != NULL) {
         fclose(tf);
         if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
@@ -151,7 +158,7 @@ int cmd_generate(int argc, char **argv)
     if (prompt_ids != NULL) {
         /* parsed before the context was made */
     } else if (tok == NULL) {
-        fprintf(stderr, "gradus generate: %s has no tokenizer.json; give the prompt as --prompt-ids\n", dir);
+        fprintf(stderr, "gradus generate: %s has no tokenizer.json; give the prompt as --prompt-ids, or a --tokenizer\n", dir);
         goto done;
     } else if ((st = gd_tokenizer_encode(ctx, tok, (const uint8_t *)prompt, strlen(prompt), &ids, &n)) != GD_OK) {
         goto fail;

@@ -59,6 +59,7 @@ void gd_tokenizer_free(gd_tokenizer *t)
     gd_free(t->merges);
     gd_free(t->merge_list);
     gd_free(t->added);
+    gd_free(t->sp_score);
     gd_free(t);
 }
 

@@ -74,7 +74,16 @@ struct gd_tokenizer {
     int ignore_merges;    /* a piece that is a whole token is that token (Llama 3) */
     int nfc;              /* the normalizer: NFC (Qwen2) */
     int32_t eos;
+    /* llama2.c's tokenizer.bin (tokenizer_l2c.c): each piece's merge score; NULL for a
+     * byte-level BPE. Its byte tokens (<0xXX>) and control tokens are kept out of the
+     * vocabulary map (flags ADDED|SPECIAL, bytes the raw byte or nothing). */
+    float *sp_score;
 };
+
+/* tokenizer_l2c.c: encoding with a llama2.c tokenizer */
+gd_status gd_sp_encode(gd_ctx *ctx, const gd_tokenizer *t, const uint8_t *text, size_t n, int32_t **ids, size_t *n_ids);
+/* Reads llama2.c's tokenizer.bin from memory; `name` names it in messages. */
+gd_status gd_tokenizer_from_l2c(gd_ctx *ctx, const char *name, const uint8_t *data, size_t n, gd_tokenizer **out);
 
 /* ---- hashing ------------------------------------------------------------------------- */
 

@@ -329,6 +329,7 @@ gd_status gd_tokenizer_encode(gd_ctx *ctx, const gd_tokenizer *t, const uint8_t 
     if (t == NULL || ids == NULL || n_ids == NULL || (text == NULL && n > 0))
         return gd_ctx_fail(ctx, GD_ERR_INVALID, "tokenizer encode: %s is NULL",
                            t == NULL ? "the tokenizer" : ids == NULL || n_ids == NULL ? "an output" : "the text");
+    if (t->sp_score != NULL) return gd_sp_encode(ctx, t, text, n, ids, n_ids);
     encoder e = {.t = t};
     size_t guess = n / 3 + 16;
     if (reserve((void **)&e.out, &e.cap_out, guess, sizeof(int32_t)) != 0 || cache_grow(&e) != 0) e.nomem = 1;

@@ -319,7 +319,12 @@ gd_status gd_tokenizer_load(gd_ctx *ctx, const char *path, gd_tokenizer **out)
     size_t len;
     gd_status rs = gd_read_whole_file(ctx, path, 0, "a tokenizer.json", &buf, &len);
     if (rs != GD_OK) return rs;
-    gd_status st = gd_tokenizer_from_json(ctx, path, buf, len, out);
+    /* a JSON document starts with '{' (after blanks); llama2.c's tokenizer.bin with a
+     * little-endian int32, its longest token, whose first byte is never '{' in practice */
+    size_t at = 0;
+    while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r')) at++;
+    gd_status st = at < len && buf[at] != '{' ? gd_tokenizer_from_l2c(ctx, path, (const uint8_t *)buf, len, out)
+                                              : gd_tokenizer_from_json(ctx, path, buf, len, out);
     gd_free(buf);
     return st;
 }
@@ -521,6 +526,9 @@ gd_status gd_tokenizer_save(gd_ctx *ctx, const gd_tokenizer *t, const char *path
 {
     if (t == NULL || path == NULL)
         return gd_ctx_fail(ctx, GD_ERR_INVALID, "tokenizer save: %s is NULL", t == NULL ? "the tokenizer" : "the path");
+    if (t->sp_score != NULL)
+        return gd_ctx_fail(ctx, GD_ERR_UNSUPPORTED, "tokenizer save: %s: a llama2.c tokenizer has no tokenizer.json form",
+                           path);
     gd_json_out o = {0};
     gd_status st = to_json(ctx, t, path, &o);
     if (st != GD_OK) {
