@@ -319,12 +319,13 @@ gd_status gd_tokenizer_load(gd_ctx *ctx, const char *path, gd_tokenizer **out)
     size_t len;
     gd_status rs = gd_read_whole_file(ctx, path, 0, "a tokenizer.json", &buf, &len);
     if (rs != GD_OK) return rs;
-    /* a JSON document starts with '{' (after blanks); llama2.c's tokenizer.bin with a
-     * little-endian int32, its longest token, whose first byte is never '{' in practice */
-    size_t at = 0;
+    /* JSON: a name ending in .json, or a document starting with '{' or '[' (after blanks);
+     * anything else is taken for llama2.c's tokenizer.bin, which starts with an int32 */
+    size_t at = 0, pl = strlen(path);
     while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r')) at++;
-    gd_status st = at < len && buf[at] != '{' ? gd_tokenizer_from_l2c(ctx, path, (const uint8_t *)buf, len, out)
-                                              : gd_tokenizer_from_json(ctx, path, buf, len, out);
+    int json = (pl >= 5 && strcmp(path + pl - 5, ".json") == 0) || at == len || buf[at] == '{' || buf[at] == '[';
+    gd_status st = json ? gd_tokenizer_from_json(ctx, path, buf, len, out)
+                        : gd_tokenizer_from_l2c(ctx, path, (const uint8_t *)buf, len, out);
     gd_free(buf);
     return st;
 }
