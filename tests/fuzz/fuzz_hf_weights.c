@@ -2,7 +2,8 @@
  * refused with a message naming the file, or give a weight map whose every shard is a
  * plain, non-empty file name (no '/', not "." or "..") and whose names are strings.
  *
- * Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in tests/fuzz/corpus/hf_index.
+ * The reader is hf_weights.c. Built and run by CMake with -DGRADUS_FUZZ=ON (clang); seeds in
+ * tests/fuzz/corpus/hf_weights.
  */
 #include "gradus_lm.h"
 #include "hf_weights.h"
