@@ -224,11 +224,94 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc)
         for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
 }
 
+/* ---- a few rows: matrix-vector products -------------------------------------------------
+ * With M <= GEMV_ROWS (a decoder's step: one token's activations against every weight),
+ * packing B costs as much as the product, which is bound by reading B once. These loops
+ * stream B instead: with B stored (N, K) (op(B) = B^T, a linear layer's weight), each output
+ * is a dot product of two contiguous rows; with B stored (K, N), each row of B is added,
+ * scaled, into the output row. Each output's sum runs over k in one fixed order (in
+ * GEMV_LANES interleaved partial sums, added in order at the end, for the dot products), on
+ * one thread, so results do not depend on the thread count; they differ from the packed
+ * path's in rounding, as any two orders do. */
+#define GEMV_ROWS 4
+#define GEMV_LANES 16
+
+typedef struct gemv_args {
+    int64_t M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int tb;
+} gemv_args;
+
+static void gemv_store(const gemv_args *g, float *c, float v)
+{
+    *c = g->beta == 0.0f ? g->alpha * v : g->alpha * v + g->beta * *c;
+}
+
+/* columns [j0, j1) of every row, B stored (N, K) */
+static void gemv_dot(void *ctx, int64_t j0, int64_t j1, int tid)
+{
+    (void)tid;
+    const gemv_args *g = ctx;
+    const int64_t K = g->K, K16 = K / GEMV_LANES * GEMV_LANES;
+    for (int64_t m = 0; m < g->M; m++) {
+        const float *a = g->A + m * g->lda;
+        for (int64_t j = j0; j < j1; j++) {
+            const float *b = g->B + j * g->ldb;
+            float acc[GEMV_LANES] = {0};
+            for (int64_t k = 0; k < K16; k += GEMV_LANES)
+                for (int u = 0; u < GEMV_LANES; u++) acc[u] += a[k + u] * b[k + u];
+            float sum = 0.0f;
+            for (int u = 0; u < GEMV_LANES; u++) sum += acc[u];
+            for (int64_t k = K16; k < K; k++) sum += a[k] * b[k];
+            gemv_store(g, g->C + m * g->ldc + j, sum);
+        }
+    }
+}
+
+/* columns [j0, j1) of every row, B stored (K, N): c[j0..j1) = sum over k of a[k] B[k, j0..j1) */
+static void gemv_axpy(void *ctx, int64_t j0, int64_t j1, int tid)
+{
+    (void)tid;
+    const gemv_args *g = ctx;
+    enum { W = 256 }; /* columns at a time, kept in a local sum */
+    for (int64_t m = 0; m < g->M; m++) {
+        const float *a = g->A + m * g->lda;
+        for (int64_t c0 = j0; c0 < j1; c0 += W) {
+            const int64_t w = j1 - c0 < W ? j1 - c0 : W;
+            float acc[W];
+            for (int64_t j = 0; j < w; j++) acc[j] = 0.0f;
+            for (int64_t k = 0; k < g->K; k++) {
+                const float ak = a[k], *b = g->B + k * g->ldb + c0;
+                for (int64_t j = 0; j < w; j++) acc[j] += ak * b[j];
+            }
+            for (int64_t j = 0; j < w; j++) gemv_store(g, g->C + m * g->ldc + c0 + j, acc[j]);
+        }
+    }
+}
+
+static void gemv(int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                 int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    gemv_args g = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
+                   .A = A, .B = B, .C = C, .tb = tb};
+    /* enough columns per thread that a chunk reads at least ~64 KiB of B */
+    int64_t grain = (16384 + K - 1) / (K > 0 ? K : 1);
+    if (grain < 16) grain = 16;
+    if (gcpu_in_parallel() || (double)M * N * K < (double)GCPU_PARALLEL_MIN_FLOPS) grain = N > 0 ? N : 1;
+    gcpu_parallel_for_grain(N, grain, tb ? gemv_dot : gemv_axpy, &g);
+}
+
 static int gemm_own(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (K == 0 || alpha == 0.0f) {
         if (beta != 1.0f) scale_c(M, N, beta, C, ldc);
+        return GDP_OK;
+    }
+    if (M <= GEMV_ROWS && !ta) {
+        gemv(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return GDP_OK;
     }
     gemm_args g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,

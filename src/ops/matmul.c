@@ -223,6 +223,7 @@ static gd_status matmul_grad(gd_grad_ctx *c)
 static const char *const matmul_cases[] = {
     "f[3,4] f[4,5]",
     "f[1,1] f[1,1]",
+    "f[3,40] f[40,300]",
     "f[17,33] f[33,9]",
     "f[4,3] f[4,5] | transpose_a=1",
     "f[3,4] f[5,4] | transpose_b=1",
@@ -402,6 +403,7 @@ static const char *const linear_cases[] = {
     "f[5] f[3,5] f[3]",
     "f[1,1] f[1,1] f[1]",
     "f[2,2,3,7] f[6,7]",
+    "f[2,37] f[29,37] f[29]", /* a few rows, K past a backend's vector width: matrix-vector paths */
     NULL,
 };
 
