@@ -306,6 +306,26 @@ typedef struct gd_lm_generate_config {
 gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prompt, int64_t n_prompt,
                          gd_lm_generate_config *c, int32_t **out, int64_t *n_out);
 
+/* ---- evaluation ---------------------------------------------------------------------- */
+
+typedef struct gd_lm_eval_config {
+    int64_t seq;        /* positions per window; 0: the model's max_seq, at most 256 */
+    int64_t batch;      /* windows per run; 0: 8 */
+    gd_dtype dtype;     /* activations: GD_F32 (0 means f32), GD_BF16 or GD_F16; weights stay f32 */
+    int64_t max_tokens; /* stop after this many predicted tokens; 0: all */
+} gd_lm_eval_config;
+typedef struct gd_lm_eval_result {
+    int64_t tokens;     /* tokens predicted */
+    double nll;         /* mean negative log-likelihood, nats per token */
+    double perplexity;  /* exp(nll) */
+} gd_lm_eval_result;
+/* The model at `where` (as gd_lm_model_config takes) on token ids: consecutive windows of
+ * seq + 1 tokens, each predicting its last seq from those before (a window's first token is
+ * context only); the mean loss over every predicted token. A tail shorter than a window is
+ * left out. */
+gd_status gd_lm_evaluate(gd_ctx *ctx, const char *where, const int32_t *ids, int64_t n, const gd_lm_eval_config *c,
+                         gd_lm_eval_result *out);
+
 /* ---- the inference engine -------------------------------------------------------------- */
 
 /* A model loaded for generation: a prefill program (chunks of prompt tokens) and a decode

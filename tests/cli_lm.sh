@@ -62,6 +62,10 @@ must "generate: the same text without the KV cache" cmp -s "$T/gen1" "$T/gen3"
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 > "$T/gen4" 2> /dev/null
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 --recompute > "$T/gen5" 2> /dev/null
 must "generate: the same samples without the KV cache" cmp -s "$T/gen4" "$T/gen5"
+run "$G" eval --model "$T/run" --data "$S/README.md" --seq 16 --batch 2
+check "eval: loss and perplexity of held-out text" 0 "tokens predicted \(f32\): loss [0-9.]+ nats/token, perplexity [0-9.]+, [0-9.]+ bits/byte"
+run "$G" eval --model "$T/run" --data "$T/nonexistent.txt"
+check "eval: no text" 1 "nonexistent.txt: cannot open"
 if [ -x "$2/generate" ]; then
   run "$2/generate" "$T/run" "The " 6
   check "examples/generate.c: prompt and continuation" 0 "^The "

@@ -129,6 +129,38 @@ static int same_tokens(const int32_t *a, int64_t na, const int32_t *b, int64_t n
     return a != NULL && b != NULL && na == nb && memcmp(a, b, sizeof *a * (size_t)na) == 0;
 }
 
+/* gd_lm_evaluate against the loss worked out from full forward passes: windows of 16 + 1
+ * tokens, 2 a run; 51 tokens make 3 windows, of which one whole batch (2) is evaluated. */
+static void check_evaluate(const char *dir, const char *what)
+{
+    int32_t seq[51];
+    prompt_of(seq, 51, 300, 9);
+    gd_lm_eval_config ec = {.seq = 16, .batch = 2};
+    gd_lm_eval_result r;
+    gd_lm_config cfg;
+    CHECK(gd_lm_evaluate(ctx, dir, seq, 51, &ec, &r) == GD_OK && r.tokens == 32, "%s: evaluate: %s (%lld tokens)", what,
+          gd_ctx_error(ctx), (long long)r.tokens);
+    if (gd_lm_model_config(ctx, dir, &cfg) != GD_OK) return;
+    double sum = 0;
+    for (int w = 0; w < 2; w++) {
+        float *lg = full_logits(ctx, dir, &cfg, seq + w * 17, 16);
+        if (lg == NULL) return;
+        for (int t = 0; t < 16; t++) {
+            const float *row = lg + t * cfg.vocab_size;
+            double mx = row[0], s = 0;
+            for (int64_t v = 1; v < cfg.vocab_size; v++) mx = row[v] > mx ? row[v] : mx;
+            for (int64_t v = 0; v < cfg.vocab_size; v++) s += exp(row[v] - mx);
+            sum += mx + log(s) - row[seq[w * 17 + t + 1]];
+        }
+        free(lg);
+    }
+    double want = sum / 32;
+    printf("%s: evaluated loss %.6f nats/token (perplexity %.3f), from the logits %.6f\n", what, r.nll, r.perplexity,
+           want);
+    CHECK(fabs(r.nll - want) < 1e-5 && fabs(r.perplexity - exp(want)) < 1e-3 * exp(want),
+          "%s: evaluate %.7f, the logits give %.7f", what, r.nll, want);
+}
+
 static void check_misuse(const char *dir)
 {
     gd_lm_engine *e = NULL;
@@ -168,6 +200,7 @@ int main(void)
         CHECK(gd_lm_config_check(ctx, &cfg[m]) == GD_OK, "config %d: %s", m, gd_ctx_error(ctx));
         if (!save_model(&cfg[m], dirs[m], 11 + (uint64_t)m)) continue;
         check_logits(ctx, dirs[m], names[m]);
+        check_evaluate(dirs[m], names[m]);
 
         int64_t na = 0, nb = 0;
         int32_t *a = generate(ctx, dirs[m], 0, 0, &na), *b = generate(ctx, dirs[m], 1, 0, &nb);

@@ -20,6 +20,7 @@ typedef struct cli_command {
 int cmd_train(int argc, char **argv);
 int cmd_train_lm(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_devices(int argc, char **argv);

@@ -12,6 +12,7 @@
 static const cli_command commands[] = {
     {"train", "train a language model (lm) on text, or the MLP or CNN classifier of images", cmd_train},
     {"generate", "continue a prompt with a trained language model", cmd_generate},
+    {"eval", "a language model's loss and perplexity on held-out text", cmd_eval},
     {"tokenize", "encode text into a token file, training a tokenizer on it", cmd_tokenize},
     {"devices", "list backends, plugins found (and why any declined) and device memory", cmd_devices},
     {"sweep", "verify every op on every backend against the CPU reference", cmd_sweep},

@@ -1,0 +1,126 @@
+/* cmd_eval.c — `gradus eval`: a language model's loss and perplexity on held-out text,
+ * encoded with the model's tokenizer (or --tokenizer), in windows of --seq tokens. */
+#include "cli.h"
+#include "gradus_lm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: gradus eval --model PATH --data FILE [options]\n"
+               "\n"
+               "The model's mean loss on the text of FILE (nats per token), its perplexity and bits per\n"
+               "byte. The text is encoded with the model's tokenizer and cut into windows of T + 1\n"
+               "tokens, each predicting its last T.\n"
+               "\n"
+               "  --model PATH       a checkpoint, a training directory, a Hugging Face model directory, or\n"
+               "                     a llama2.c checkpoint file (then give --tokenizer)\n"
+               "  --tokenizer FILE   a tokenizer.json or llama2.c tokenizer.bin (default: the model's)\n"
+               "  --seq T            positions per window (default: the model's, at most 256)\n"
+               "  --batch B          windows per run (default 8)\n"
+               "  --dtype T          f32 (default), bf16 or f16 activations\n"
+               "  --max-tokens N     stop after about N predicted tokens\n"
+               "  --backend NAME     run on this backend\n");
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    const char *model = NULL, *data = NULL, *tokenizer = NULL, *backend = NULL, *dtype = "f32";
+    int64_t seq = 0, batch = 0, max_tokens = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int ok = 1;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help(stdout);
+            return 0;
+        }
+        static const char *const valued[] = {"--model", "--data", "--tokenizer", "--seq", "--batch", "--dtype",
+                                             "--max-tokens", "--backend"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "gradus eval: %s \"%s\" (see gradus eval --help)\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return 2;
+        }
+        if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
+        if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--data") == 0) data = v;
+        else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
+        else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--dtype") == 0) dtype = v;
+        else if (strcmp(a, "--seq") == 0) ok = cli_int(a, v, 1, 1 << 20, &seq);
+        else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 16, &batch);
+        else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, INT64_MAX, &max_tokens);
+        if (!ok) return 2;
+    }
+    gd_dtype dt = strcmp(dtype, "f32") == 0 ? GD_F32 : strcmp(dtype, "bf16") == 0 ? GD_BF16 : strcmp(dtype, "f16") == 0 ? GD_F16 : -1;
+    if (model == NULL || data == NULL || (int)dt < 0) {
+        fprintf(stderr, "gradus eval: %s\n\n",
+                model == NULL ? "which model? (--model PATH)" : data == NULL ? "which text? (--data FILE)"
+                                                                : "--dtype: f32, bf16 or f16");
+        help(stderr);
+        return 2;
+    }
+    gd_ctx *ctx = cli_ctx(backend);
+    if (ctx == NULL) return 1;
+    int rc = 1;
+    gd_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *text = NULL;
+    char dir[4200], tpath[4300];
+    struct stat sb;
+    gd_status st = GD_OK;
+    if (tokenizer != NULL) snprintf(tpath, sizeof tpath, "%s", tokenizer);
+    else if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "gradus eval: %s is a model file without a tokenizer: give --tokenizer\n", model);
+        goto done;
+    } else if ((st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir)) != GD_OK) {
+        goto fail;
+    } else {
+        snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    }
+    if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
+    FILE *f = fopen(data, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "gradus eval: --data %s: cannot open it\n", data);
+        goto done;
+    }
+    size_t cap = 1 << 16, len = 0, got;
+    text = malloc(cap);
+    while (text != NULL && (got = fread(text + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            char *t = realloc(text, cap *= 2);
+            if (t == NULL) free(text);
+            text = t;
+        }
+    }
+    fclose(f);
+    if (text == NULL) {
+        fprintf(stderr, "gradus eval: out of memory reading %s\n", data);
+        goto done;
+    }
+    if ((st = gd_tokenizer_encode(ctx, tok, (const uint8_t *)text, len, &ids, &n)) != GD_OK) goto fail;
+    gd_lm_eval_config ec = {.seq = seq, .batch = batch, .dtype = dt, .max_tokens = max_tokens};
+    gd_lm_eval_result r;
+    if ((st = gd_lm_evaluate(ctx, model, ids, (int64_t)n, &ec, &r)) != GD_OK) goto fail;
+    double bytes_per_token = n > 0 ? (double)len / (double)n : 1.0;
+    printf("%s: %lld of its %zu tokens predicted (%s): loss %.4f nats/token, perplexity %.3f, %.3f bits/byte\n", data,
+           (long long)r.tokens, n, dtype, r.nll, r.perplexity, r.nll / log(2.0) / bytes_per_token);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "gradus eval: %s\n", gd_ctx_error(ctx));
+done:
+    free(text);
+    gd_free_mem(ids);
+    gd_tokenizer_free(tok);
+    gd_ctx_free(ctx);
+    return rc;
+}
