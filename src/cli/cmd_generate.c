@@ -88,7 +88,8 @@ int cmd_generate(int argc, char **argv)
             return 0;
         }
         if (strcmp(a, "--print-ids") == 0 || strcmp(a, "--recompute") == 0) {
-            *(a[2] == 'p' ? &print_ids : &recompute) = 1;
+            if (strcmp(a, "--print-ids") == 0) print_ids = 1;
+            else recompute = 1;
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",

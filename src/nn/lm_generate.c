@@ -92,14 +92,14 @@ static int emit(const gd_lm_generate_config *c, int32_t *win, int64_t *len, int3
 }
 
 /* Through the engine: prefill, then a decode step per token but the last. */
-static gd_status generate_cached(gd_ctx *ctx, const char *dir, const gd_lm_config *cfg, int64_t T, int32_t *win,
+static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_config *cfg, int64_t T, int32_t *win,
                                  int64_t *len, gd_lm_generate_config *c)
 {
     gd_lm_engine *e = NULL;
     gd_lm_engine_config ec = {.max_len = T};
     void *scratch = malloc(gd_lm_sample_scratch(cfg->vocab_size));
     if (scratch == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
-    gd_status st = gd_lm_engine_open(ctx, dir, &ec, &e);
+    gd_status st = gd_lm_engine_open(ctx, model, &ec, &e);
     const float *lg = NULL;
     double t0 = now_s();
     if (st == GD_OK) st = gd_lm_engine_prefill(e, win, *len, &lg);
@@ -117,7 +117,7 @@ static gd_status generate_cached(gd_ctx *ctx, const char *dir, const gd_lm_confi
 }
 
 /* By recomputing the window for every token. */
-static gd_status generate_recomputed(gd_ctx *ctx, const char *dir, const gd_lm_config *cfg, int64_t T, int32_t *win,
+static gd_status generate_recomputed(gd_ctx *ctx, const char *model, const gd_lm_config *cfg, int64_t T, int32_t *win,
                                      int64_t *len, gd_lm_generate_config *c)
 {
     int64_t V = cfg->vocab_size;
@@ -130,7 +130,7 @@ static gd_status generate_recomputed(gd_ctx *ctx, const char *dir, const gd_lm_c
     gd_status st = GD_OK;
     if (logits == NULL) st = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;
     else if (lg == NULL || scratch == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
-    if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, g, cfg, dir, 0, NULL);
+    if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, g, cfg, model, 0, NULL);
     if (st == GD_OK && (p = gd_compile(g, 1, &logits, 0)) == NULL) st = gd_ctx_status(ctx);
     int64_t n_prompt = *len;
     double t0 = now_s();
@@ -163,7 +163,6 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     gd_lm_config cfg;
     gd_status st = gd_lm_model_config(ctx, model_dir, &cfg);
     if (st != GD_OK) return st;
-    const char *dir = model_dir;
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
             return gd_ctx_fail(ctx, GD_ERR_INVALID, "prompt token %lld is id %d, outside the model's vocabulary of %lld",
@@ -178,8 +177,8 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     if (win == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     memcpy(win, prompt, sizeof *win * (size_t)n_prompt);
     int64_t len = n_prompt;
-    st = c->recompute ? generate_recomputed(ctx, dir, &cfg, T, win, &len, c)
-                      : generate_cached(ctx, dir, &cfg, T, win, &len, c);
+    st = c->recompute ? generate_recomputed(ctx, model_dir, &cfg, T, win, &len, c)
+                      : generate_cached(ctx, model_dir, &cfg, T, win, &len, c);
     if (st == GD_OK) {
         *out = win;
         *n_out = len;
