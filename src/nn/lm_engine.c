@@ -1,30 +1,37 @@
 /* lm_engine.c — the inference engine: a model loaded once, a prompt prefilled in chunks,
  * then one token per decode step, each layer's keys and values kept in a KV cache.
  *
- * One graph holds two forward passes of the model (gd_lm_forward_cached): a prefill pass
- * over `chunk` tokens and a decode pass over one. They share the parameters (by name) and
- * the cache states, and read the same two runtime scalars: pos, the position of their
- * first token (where the cache is written, and RoPE's or GPT-2's position offset), and
- * kv_len = pos + T, how many cached positions attention reads. Both programs are compiled
- * once; a step writes the token and the two scalars, and runs.
+ * One graph holds several forward passes of the model (gd_lm_forward_cached): prefill passes
+ * over `chunk` tokens and smaller counts, and a decode pass over one. They share the
+ * parameters (by name) and the cache states, and read the same two runtime scalars: pos,
+ * the position of their first token (where the cache is written, and RoPE's or GPT-2's
+ * position offset), and kv_len = pos + T, how many cached positions attention reads. Each
+ * program is compiled once; a step writes the token and the two scalars, and runs.
  *
- * A prompt is prefilled in whole chunks, and whatever is left (fewer than `chunk` tokens)
- * goes through the decode program a token at a time, so no padding ever reaches the cache
- * or a position table. Positions past the current length may hold an earlier sequence's
- * keys: kv_len keeps attention from reading them, and a new sequence overwrites them. */
+ * A prompt is prefilled in whole chunks, and what is left by smaller passes (a quarter of
+ * the chunk, a sixteenth, ..., one token: the decode program), so no padding ever reaches
+ * the cache or a position table, and a short prompt does not cost a token per run.
+ * Positions past the current length may hold an earlier sequence's keys: kv_len keeps
+ * attention from reading them, and a new sequence overwrites them. */
 #include "gradus_lm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define ENGINE_PASSES 8 /* chunk, chunk/4, ..., 1: at most this many sizes */
+
 struct gd_lm_engine {
     gd_ctx *ctx;
     gd_graph *g;
     gd_lm_config cfg;
-    int64_t max_len, chunk, len;
-    gd_tensor *pos, *kv_len, *ids_p, *ids_d, *logits_p, *logits_d;
-    gd_program *prefill, *decode;
+    int64_t max_len, len;
+    gd_tensor *pos, *kv_len;
+    /* the forward passes, largest first; the last is over one token (the decode step) */
+    int n_pass;
+    int64_t size[ENGINE_PASSES];
+    gd_tensor *ids[ENGINE_PASSES], *out[ENGINE_PASSES];
+    gd_program *prog[ENGINE_PASSES];
     float *logits; /* vocab_size: the latest logits */
 };
 
@@ -36,8 +43,7 @@ static gd_status status_or(gd_ctx *ctx, gd_status fallback)
 void gd_lm_engine_free(gd_lm_engine *e)
 {
     if (e == NULL) return;
-    gd_program_free(e->prefill);
-    gd_program_free(e->decode);
+    for (int k = 0; k < e->n_pass; k++) gd_program_free(e->prog[k]);
     gd_graph_free(e->g);
     free(e->logits);
     free(e);
@@ -71,8 +77,10 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
                            (long long)want, (long long)chunk);
     }
     e->max_len = want > 0 && want < e->cfg.max_seq ? want : e->cfg.max_seq;
-    e->chunk = chunk > 0 ? chunk : 64;
-    if (e->chunk > e->max_len) e->chunk = e->max_len;
+    if (chunk == 0) chunk = 64;
+    if (chunk > e->max_len) chunk = e->max_len;
+    for (int64_t t = chunk; e->n_pass < ENGINE_PASSES - 1 && t > 1; t /= 4) e->size[e->n_pass++] = t;
+    e->size[e->n_pass++] = 1;
 
     e->g = gd_graph_new(ctx);
     e->logits = malloc(sizeof(float) * (size_t)e->cfg.vocab_size);
@@ -82,18 +90,19 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     }
     e->pos = gd_input(e->g, "pos", GD_I32, 0, NULL);
     e->kv_len = gd_input(e->g, "kv_len", GD_I32, 0, NULL);
-    e->ids_p = gd_input(e->g, "ids.prefill", GD_I32, 2, (int64_t[]){1, e->chunk});
-    e->ids_d = gd_input(e->g, "ids.decode", GD_I32, 2, (int64_t[]){1, 1});
-    e->logits_p = last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids_p, e->pos, e->kv_len, e->max_len, GD_F32));
-    e->logits_d = gd_lm_forward_cached(e->g, &e->cfg, e->ids_d, e->pos, e->kv_len, e->max_len, GD_F32);
-    if (e->logits_p == NULL || e->logits_d == NULL) st = status_or(ctx, GD_ERR_INVALID);
+    for (int k = 0; k < e->n_pass && st == GD_OK; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
+        e->ids[k] = gd_input(e->g, name, GD_I32, 2, (int64_t[]){1, e->size[k]});
+        e->out[k] =
+            last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, GD_F32));
+        if (e->out[k] == NULL) st = status_or(ctx, GD_ERR_INVALID);
+    }
     if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, model_dir, 0, NULL);
     /* Without GD_COMPILE_UPDATES: each program runs the cache writes its logits need (its
-     * own), not the other program's. */
-    if (st == GD_OK && (e->prefill = gd_compile(e->g, 1, &e->logits_p, 0)) == NULL)
-        st = status_or(ctx, GD_ERR_INVALID);
-    if (st == GD_OK && (e->decode = gd_compile(e->g, 1, &e->logits_d, 0)) == NULL)
-        st = status_or(ctx, GD_ERR_INVALID);
+     * own), not the other programs'. */
+    for (int k = 0; k < e->n_pass && st == GD_OK; k++)
+        if ((e->prog[k] = gd_compile(e->g, 1, &e->out[k], 0)) == NULL) st = status_or(ctx, GD_ERR_INVALID);
     if (st != GD_OK) {
         gd_lm_engine_free(e);
         return st;
@@ -106,10 +115,12 @@ const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e) { return e != NULL
 
 int64_t gd_lm_engine_length(const gd_lm_engine *e) { return e != NULL ? e->len : 0; }
 
-/* Runs `p` over T tokens from position e->len on, and reads the logits after the last. */
-static gd_status run_at(gd_lm_engine *e, gd_program *p, gd_tensor *ids, const int32_t *tok, int64_t T,
-                        gd_tensor *logits)
+/* Runs pass k over its tokens from position e->len on, and reads the logits after the last. */
+static gd_status run_pass(gd_lm_engine *e, int k, const int32_t *tok)
 {
+    gd_program *p = e->prog[k];
+    gd_tensor *ids = e->ids[k], *logits = e->out[k];
+    int64_t T = e->size[k];
     int32_t pos = (int32_t)e->len, len = (int32_t)(e->len + T);
     gd_status st = gd_tensor_write(ids, tok, sizeof *tok * (size_t)T);
     if (st == GD_OK) st = gd_tensor_write(e->pos, &pos, sizeof pos);
@@ -140,9 +151,8 @@ gd_status gd_lm_engine_prefill(gd_lm_engine *e, const int32_t *ids, int64_t n, c
     e->len = 0; /* a new sequence */
     gd_status st = check_ids(e, ids, n);
     int64_t done = 0;
-    for (; st == GD_OK && n - done >= e->chunk; done += e->chunk)
-        st = run_at(e, e->prefill, e->ids_p, ids + done, e->chunk, e->logits_p);
-    for (; st == GD_OK && done < n; done++) st = run_at(e, e->decode, e->ids_d, ids + done, 1, e->logits_d);
+    for (int k = 0; k < e->n_pass; k++)
+        for (; st == GD_OK && n - done >= e->size[k]; done += e->size[k]) st = run_pass(e, k, ids + done);
     if (st != GD_OK) e->len = 0;
     *logits = st == GD_OK ? e->logits : NULL;
     return st;
@@ -154,7 +164,7 @@ gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits)
     if (logits == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: NULL argument");
     if (e->len == 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: no sequence (prefill first)");
     gd_status st = check_ids(e, &id, 1);
-    if (st == GD_OK) st = run_at(e, e->decode, e->ids_d, &id, 1, e->logits_d);
+    if (st == GD_OK) st = run_pass(e, e->n_pass - 1, &id);
     *logits = st == GD_OK ? e->logits : NULL;
     return st;
 }
