@@ -171,6 +171,11 @@ typedef struct gd_lm_config {
     int tied_embeddings;    /* the output projection is the embedding table */
     int attn_bias;          /* llama family: the q, k and v projections have biases (Qwen2);
                                a model builder that has none must refuse a config that sets it */
+    /* Llama 3's RoPE scaling (rope_scaling of rope_type "llama3"), on when rope_factor > 0:
+     * frequencies whose wavelength exceeds original_max / low_freq_factor are divided by
+     * rope_factor, those under original_max / high_freq_factor kept, those between blended */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max;
 } gd_lm_config;
 
 /* "tiny", "stories15m", "stories42m", "stories110m", "qwen3-0.6b-shape", "gpt2-124m"; an

@@ -37,7 +37,9 @@ static int same_config(const gd_lm_config *a, const gd_lm_config *b)
            a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->hidden_dim == b->hidden_dim &&
            a->vocab_size == b->vocab_size && a->vocab_padded == b->vocab_padded && a->max_seq == b->max_seq &&
            a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->qk_norm == b->qk_norm &&
-           a->tied_embeddings == b->tied_embeddings && a->attn_bias == b->attn_bias;
+           a->tied_embeddings == b->tied_embeddings && a->attn_bias == b->attn_bias &&
+           a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max == b->rope_original_max;
 }
 
 static void print_config(const char *what, const gd_lm_config *c)
@@ -338,6 +340,16 @@ static void read_files(void)
                             .head_dim = 64, .hidden_dim = 3072, .vocab_size = 50257, .vocab_padded = 50304,
                             .max_seq = 1024, .norm_eps = 1e-5, .tied_embeddings = 1});
 
+    /* Llama 3.1's RoPE scaling, read into the config (the rest as LlamaConfig's defaults) */
+    read_ok("llama3-rope.json",
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0,"
+            " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192,"
+            " \"rope_type\": \"llama3\"}}",
+            &(gd_lm_config){.arch = GD_LM_LLAMA, .dim = 4096, .n_layers = 32, .n_heads = 32, .n_kv_heads = 32,
+                            .head_dim = 128, .hidden_dim = 11008, .vocab_size = 32000, .vocab_padded = 32000,
+                            .max_seq = 2048, .rope_theta = 500000.0, .norm_eps = 1e-6, .rope_factor = 8.0,
+                            .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0, .rope_original_max = 8192});
+
     /* keys that change the model */
     const char *L = "{\"architectures\": [\"LlamaForCausalLM\"], ";
     char buf[512];
@@ -346,10 +358,14 @@ static void read_files(void)
         snprintf(buf, sizeof buf, "%s%s", L, rest);          \
         read_refused(file, buf, st, n1, n2);                 \
     } while (0)
-    REFUSE("llama3-rope.json",
-           "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+    REFUSE("llama3-rope-partial.json",
+           "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0,"
            " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
-           GD_ERR_UNSUPPORTED, "'rope_scaling'", "'llama3'");
+           GD_ERR_FORMAT, "'rope_scaling' of type llama3", "'high_freq_factor'");
+    REFUSE("llama3-rope-inverted.json",
+           "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 4.0, \"high_freq_factor\": 1.0,"
+           " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
+           GD_ERR_FORMAT, "'rope_scaling'", "low_freq_factor < high_freq_factor");
     REFUSE("linear-rope.json", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", GD_ERR_UNSUPPORTED,
            "'rope_scaling'", "'linear'");
     REFUSE("untyped-rope.json", "\"rope_scaling\": {\"factor\": 2.0}}", GD_ERR_UNSUPPORTED, "'rope_scaling'",
@@ -471,6 +487,16 @@ static void round_trips(void)
               strstr(text, "\"vocab_size\":1024") && strstr(text, "\"rope_theta\":12345.678"),
           "odd config text: %s", text ? text : "(none)");
     free(text);
+
+    /* Llama 3's RoPE scaling is written as rope_scaling and read back */
+    gd_lm_config l3 = {.arch = GD_LM_LLAMA, .dim = 64, .n_layers = 1, .n_heads = 4, .vocab_size = 100, .max_seq = 64,
+                       .rope_theta = 5e5, .norm_eps = 1e-5, .rope_factor = 8, .rope_low_freq_factor = 1,
+                       .rope_high_freq_factor = 4, .rope_original_max = 16};
+    CHECK(gd_lm_config_check(ctx, &l3) == GD_OK, "check llama3: %s", gd_ctx_error(ctx));
+    path = tmp_path("llama3.json");
+    CHECK(gd_lm_config_write(ctx, &l3, path) == GD_OK && gd_lm_config_read(ctx, path, &back) == GD_OK,
+          "llama3 round trip: %s", gd_ctx_error(ctx));
+    expect_config("llama3", &back, &l3);
 
     /* what no transformers class can hold */
     gd_lm_config c = odd;

@@ -161,6 +161,54 @@ static void check_evaluate(const char *dir, const char *what)
           "%s: evaluate %.7f, the logits give %.7f", what, r.nll, want);
 }
 
+/* Llama 3's RoPE scaling (computed from tables with ordinary ops, not the fused rope op):
+ * with factor 1 every frequency stays as it is, so the logits must be those of plain RoPE
+ * on the same weights; with factor 8 and an original context of 16 the long wavelengths
+ * change, so the logits must differ; and the engine must still match a full pass. */
+static void check_llama3_rope(const char *plain_dir)
+{
+    char ckpt[1100], dir[2][300], cmd[2600], path[400];
+    if (gd_lm_checkpoint_resolve(ctx, plain_dir, ckpt, sizeof ckpt) != GD_OK) return;
+    gd_lm_config cfg;
+    if (gd_lm_model_config(ctx, ckpt, &cfg) != GD_OK) return;
+    const double factor[2] = {1, 8};
+    float *lg[2] = {NULL, NULL};
+    for (int v = 0; v < 2; v++) {
+        snprintf(dir[v], sizeof dir[v], "%s-rope%d", plain_dir, (int)factor[v]);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir[v], ckpt, dir[v]);
+        if (system(cmd) != 0) return;
+        gd_lm_config c = cfg;
+        c.rope_factor = factor[v], c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
+        c.rope_original_max = v == 0 ? cfg.max_seq : 16;
+        snprintf(path, sizeof path, "%s/config.json", dir[v]);
+        CHECK(gd_lm_config_write(ctx, &c, path) == GD_OK, "writing %s: %s", path, gd_ctx_error(ctx));
+        gd_lm_engine *e = NULL;
+        int32_t ids[PROMPT];
+        prompt_of(ids, PROMPT, 300, 7);
+        const float *out = NULL;
+        if (gd_lm_engine_open(ctx, dir[v], &(gd_lm_engine_config){.chunk = CHUNK}, &e) == GD_OK &&
+            gd_lm_engine_prefill(e, ids, PROMPT, &out) == GD_OK && (lg[v] = malloc(sizeof(float) * 300)) != NULL)
+            memcpy(lg[v], out, sizeof(float) * 300);
+        CHECK(lg[v] != NULL, "llama3 rope, factor %g: %s", factor[v], gd_ctx_error(ctx));
+        gd_lm_engine_free(e);
+    }
+    gd_lm_engine *e = NULL;
+    int32_t ids[PROMPT];
+    prompt_of(ids, PROMPT, 300, 7);
+    const float *plain = NULL;
+    if (lg[0] != NULL && lg[1] != NULL && gd_lm_engine_open(ctx, plain_dir, &(gd_lm_engine_config){.chunk = CHUNK}, &e) == GD_OK &&
+        gd_lm_engine_prefill(e, ids, PROMPT, &plain) == GD_OK) {
+        double same = nmse(lg[0], plain, 300), apart = nmse(lg[1], plain, 300);
+        printf("llama3 RoPE scaling: factor 1 against plain RoPE NMSE %.2e; factor 8 against plain %.2e\n", same, apart);
+        CHECK(same < 1e-10, "llama3 rope with factor 1 differs from plain rope: NMSE %.3g", same);
+        CHECK(apart > 1e-6, "llama3 rope with factor 8 is plain rope: NMSE %.3g", apart);
+    }
+    gd_lm_engine_free(e);
+    check_logits(ctx, dir[1], "llama3 RoPE scaling, factor 8");
+    free(lg[0]);
+    free(lg[1]);
+}
+
 static void check_misuse(const char *dir)
 {
     gd_lm_engine *e = NULL;
@@ -234,6 +282,7 @@ int main(void)
         gd_free_mem(b);
     }
     check_misuse(dirs[0]);
+    check_llama3_rope(dirs[0]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);

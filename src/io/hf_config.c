@@ -169,31 +169,53 @@ static gd_status find_family(const reader *r, family *fam)
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
 
-/* One RoPE parameter object (rope_scaling of transformers 4, rope_parameters of 5): only
- * the plain rotation is computed here, so its type must be "default" and any theta in it
- * wins over the top-level key. */
-static gd_status rope_object(const reader *r, const char *key, const gd_json *obj, double *theta)
+/* One RoPE parameter object (rope_scaling of transformers 4, rope_parameters of 5): the
+ * plain rotation ("default") or Llama 3's scaling ("llama3", with factor, low_freq_factor,
+ * high_freq_factor and original_max_position_embeddings, all required as transformers
+ * requires them); any theta in it wins over the top-level key. */
+static gd_status rope_object(const reader *r, const char *key, const gd_json *obj, gd_lm_config *c)
 {
     if (obj->kind != GD_JSON_OBJECT) return rfail(r, GD_ERR_FORMAT, "'%s' must be an object", key);
     const gd_json *type = member(obj, "rope_type");
     if (type == NULL) type = member(obj, "type"); /* the older spelling */
     if (type != NULL && type->kind != GD_JSON_STRING) return rfail(r, GD_ERR_FORMAT, "'%s': rope_type must be a string", key);
     if (type == NULL && member(obj, "rope_theta") == NULL && obj->len > 0)
-        return rfail(r, GD_ERR_UNSUPPORTED, "'%s' has no rope_type: gradus computes only the default RoPE", key);
-    if (type != NULL && strcmp(type->str, "default") != 0)
-        return rfail(r, GD_ERR_UNSUPPORTED, "'%s' of type '%.40s' is not supported: gradus computes only the default RoPE",
-                     key, type->str);
+        return rfail(r, GD_ERR_UNSUPPORTED, "'%s' has no rope_type: gradus computes the default RoPE and llama3's", key);
+    int llama3 = type != NULL && strcmp(type->str, "llama3") == 0;
+    if (type != NULL && strcmp(type->str, "default") != 0 && !llama3)
+        return rfail(r, GD_ERR_UNSUPPORTED,
+                     "'%s' of type '%.40s' is not supported: gradus computes the default RoPE and llama3's", key,
+                     type->str);
     double prf = 1.0;
     gd_status st = get_real(r, obj, "partial_rotary_factor", 1.0, &prf);
     if (st == GD_OK && prf != 1.0)
         return rfail(r, GD_ERR_UNSUPPORTED, "'%s': partial_rotary_factor %g is not supported: gradus rotates whole heads",
                      key, prf);
-    if (st == GD_OK) st = get_real(r, obj, "rope_theta", *theta, theta);
-    return st;
+    if (st == GD_OK) st = get_real(r, obj, "rope_theta", c->rope_theta, &c->rope_theta);
+    if (st != GD_OK || !llama3) return st;
+    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+    for (int i = 0; i < 4; i++)
+        if (member(obj, need[i]) == NULL) return rfail(r, GD_ERR_FORMAT, "'%s' of type llama3 has no '%s'", key, need[i]);
+    double orig = 0;
+    st = get_real(r, obj, "factor", 0, &c->rope_factor);
+    if (st == GD_OK) st = get_real(r, obj, "low_freq_factor", 0, &c->rope_low_freq_factor);
+    if (st == GD_OK) st = get_real(r, obj, "high_freq_factor", 0, &c->rope_high_freq_factor);
+    if (st == GD_OK) st = get_real(r, obj, "original_max_position_embeddings", 0, &orig);
+    if (st != GD_OK) return st;
+    if (!(c->rope_factor >= 1) || !(c->rope_low_freq_factor > 0) ||
+        !(c->rope_high_freq_factor > c->rope_low_freq_factor) || !(orig >= 1 && orig <= 1e12 && orig == floor(orig)))
+        return rfail(r, GD_ERR_FORMAT,
+                     "'%s': llama3 wants factor >= 1, 0 < low_freq_factor < high_freq_factor and a whole "
+                     "original_max_position_embeddings (got %g, %g, %g, %g)",
+                     key, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor, orig);
+    c->rope_original_max = (int64_t)orig;
+    return GD_OK;
 }
 
-static gd_status read_rope(const reader *r, double *theta)
+static gd_status read_rope(const reader *r, gd_lm_config *c)
 {
+    double *theta = &c->rope_theta;
     /* rope_theta: 10000.0 by default in LlamaConfig, Qwen2Config and Qwen3Config (in
      * transformers 5 the default of rope_parameters, the same value) */
     gd_status st = get_real(r, r->root, "rope_theta", 10000.0, theta);
@@ -202,7 +224,7 @@ static gd_status read_rope(const reader *r, double *theta)
     if (st == GD_OK && prf != 1.0)
         return rfail(r, GD_ERR_UNSUPPORTED, "'partial_rotary_factor' %g is not supported: gradus rotates whole heads", prf);
     const gd_json *scaling = member(r->root, "rope_scaling");
-    if (st == GD_OK && scaling != NULL) st = rope_object(r, "rope_scaling", scaling, theta);
+    if (st == GD_OK && scaling != NULL) st = rope_object(r, "rope_scaling", scaling, c);
     const gd_json *params = member(r->root, "rope_parameters");
     if (st == GD_OK && params != NULL) {
         if (params->kind != GD_JSON_OBJECT) return rfail(r, GD_ERR_FORMAT, "'rope_parameters' must be an object");
@@ -215,7 +237,7 @@ static gd_status read_rope(const reader *r, double *theta)
                                  params->keys[i]);
             params = full;
         }
-        st = rope_object(r, "rope_parameters", params, theta);
+        st = rope_object(r, "rope_parameters", params, c);
     }
     if (st == GD_OK && !(*theta > 0)) return rfail(r, GD_ERR_FORMAT, "'rope_theta' must be positive");
     return st;
@@ -243,7 +265,7 @@ static gd_status read_llama(const reader *r, family fam, gd_lm_config *c)
     if (st == GD_OK) st = get_size(r, "max_position_embeddings", llama ? 2048 : 32768, &c->max_seq);
     if (st == GD_OK) st = get_real(r, r->root, "rms_norm_eps", 1e-6, &c->norm_eps);
     if (st == GD_OK) st = get_flag(r, "tie_word_embeddings", 0, &c->tied_embeddings);
-    if (st == GD_OK) st = read_rope(r, &c->rope_theta);
+    if (st == GD_OK) st = read_rope(r, c);
     if (st != GD_OK) return st;
     c->qk_norm = fam == FAM_QWEN3;
     /* Qwen2's attention has q, k and v biases whatever the config says (bias=True in
@@ -466,7 +488,21 @@ gd_status gd_lm_config_write(gd_ctx *ctx, const gd_lm_config *cfg, const char *p
         gd_json_key(&o, "rope_theta");
         put_float(&o, c.rope_theta);
         gd_json_key(&o, "rope_scaling");
-        gd_json_null(&o);
+        if (c.rope_factor > 0) {
+            gd_json_begin_object(&o);
+            gd_json_key(&o, "rope_type");
+            gd_json_cstring(&o, "llama3");
+            gd_json_key(&o, "factor");
+            put_float(&o, c.rope_factor);
+            gd_json_key(&o, "low_freq_factor");
+            put_float(&o, c.rope_low_freq_factor);
+            gd_json_key(&o, "high_freq_factor");
+            put_float(&o, c.rope_high_freq_factor);
+            put_int(&o, "original_max_position_embeddings", c.rope_original_max);
+            gd_json_end_object(&o);
+        } else {
+            gd_json_null(&o);
+        }
         gd_json_key(&o, "rms_norm_eps");
         put_float(&o, c.norm_eps);
         gd_json_key(&o, "hidden_act");

@@ -187,7 +187,17 @@ gd_status gd_lm_config_check(gd_ctx *ctx, gd_lm_config *cfg)
         if (c.qk_norm) return bad(ctx, "qk_norm", c.qk_norm, "is not part of GPT-2");
         if (c.attn_bias)
             return bad(ctx, "attn_bias", c.attn_bias, "is for the llama family (GPT-2's projections always have biases)");
+        if (c.rope_factor != 0)
+            return gd_ctx_fail(ctx, GD_ERR_INVALID, "model config: RoPE scaling is for the llama family (GPT-2 learns positions)");
     } else {
+        if (c.rope_factor != 0 && !(c.rope_factor >= 1 && c.rope_low_freq_factor > 0 &&
+                                    c.rope_high_freq_factor > c.rope_low_freq_factor && c.rope_original_max >= 1 &&
+                                    isfinite(c.rope_factor) && isfinite(c.rope_high_freq_factor)))
+            return gd_ctx_fail(ctx, GD_ERR_INVALID,
+                               "model config: llama3 RoPE scaling wants factor >= 1, 0 < low_freq_factor < "
+                               "high_freq_factor and original_max >= 1 (got %g, %g, %g, %lld)",
+                               c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                               (long long)c.rope_original_max);
         if (!(c.rope_theta > 0) || !isfinite(c.rope_theta))
             return gd_ctx_fail(ctx, GD_ERR_INVALID, "model config: rope_theta = %g must be positive and finite",
                                c.rope_theta);

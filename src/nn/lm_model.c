@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Parameters are f32 (master weights); with a narrower compute dtype each is cast where
@@ -164,6 +165,67 @@ static gd_tensor *attend(builder *b, gd_tensor *q, gd_tensor *k, gd_tensor *v, i
     return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
 }
 
+/* The cos and sin of Llama 3's scaled RoPE angles, states "rope.cos" and "rope.sin" of
+ * (max_seq, hd): row p holds the angles p * f_i for the scaled frequencies f_i, twice over
+ * (Hugging Face's cat(freqs, freqs)), computed once in double when the model is built. */
+static gd_status rope_tables(builder *b, gd_tensor **cos_t, gd_tensor **sin_t)
+{
+    const gd_lm_config *c = b->cfg;
+    *cos_t = gd_graph_find(b->g, "rope.cos"), *sin_t = gd_graph_find(b->g, "rope.sin");
+    if (*cos_t != NULL && *sin_t != NULL) return GD_OK;
+    int64_t hd = c->head_dim, half = hd / 2, P = c->max_seq;
+    *cos_t = gd_state(b->g, "rope.cos", GD_F32, 2, (int64_t[]){P, hd});
+    *sin_t = gd_state(b->g, "rope.sin", GD_F32, 2, (int64_t[]){P, hd});
+    float *cv = malloc(sizeof *cv * (size_t)(P * hd)), *sv = malloc(sizeof *sv * (size_t)(P * hd));
+    double *f = malloc(sizeof *f * (size_t)half);
+    gd_status st = *cos_t == NULL || *sin_t == NULL ? GD_ERR_INVALID : GD_OK;
+    if (st == GD_OK && (cv == NULL || sv == NULL || f == NULL)) st = GD_ERR_NOMEM;
+    const double pi = 3.14159265358979323846, orig = (double)c->rope_original_max;
+    const double low_wavelen = orig / c->rope_low_freq_factor, high_wavelen = orig / c->rope_high_freq_factor;
+    for (int64_t i = 0; st == GD_OK && i < half; i++) {
+        double freq = pow(c->rope_theta, -2.0 * (double)i / (double)hd), wavelen = 2 * pi / freq;
+        if (wavelen < high_wavelen) f[i] = freq;
+        else if (wavelen > low_wavelen) f[i] = freq / c->rope_factor;
+        else {
+            double smooth = (orig / wavelen - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+            f[i] = (1 - smooth) * freq / c->rope_factor + smooth * freq;
+        }
+    }
+    for (int64_t p = 0; st == GD_OK && p < P; p++)
+        for (int64_t i = 0; i < hd; i++) {
+            double a = (double)p * f[i % half];
+            cv[p * hd + i] = (float)cos(a);
+            sv[p * hd + i] = (float)sin(a);
+        }
+    if (st == GD_OK) st = gd_tensor_write(*cos_t, cv, sizeof *cv * (size_t)(P * hd));
+    if (st == GD_OK) st = gd_tensor_write(*sin_t, sv, sizeof *sv * (size_t)(P * hd));
+    free(cv);
+    free(sv);
+    free(f);
+    if (st == GD_ERR_NOMEM) gd_ctx_fail(gd_graph_ctx(b->g), st, "lm: out of memory for the RoPE tables");
+    if (st != GD_OK) b->failed = 1;
+    return st;
+}
+
+/* RoPE of x (B, T, heads, hd) at positions pos .. pos + T - 1 (Hugging Face's rotate_half
+ * pairs): the fused op, or with Llama 3's scaling x cos + rotate_half(x) sin from the
+ * tables, in ops every backend has. */
+static gd_tensor *rotate(builder *b, gd_tensor *x, gd_tensor *pos)
+{
+    if (x == NULL) return NULL;
+    if (!(b->cfg->rope_factor > 0)) return gd_rope(x, b->cfg->rope_theta, 0, pos);
+    gd_tensor *ct, *st;
+    if (rope_tables(b, &ct, &st) != GD_OK) return NULL;
+    int64_t T = gd_tensor_dim(x, 1), hd = gd_tensor_dim(x, 3), half = hd / 2;
+    gd_tensor *at = gd_arange(b->g, GD_I32, T, 0, 1);
+    if (pos != NULL) at = gd_add(at, gd_tensor_dtype(pos) == GD_I32 ? pos : gd_cast(pos, GD_I32));
+    gd_tensor *c = use(b, gd_reshape(gd_embedding(ct, at), 4, (int64_t[]){1, T, 1, hd}));
+    gd_tensor *s = use(b, gd_reshape(gd_embedding(st, at), 4, (int64_t[]){1, T, 1, hd}));
+    gd_tensor *parts[2] = {gd_neg(gd_slice(x, 3, half, hd)), gd_slice(x, 3, 0, half)};
+    gd_tensor *rot = gd_concat(b->g, 2, parts, 3);
+    return gd_add(gd_mul(x, c), gd_mul(rot, s));
+}
+
 static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
 {
     const gd_lm_config *c = b->cfg;
@@ -185,8 +247,8 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
             q = gd_rms_norm(q, vec(b, A, "q_norm.weight", hd, GD_INIT_ONES), eps);
             k = gd_rms_norm(k, vec(b, A, "k_norm.weight", hd, GD_INIT_ONES), eps);
         }
-        q = gd_rope(q, c->rope_theta, 0, pos); /* the half-split pairs of Hugging Face's rotate_half */
-        k = gd_rope(k, c->rope_theta, 0, pos);
+        q = rotate(b, q, pos); /* the half-split pairs of Hugging Face's rotate_half */
+        k = rotate(b, k, pos);
         gd_tensor *att = attend(b, q, k, v, l, H, hd, A);
         x = gd_add(x, proj(b, att, A, "o_proj.weight", D, H * hd, std));
         h = gd_rms_norm(x, vec(b, L, "post_attention_layernorm.weight", D, GD_INIT_ONES), eps);

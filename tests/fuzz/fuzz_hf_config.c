@@ -30,7 +30,9 @@ static int same(const gd_lm_config *a, const gd_lm_config *b)
            a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim && a->hidden_dim == b->hidden_dim &&
            a->vocab_size == b->vocab_size && a->vocab_padded == b->vocab_padded && a->max_seq == b->max_seq &&
            a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps && a->qk_norm == b->qk_norm &&
-           a->tied_embeddings == b->tied_embeddings && a->attn_bias == b->attn_bias;
+           a->tied_embeddings == b->tied_embeddings && a->attn_bias == b->attn_bias &&
+           a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor && a->rope_original_max == b->rope_original_max;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
