@@ -8,6 +8,7 @@
 #define GD_CLI_H
 
 #include "gradus.h"
+#include "gradus_lm.h"
 
 #include <stdint.h>
 
@@ -34,6 +35,17 @@ int cli_double(const char *opt, const char *value, double lo, double hi, double 
 /* For options with an argument: returns argv[*i + 1] and advances *i, or prints
  * "option --x needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);
+/* Whether `a` is one of the NULL-terminated `names` (a command's options that take values). */
+int cli_is_one_of(const char *a, const char *const *names);
+/* Prints `gradus CMD: unknown option "a"` (or unexpected argument, for a word that does not
+ * start with '-'), pointing at CMD's --help; returns 2, the exit status for a bad command line. */
+int cli_unknown(const char *cmd, const char *a);
+/* The tokenizer for a model: the --tokenizer file when given, else the tokenizer.json of the
+ * checkpoint or training directory `model` (dir gets the checkpoint resolved, or the model
+ * path when it is a file, as a llama2.c checkpoint). *tok is NULL when there is none and
+ * none was asked for. 0 with the reason printed (an unreadable tokenizer, an unknown model). */
+int cli_model_tokenizer(gd_ctx *ctx, const char *cmd, const char *model, const char *tokenizer, char *dir, size_t cap,
+                        gd_tokenizer **tok);
 /* Creates a context, prefers `backend` when it is not NULL, prints errors; NULL on failure. */
 gd_ctx *cli_ctx(const char *backend);
 

@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static void help(FILE *f)
 {
     fprintf(f, "usage: gradus eval --model PATH --data FILE [options]\n"
                "\n"
-               "The model's mean loss on the text of FILE (nats per token), its perplexity and bits per\n"
+               "The model's mean loss on the text of FILE (or of the files under a directory, in sorted\n"
+               "order; up to 256 MB) in nats per token, its perplexity and bits per\n"
                "byte. The text is encoded with the model's tokenizer and cut into windows of T + 1\n"
                "tokens, each predicting its last T.\n"
                "\n"
@@ -27,6 +27,9 @@ static void help(FILE *f)
                "  --backend NAME     run on this backend\n");
 }
 
+/* Text read for evaluation at most (a larger --data is evaluated on its first part). */
+#define EVAL_MAX_BYTES ((size_t)256 << 20)
+
 int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *tokenizer = NULL, *backend = NULL, *dtype = "f32";
@@ -39,14 +42,8 @@ int cmd_eval(int argc, char **argv)
             return 0;
         }
         static const char *const valued[] = {"--model", "--data", "--tokenizer", "--seq", "--batch", "--dtype",
-                                             "--max-tokens", "--backend"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "gradus eval: %s \"%s\" (see gradus eval --help)\n",
-                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            return 2;
-        }
+                                             "--max-tokens", "--backend", NULL};
+        if (!cli_is_one_of(a, valued)) return cli_unknown("eval", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--model") == 0) model = v;
         else if (strcmp(a, "--data") == 0) data = v;
@@ -72,45 +69,20 @@ int cmd_eval(int argc, char **argv)
     gd_tokenizer *tok = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
-    char *text = NULL;
-    char dir[4200], tpath[4300];
-    struct stat sb;
+    cli_corpus text = {.cap = EVAL_MAX_BYTES};
+    char dir[4200];
     gd_status st = GD_OK;
-    if (tokenizer != NULL) snprintf(tpath, sizeof tpath, "%s", tokenizer);
-    else if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "gradus eval: %s is a model file without a tokenizer: give --tokenizer\n", model);
-        goto done;
-    } else if ((st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir)) != GD_OK) {
-        goto fail;
-    } else {
-        snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
-    }
-    if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
-    FILE *f = fopen(data, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "gradus eval: --data %s: cannot open it\n", data);
+    if (!cli_model_tokenizer(ctx, "eval", model, tokenizer, dir, sizeof dir, &tok)) goto done;
+    if (tok == NULL) {
+        fprintf(stderr, "gradus eval: %s has no tokenizer.json: give --tokenizer\n", dir);
         goto done;
     }
-    size_t cap = 1 << 16, len = 0, got;
-    text = malloc(cap);
-    while (text != NULL && (got = fread(text + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *t = realloc(text, cap *= 2);
-            if (t == NULL) free(text);
-            text = t;
-        }
-    }
-    fclose(f);
-    if (text == NULL) {
-        fprintf(stderr, "gradus eval: out of memory reading %s\n", data);
-        goto done;
-    }
-    if ((st = gd_tokenizer_encode(ctx, tok, (const uint8_t *)text, len, &ids, &n)) != GD_OK) goto fail;
+    if (!cli_corpus_read("eval", &text, data)) goto done;
+    if ((st = gd_tokenizer_encode(ctx, tok, text.buf, text.len, &ids, &n)) != GD_OK) goto fail;
     gd_lm_eval_config ec = {.seq = seq, .batch = batch, .dtype = dt, .max_tokens = max_tokens};
     gd_lm_eval_result r;
     if ((st = gd_lm_evaluate(ctx, model, ids, (int64_t)n, &ec, &r)) != GD_OK) goto fail;
-    double bytes_per_token = n > 0 ? (double)len / (double)n : 1.0;
+    double bytes_per_token = n > 0 ? (double)text.len / (double)n : 1.0;
     printf("%s: %lld of its %zu tokens predicted (%s): loss %.4f nats/token, perplexity %.3f, %.3f bits/byte\n", data,
            (long long)r.tokens, n, dtype, r.nll, r.perplexity, r.nll / log(2.0) / bytes_per_token);
     rc = 0;
@@ -118,7 +90,7 @@ int cmd_eval(int argc, char **argv)
 fail:
     fprintf(stderr, "gradus eval: %s\n", gd_ctx_error(ctx));
 done:
-    free(text);
+    free(text.buf);
     gd_free_mem(ids);
     gd_tokenizer_free(tok);
     gd_ctx_free(ctx);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static void help(FILE *f)
 {
@@ -93,14 +92,9 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= strcmp(a, valued[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "gradus generate: %s \"%s\" (see gradus generate --help)\n",
-                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            return 2;
-        }
+                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer",
+                                             NULL};
+        if (!cli_is_one_of(a, valued)) return cli_unknown("generate", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--model") == 0) model = v;
         else if (strcmp(a, "--prompt") == 0) prompt = v;
@@ -137,25 +131,9 @@ int cmd_generate(int argc, char **argv)
     gd_tokenizer *tok = NULL;
     int32_t *out = NULL;
     int64_t n_out = 0;
-    char dir[4200], tpath[4300];
-    struct stat sb;
+    char dir[4200];
     gd_status st = GD_OK;
-    if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) /* a llama2.c checkpoint: no tokenizer.json */
-        snprintf(dir, sizeof dir, "%s", model), tpath[0] = '\0';
-    else if ((st = gd_lm_checkpoint_resolve(ctx, model, dir, sizeof dir)) != GD_OK)
-        goto fail;
-    else
-        snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
-    if (tokenizer != NULL) snprintf(tpath, sizeof tpath, "%s", tokenizer);
-    FILE *tf = tpath[0] ? fopen(tpath, "rb") : NULL;
-    if (tf == NULL && tokenizer != NULL) {
-        fprintf(stderr, "gradus generate: --tokenizer %s: cannot open it\n", tokenizer);
-        goto done;
-    }
-    if (tf != NULL) {
-        fclose(tf);
-        if ((st = gd_tokenizer_load(ctx, tpath, &tok)) != GD_OK) goto fail;
-    }
+    if (!cli_model_tokenizer(ctx, "generate", model, tokenizer, dir, sizeof dir, &tok)) goto done;
     if (prompt_ids != NULL) {
         /* parsed before the context was made */
     } else if (tok == NULL) {

@@ -30,12 +30,8 @@ int cmd_tokenize(int argc, char **argv)
             help(stdout);
             return 0;
         }
-        if (strcmp(a, "--data") != 0 && strcmp(a, "--out") != 0 && strcmp(a, "--vocab") != 0 &&
-            strcmp(a, "--tokenizer") != 0) {
-            fprintf(stderr, "gradus tokenize: %s \"%s\" (see gradus tokenize --help)\n",
-                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            return 2;
-        }
+        if (!cli_is_one_of(a, (const char *const[]){"--data", "--out", "--vocab", "--tokenizer", NULL}))
+            return cli_unknown("tokenize", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--data") == 0) {
             if (n_data == 32) {

@@ -112,10 +112,8 @@ static int takes_value(const char *a)
 {
     static const char *const valued[] = {"--data", "--backend", "--epochs", "--batch", "--seed",
                                          "--limit", "--hidden",  "--threads", "--lr",
-                                         "--metrics", "--profile"};
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-        if (strcmp(a, valued[k]) == 0) return 1;
-    return 0;
+                                         "--metrics", "--profile", NULL};
+    return cli_is_one_of(a, valued);
 }
 
 int cmd_train(int argc, char **argv)

@@ -57,10 +57,8 @@ static int takes_value(const char *a)
                                          "--steps", "--batch", "--seq", "--accum", "--lr", "--min-lr",
                                          "--warmup", "--weight-decay", "--clip", "--val-every", "--val-batches",
                                          "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at",
-                                         "--profile"};
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-        if (strcmp(a, valued[k]) == 0) return 1;
-    return 0;
+                                         "--profile", NULL};
+    return cli_is_one_of(a, valued);
 }
 
 static int ends_with(const char *s, const char *suf)
@@ -213,11 +211,7 @@ int cmd_train_lm(int argc, char **argv)
             help(stdout);
             return 0;
         }
-        if (!takes_value(a)) {
-            fprintf(stderr, "gradus train lm: %s \"%s\" (see gradus train lm --help)\n",
-                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            return 2;
-        }
+        if (!takes_value(a)) return cli_unknown("train lm", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--preset") == 0) preset = v;
         else if (strcmp(a, "--config") == 0) config = v;
