@@ -69,6 +69,7 @@ typedef enum gd_dtype {
 } gd_dtype;
 
 const char *gd_dtype_name(gd_dtype dt);      /* "f32", ... ; "?" when unknown */
+int gd_dtype_parse(const char *name, gd_dtype *out); /* 1 when name is one of those, else 0 */
 size_t gd_dtype_size(gd_dtype dt);
 const char *gd_status_name(gd_status s);
 
@@ -142,6 +143,10 @@ const char *gd_tensor_describe(const gd_tensor *t, char *buf, size_t cap);
  * program can be read. */
 gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes);
 gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes);
+/* Writes values of another floating dtype (f32, f16, bf16), converted to t's on the host
+ * (to a narrower one rounding to nearest, ties to even); bytes is numel * the source's
+ * element size. The same dtype is a plain gd_tensor_write. */
+gd_status gd_tensor_write_as(gd_tensor *t, gd_dtype src_dtype, const void *src, size_t bytes);
 /* Parameters in creation order (for checkpoints and optimizers). */
 int gd_graph_param_count(const gd_graph *g);
 gd_tensor *gd_graph_param(const gd_graph *g, int i);

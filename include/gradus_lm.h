@@ -217,7 +217,8 @@ gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, g
  * position pos, and attention reads the first kv_len positions of them (an i32 scalar,
  * normally pos + T): a decoder's step. pos and kv_len are runtime values, so one compiled
  * program serves every position. A second call over the same graph (another T) shares the
- * parameters and the cache. */
+ * parameters and the cache. Being for inference, it makes the parameters in `dtype` too
+ * (no f32 master weights): a bf16 model's weights are read at their own width. */
 gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
                                 gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */
@@ -302,6 +303,8 @@ typedef struct gd_lm_generate_config {
     void (*on_token)(void *user, int32_t id); /* each token as it is made */
     void *user;
     int recompute;                   /* 1: no KV cache, the whole window recomputed per token */
+    int use_dtype;                   /* 0: compute in the dtype the model's weights are stored in */
+    gd_dtype dtype;                  /* with use_dtype: f32, bf16 or f16 */
     double prefill_s, decode_s;      /* written: seconds spent on the prompt and on the new tokens */
 } gd_lm_generate_config;
 /* Continues `prompt` with the model of a checkpoint (or training) directory through the
@@ -341,6 +344,9 @@ typedef struct gd_lm_engine gd_lm_engine;
 typedef struct gd_lm_engine_config {
     int64_t max_len; /* positions the cache holds; 0: the model's max_seq */
     int64_t chunk;   /* prompt tokens per prefill run; 0: 64 */
+    int use_dtype;   /* 0: weights, activations and cache in the dtype the model's files
+                      * store (gd_lm_model_dtype); 1: in `dtype` */
+    gd_dtype dtype;  /* f32, bf16 or f16 */
 } gd_lm_engine_config;
 gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engine_config *c, gd_lm_engine **out);
 const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e);
@@ -378,6 +384,9 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
  * legacy or version 1 header). The result has passed gd_lm_config_check.
  * gd_lm_checkpoint_load (without the optimizer) and the engine take all three. */
 gd_status gd_lm_model_config(gd_ctx *ctx, const char *where, gd_lm_config *cfg);
+/* The dtype the weights of the model at `where` (as gd_lm_model_config takes) are stored
+ * in: its token embedding's (f32 for llama2.c files). */
+gd_status gd_lm_model_dtype(gd_ctx *ctx, const char *where, gd_dtype *out);
 /* The checkpoint directory `dir` stands for: itself if it holds config.json, else the one
  * its `latest` file names. */
 gd_status gd_lm_checkpoint_resolve(gd_ctx *ctx, const char *dir, char *path, size_t cap);

@@ -62,6 +62,9 @@ must "generate: the same text without the KV cache" cmp -s "$T/gen1" "$T/gen3"
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 > "$T/gen4" 2> /dev/null
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 --recompute > "$T/gen5" 2> /dev/null
 must "generate: the same samples without the KV cache" cmp -s "$T/gen4" "$T/gen5"
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --dtype bf16 > "$T/gen6" 2> /dev/null
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --dtype bf16 --recompute > "$T/gen7" 2> /dev/null
+must "generate --dtype bf16: the same text without the KV cache" cmp -s "$T/gen6" "$T/gen7"
 run "$G" eval --model "$T/run" --data "$S/README.md" --seq 16 --batch 2
 check "eval: loss and perplexity of held-out text" 0 "tokens predicted \(f32\): loss [0-9.]+ nats/token, perplexity [0-9.]+, [0-9.]+ bits/byte"
 run "$G" eval --model "$T/run" --data "$T/nonexistent.txt"
@@ -122,6 +125,8 @@ run "$G" generate --model "$T/run" --prompt-ids 999999
 check "generate: id outside the vocabulary" 1 "prompt token 0 is id 999999, outside the model's vocabulary of"
 run "$G" generate --model "$T/run"
 check "generate: no prompt" 2 "give --prompt or --prompt-ids"
+run "$G" generate --model "$T/run" --prompt-ids 1 --dtype i8
+check "generate: a dtype it cannot compute in" 2 "--dtype i8: f32, bf16 or f16"
 run "$G" tokenize --data "$S/docs/ops.md" --out "$T/deep/er/tok" --vocab 300
 check "tokenize: --out and its parents made" 0 "$T/deep/er/tok/data.tok"
 run "$G" train lm --data "$S/docs" --out "$T/notjson.json/run"

@@ -133,11 +133,14 @@ static int rewrite(const char *from, const char *to, gd_dtype dtype, int shards,
     return ok;
 }
 
-/* The engine's logits after a fixed prompt, or NULL (and the error in ctx). */
-static float *logits_of(const char *dir, int64_t *V)
+static const gd_lm_engine_config as_f32 = {.use_dtype = 1, .dtype = GD_F32};
+
+/* The engine's logits after a fixed prompt, or NULL (and the error in ctx); ec NULL: the
+ * engine's defaults (the stored dtype). */
+static float *logits_of(const char *dir, int64_t *V, const gd_lm_engine_config *ec)
 {
     gd_lm_engine *e = NULL;
-    if (gd_lm_engine_open(ctx, dir, NULL, &e) != GD_OK) return NULL;
+    if (gd_lm_engine_open(ctx, dir, ec, &e) != GD_OK) return NULL;
     *V = gd_lm_engine_model(e)->vocab_size;
     int32_t ids[12];
     for (int i = 0; i < 12; i++) ids[i] = (i * 37 + 5) % (int32_t)*V;
@@ -152,7 +155,7 @@ static float *logits_of(const char *dir, int64_t *V)
 static void same_logits(const char *what, const char *dir, const float *want, int64_t V)
 {
     int64_t v2 = 0;
-    float *got = logits_of(dir, &v2);
+    float *got = logits_of(dir, &v2, &as_f32); /* widened to f32, the weights are the f32 checkpoint's */
     CHECK(got != NULL, "%s: %s", what, gd_ctx_error(ctx));
     if (got != NULL) {
         int same = v2 == V && memcmp(got, want, sizeof *got * (size_t)V) == 0;
@@ -160,12 +163,25 @@ static void same_logits(const char *what, const char *dir, const float *want, in
         CHECK(same, "%s: logits differ from the f32 checkpoint's", what);
     }
     free(got);
+    /* by default the engine computes in the stored dtype: close to f32, not equal */
+    gd_dtype dt = GD_F32;
+    CHECK(gd_lm_model_dtype(ctx, dir, &dt) == GD_OK && dt != GD_F32, "%s: stored dtype %s: %s", what, gd_dtype_name(dt),
+          gd_ctx_error(ctx));
+    got = logits_of(dir, &v2, NULL);
+    CHECK(got != NULL, "%s, computed in %s: %s", what, gd_dtype_name(dt), gd_ctx_error(ctx));
+    if (got != NULL && v2 == V) {
+        double err = 0, ref = 0;
+        for (int64_t i = 0; i < V; i++) err += (got[i] - want[i]) * (double)(got[i] - want[i]), ref += want[i] * (double)want[i];
+        printf("%s, computed in %s: logits NMSE %.2e against f32\n", what, gd_dtype_name(dt), err / ref);
+        CHECK(err > 0 && err < 1e-3 * ref, "%s, computed in %s: NMSE %.2e", what, gd_dtype_name(dt), err / ref);
+    }
+    free(got);
 }
 
 static void refused(const char *what, const char *dir, const char *const *words)
 {
     int64_t V;
-    float *got = logits_of(dir, &V);
+    float *got = logits_of(dir, &V, NULL);
     CHECK(got == NULL, "%s: loaded", what);
     free(got);
     for (const char *const *w = words; *w != NULL; w++)
@@ -190,7 +206,7 @@ int main(void)
         snprintf(dir, sizeof dir, "%s/%s", root, arch[m]);
         if (gd_lm_config_check(ctx, &cfg[m]) != GD_OK || !save_model(&cfg[m], dir, ckpt, sizeof ckpt)) continue;
         int64_t V = 0;
-        float *want = logits_of(ckpt, &V);
+        float *want = logits_of(ckpt, &V, NULL);
         CHECK(want != NULL, "%s: the f32 checkpoint: %s", arch[m], gd_ctx_error(ctx));
         if (want == NULL) continue;
         snprintf(to, sizeof to, "%s/%s-bf16", root, arch[m]);

@@ -19,6 +19,13 @@ int gd_dtype_from_name(const char *s, size_t len)
     return -1;
 }
 
+int gd_dtype_parse(const char *name, gd_dtype *out)
+{
+    int i = name != NULL ? gd_dtype_from_name(name, strlen(name)) : -1;
+    if (i >= 0 && out != NULL) *out = (gd_dtype)i;
+    return i >= 0;
+}
+
 double gd_ref_load(const gdp_tensor *t, int64_t i)
 {
     return gd_ref_load_at(t, gdp_is_contiguous(t) ? i : gdp_offset(t, i));

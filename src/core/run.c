@@ -281,6 +281,50 @@ gd_status gd_tensor_write(gd_tensor *t, const void *src, size_t bytes)
     return s;
 }
 
+/* f32, f16 and bf16 element i of p as a float */
+static float float_at(gd_dtype dt, const unsigned char *p, size_t i)
+{
+    if (dt == GD_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return dt == GD_BF16 ? gdp_bf16_to_f32(h) : gdp_f16_to_f32(h);
+}
+
+gd_status gd_tensor_write_as(gd_tensor *t, gd_dtype src_dtype, const void *src, size_t bytes)
+{
+    if (t == NULL) return GD_ERR_INVALID;
+    gd_dtype to = gd_tensor_dtype(t);
+    if (src_dtype == to) return gd_tensor_write(t, src, bytes);
+    gd_ctx *ctx = t->g->ctx;
+    int from_float = src_dtype == GD_F32 || src_dtype == GD_F16 || src_dtype == GD_BF16;
+    int to_float = to == GD_F32 || to == GD_F16 || to == GD_BF16;
+    if (!from_float || !to_float)
+        return gd_fail(ctx, GD_ERR_INVALID, "write '%s': %s values cannot be converted to %s", gd_tensor_name(t),
+                       gd_dtype_name(src_dtype), gd_dtype_name(to));
+    size_t n = (size_t)gd_tensor_numel(t), in = gd_dtype_size(src_dtype), out = gd_dtype_size(to);
+    if (src == NULL || bytes != n * in)
+        return gd_fail(ctx, GD_ERR_INVALID, "write '%s': %zu bytes of %s given, %zu values wanted", gd_tensor_name(t),
+                       bytes, gd_dtype_name(src_dtype), n);
+    unsigned char *buf = gd_malloc(n * out > 0 ? n * out : 1);
+    if (buf == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "write '%s': out of memory converting to %s", gd_tensor_name(t), gd_dtype_name(to));
+    for (size_t i = 0; i < n; i++) {
+        float f = float_at(src_dtype, src, i);
+        if (to == GD_F32) {
+            memcpy(buf + 4 * i, &f, 4);
+        } else {
+            uint16_t h = to == GD_BF16 ? gdp_f32_to_bf16(f) : gdp_f32_to_f16(f);
+            memcpy(buf + 2 * i, &h, 2);
+        }
+    }
+    gd_status s = gd_tensor_write(t, buf, n * out);
+    gd_free(buf);
+    return s;
+}
+
 gd_status gd_tensor_read(gd_tensor *t, void *dst, size_t bytes)
 {
     if (t == NULL) return GD_ERR_INVALID;

@@ -146,43 +146,56 @@ static int locate(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_st_file **
     return 1;
 }
 
+/* Finds tensor `name` (or, for "transformer.X", X): its file, dtype, shape and bytes. */
+static gd_status find(gd_ctx *ctx, gd_hf_weights *w, const char *name, char *file, size_t cap, const char **key,
+                      gd_dtype *dt, int *nd, int64_t *shape, const void **data, size_t *bytes)
+{
+    gd_st_file *f = NULL;
+    *key = name;
+    int got = locate(ctx, w, *key, &f, file, cap);
+    if (got == 0 && strncmp(name, "transformer.", 12) == 0) got = locate(ctx, w, *key = name + 12, &f, file, cap);
+    if (got < 0) return gd_ctx_status(ctx);
+    if (got == 0) {
+        if (w->single == NULL) snprintf(file, cap, "%s/model.safetensors.index.json", w->dir);
+        return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: no tensor %s", file, name);
+    }
+    if (!gd_st_find(f, *key, dt, nd, shape, data, bytes))
+        return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: no tensor %s (the index says it is there)", file, *key);
+    return GD_OK;
+}
+
+gd_status gd_hf_weights_dtype(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_dtype *dt)
+{
+    char file[1400];
+    const char *key;
+    int nd;
+    int64_t shape[GD_MAX_DIMS];
+    const void *data;
+    size_t bytes;
+    return find(ctx, w, name, file, sizeof file, &key, dt, &nd, shape, &data, &bytes);
+}
+
 gd_status gd_hf_weights_load(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_tensor *t)
 {
     char file[1400];
-    gd_st_file *f = NULL;
-    const char *key = name;
-    int got = locate(ctx, w, key, &f, file, sizeof file);
-    if (got == 0 && strncmp(name, "transformer.", 12) == 0) got = locate(ctx, w, key = name + 12, &f, file, sizeof file);
-    if (got < 0) return gd_ctx_status(ctx);
-    if (got == 0) {
-        if (w->single == NULL) snprintf(file, sizeof file, "%s/model.safetensors.index.json", w->dir);
-        return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: no tensor %s", file, name);
-    }
+    const char *key;
     gd_dtype dt;
     int nd;
     int64_t shape[GD_MAX_DIMS];
     const void *data;
     size_t bytes;
-    if (!gd_st_find(f, key, &dt, &nd, shape, &data, &bytes))
-        return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: no tensor %s (the index says it is there)", file, key);
-    int half = (dt == GD_F16 || dt == GD_BF16) && gd_tensor_dtype(t) == GD_F32;
-    int same = (dt == gd_tensor_dtype(t) || half) && nd == gd_tensor_ndim(t);
+    gd_status st = find(ctx, w, name, file, sizeof file, &key, &dt, &nd, shape, &data, &bytes);
+    if (st != GD_OK) return st;
+    /* floating tensors load into floating parameters of any width (the engine keeps bf16
+     * weights as bf16; training widens them to f32 master weights) */
+    gd_dtype tdt = gd_tensor_dtype(t);
+    int fl = dt == GD_F32 || dt == GD_F16 || dt == GD_BF16;
+    int same = (dt == tdt || (fl && (tdt == GD_F32 || tdt == GD_F16 || tdt == GD_BF16))) && nd == gd_tensor_ndim(t);
     for (int k = 0; same && k < nd; k++) same = shape[k] == gd_tensor_dim(t, k);
     if (!same) {
         char want[128];
         return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: tensor %s is %s with %d dims, the model wants %s", file, key,
                            gd_dtype_name(dt), nd, gd_tensor_describe(t, want, sizeof want));
     }
-    if (!half) return gd_tensor_write(t, data, bytes);
-    size_t n = bytes / 2;
-    float *wide = gd_malloc(sizeof *wide * (n > 0 ? n : 1));
-    if (wide == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory widening %s to f32", file, key);
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)); /* safetensors is little-endian */
-        wide[i] = dt == GD_BF16 ? gdp_bf16_to_f32(h) : gdp_f16_to_f32(h);
-    }
-    gd_status s = gd_tensor_write(t, wide, sizeof *wide * n);
-    gd_free(wide);
-    return s;
+    return gd_tensor_write_as(t, dt, data, bytes);
 }

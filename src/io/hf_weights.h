@@ -9,11 +9,14 @@ typedef struct gd_hf_weights gd_hf_weights;
 
 /* Opens the weights of model directory `dir`. */
 gd_status gd_hf_weights_open(gd_ctx *ctx, const char *dir, gd_hf_weights **out);
-/* Writes tensor `name` into t. f16 and bf16 tensors load into f32 ones (exactly); a name
+/* Writes tensor `name` into t. f32, f16 and bf16 tensors load into any of the three
+ * (widening exactly, narrowing to nearest even); a name
  * starting "transformer." is also looked for without that prefix (GPT2Model's weights, as
  * opposed to GPT2LMHeadModel's). A missing tensor, another shape or another dtype is an
  * error naming the file and the tensor. */
 gd_status gd_hf_weights_load(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_tensor *t);
+/* The dtype tensor `name` is stored in (the same lookup as gd_hf_weights_load). */
+gd_status gd_hf_weights_dtype(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_dtype *dt);
 void gd_hf_weights_close(gd_hf_weights *w);
 
 /* Parses an index file's text: *map gets weight_map's (tensor name, file name) pairs,

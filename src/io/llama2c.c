@@ -236,7 +236,8 @@ gd_status gd_l2c_load(gd_ctx *ctx, const gd_l2c *m, const char *name, gd_tensor 
     int w = which(m, name, &layer);
     if (w < 0) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: a llama2.c checkpoint has no tensor %s", m->name, name);
     size_t n = m->block[w];
-    if (gd_tensor_dtype(t) != GD_F32 || (size_t)gd_tensor_numel(t) != n) {
+    gd_dtype tdt = gd_tensor_dtype(t);
+    if ((tdt != GD_F32 && tdt != GD_BF16 && tdt != GD_F16) || (size_t)gd_tensor_numel(t) != n) {
         char d[128];
         return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: tensor %s has %zu values, the model wants %s", m->name, name, n,
                            gd_tensor_describe(t, d, sizeof d));
@@ -255,7 +256,7 @@ gd_status gd_l2c_load(gd_ctx *ctx, const gd_l2c *m, const char *name, gd_tensor 
     } else {
         memcpy(v, src, n * 4);
     }
-    gd_status s = gd_tensor_write(t, v, n * 4);
+    gd_status s = gd_tensor_write_as(t, GD_F32, v, n * 4);
     gd_free(v);
     return s;
 }

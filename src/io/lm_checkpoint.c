@@ -379,6 +379,24 @@ gd_status gd_lm_model_config(gd_ctx *ctx, const char *where, gd_lm_config *cfg)
     return gd_lm_config_check(ctx, cfg);
 }
 
+gd_status gd_lm_model_dtype(gd_ctx *ctx, const char *where, gd_dtype *out)
+{
+    gd_lm_config cfg;
+    gd_status s = gd_lm_model_config(ctx, where, &cfg);
+    if (s != GD_OK || out == NULL) return s != GD_OK ? s : gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_model_dtype: NULL argument");
+    if (regular_file(where)) { /* llama2.c checkpoints hold f32 */
+        *out = GD_F32;
+        return GD_OK;
+    }
+    char dir[1100];
+    gd_hf_weights *w = NULL;
+    if ((s = gd_lm_checkpoint_resolve(ctx, where, dir, sizeof dir)) != GD_OK) return s;
+    if ((s = gd_hf_weights_open(ctx, dir, &w)) != GD_OK) return s;
+    s = gd_hf_weights_dtype(ctx, w, cfg.arch == GD_LM_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight", out);
+    gd_hf_weights_close(w);
+    return s;
+}
+
 /* The parameters of g from a llama2.c checkpoint file. */
 static gd_status load_llama2c(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const char *path)
 {

@@ -25,6 +25,7 @@ struct gd_lm_engine {
     gd_ctx *ctx;
     gd_graph *g;
     gd_lm_config cfg;
+    gd_dtype dt; /* weights, activations and cache */
     int64_t max_len, len;
     gd_tensor *pos, *kv_len;
     /* the forward passes, largest first; the last is over one token (the decode step) */
@@ -49,12 +50,13 @@ void gd_lm_engine_free(gd_lm_engine *e)
     free(e);
 }
 
-/* The logits of the last position of a (1, T, V) forward pass, as a (1, 1, V) view. */
+/* The logits of the last position of a (1, T, V) forward pass, (1, 1, V) in f32. */
 static gd_tensor *last_position(gd_tensor *logits)
 {
     if (logits == NULL) return NULL;
     int64_t T = gd_tensor_dim(logits, 1);
-    return gd_slice(logits, 1, T - 1, T);
+    gd_tensor *last = gd_slice(logits, 1, T - 1, T);
+    return last != NULL && gd_tensor_dtype(last) != GD_F32 ? gd_cast(last, GD_F32) : last;
 }
 
 gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engine_config *c, gd_lm_engine **out)
@@ -67,6 +69,16 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     e->ctx = ctx;
     gd_status st = gd_lm_model_config(ctx, model_dir, &e->cfg);
     if (st != GD_OK) {
+        gd_lm_engine_free(e);
+        return st;
+    }
+    if (c != NULL && c->use_dtype) {
+        e->dt = c->dtype;
+        if (e->dt != GD_F32 && e->dt != GD_BF16 && e->dt != GD_F16) {
+            gd_lm_engine_free(e);
+            return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_engine_open: dtype %s; f32, bf16 or f16", gd_dtype_name(e->dt));
+        }
+    } else if ((st = gd_lm_model_dtype(ctx, model_dir, &e->dt)) != GD_OK) {
         gd_lm_engine_free(e);
         return st;
     }
@@ -95,7 +107,7 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
         snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
         e->ids[k] = gd_input(e->g, name, GD_I32, 2, (int64_t[]){1, e->size[k]});
         e->out[k] =
-            last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, GD_F32));
+            last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, e->dt));
         if (e->out[k] == NULL) st = status_or(ctx, GD_ERR_INVALID);
     }
     if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, model_dir, 0, NULL);

@@ -96,7 +96,7 @@ static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_con
                                  int64_t *len, gd_lm_generate_config *c)
 {
     gd_lm_engine *e = NULL;
-    gd_lm_engine_config ec = {.max_len = T};
+    gd_lm_engine_config ec = {.max_len = T, .use_dtype = 1, .dtype = c->dtype};
     void *scratch = malloc(gd_lm_sample_scratch(cfg->vocab_size));
     if (scratch == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     gd_status st = gd_lm_engine_open(ctx, model, &ec, &e);
@@ -123,7 +123,8 @@ static gd_status generate_recomputed(gd_ctx *ctx, const char *model, const gd_lm
     int64_t V = cfg->vocab_size;
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){1, T});
-    gd_tensor *logits = gd_lm_forward(g, cfg, ids, NULL, GD_F32);
+    gd_tensor *logits = gd_lm_forward(g, cfg, ids, NULL, c->dtype);
+    if (logits != NULL && c->dtype != GD_F32) logits = gd_cast(logits, GD_F32);
     gd_program *p = NULL;
     float *lg = malloc(sizeof(float) * (size_t)(T * V));
     void *scratch = malloc(gd_lm_sample_scratch(V));
@@ -170,6 +171,8 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     if (n_prompt >= cfg.max_seq)
         return gd_ctx_fail(ctx, GD_ERR_INVALID, "a prompt of %lld tokens leaves no room in the model's %lld positions",
                            (long long)n_prompt, (long long)cfg.max_seq);
+    gd_dtype asked = c->dtype;
+    if (!c->use_dtype && (st = gd_lm_model_dtype(ctx, model_dir, &c->dtype)) != GD_OK) return st;
     int64_t T = n_prompt + (c->max_tokens > 0 ? c->max_tokens : 64);
     if (T > cfg.max_seq) T = cfg.max_seq;
     c->prefill_s = c->decode_s = 0;
@@ -179,6 +182,7 @@ gd_status gd_lm_generate(gd_ctx *ctx, const char *model_dir, const int32_t *prom
     int64_t len = n_prompt;
     st = c->recompute ? generate_recomputed(ctx, model_dir, &cfg, T, win, &len, c)
                       : generate_cached(ctx, model_dir, &cfg, T, win, &len, c);
+    if (!c->use_dtype) c->dtype = asked; /* the config is the caller's again */
     if (st == GD_OK) {
         *out = win;
         *n_out = len;

@@ -29,13 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parameters are f32 (master weights); with a narrower compute dtype each is cast where
- * it is used, and activations flow in that dtype, as autocast does: gradients come back
- * through the casts to the f32 parameters the optimizer updates. */
+/* For training, parameters are f32 (master weights); with a narrower compute dtype each is
+ * cast where it is used, and activations flow in that dtype, as autocast does: gradients
+ * come back through the casts to the f32 parameters the optimizer updates. For inference
+ * (a KV cache) there is nothing to update, so parameters are made in the compute dtype:
+ * the weights are read once per token at their narrow width, with no cast. */
 typedef struct builder {
     gd_graph *g;
     const gd_lm_config *cfg;
     gd_dtype dt;     /* activations */
+    gd_dtype pdt;    /* parameters */
     int failed;
     /* KV cache (gd_lm_forward_cached): keys and values of every layer stay in states
      * "cache.<layer>.k/v" of cache_len positions, written at pos; attention reads the
@@ -74,12 +77,12 @@ static gd_tensor *param(builder *b, const char *prefix, const char *what, int nd
      * decode programs) shares the first one's parameters */
     gd_tensor *p = gd_graph_find(b->g, name);
     if (p != NULL) {
-        int same = gd_tensor_ndim(p) == ndim && gd_tensor_dtype(p) == GD_F32;
+        int same = gd_tensor_ndim(p) == ndim && gd_tensor_dtype(p) == b->pdt;
         for (int k = 0; same && k < ndim; k++) same = gd_tensor_dim(p, k) == shape[k];
         if (!same) return fail(b, GD_ERR_SHAPE, "parameter %s exists with another shape", name);
         return p;
     }
-    p = gd_param(b->g, name, GD_F32, ndim, shape);
+    p = gd_param(b->g, name, b->pdt, ndim, shape);
     if (p == NULL || gd_param_set_init(p, init, std) != GD_OK) {
         b->failed = 1;
         return NULL;
@@ -334,7 +337,8 @@ gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor 
         gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config has not been checked (gd_lm_config_check fills its defaults)");
         return NULL;
     }
-    builder b = {.g = g, .cfg = cfg, .dt = dtype, .pos = pos, .kv_len = kv_len, .cache_len = cache_len};
+    builder b = {.g = g, .cfg = cfg, .dt = dtype, .pdt = cache_len > 0 ? dtype : GD_F32, .pos = pos, .kv_len = kv_len,
+                 .cache_len = cache_len};
     gd_tensor *logits = cfg->arch == GD_LM_GPT2 ? gpt2(&b, ids, pos) : llama(&b, ids, pos);
     if (logits == NULL || b.failed) return NULL;
     if (cfg->vocab_padded != cfg->vocab_size) logits = gd_slice(logits, -1, 0, cfg->vocab_size);

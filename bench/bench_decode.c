@@ -1,0 +1,117 @@
+/* bench_decode.c — the inference engine's speed: prefill and greedy decoding.
+ *
+ *   bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N]
+ *
+ * Loads MODEL into the engine (a cache of prompt + new positions), then, after one
+ * untimed round, times `reps` rounds of: prefill a prompt of N ids (fixed pseudo-random
+ * ids), then `new` decode steps each fed the greedy pick of the last logits (read back to
+ * the host every step, as a generating program does). Prints one JSON line with the median
+ * prefill tokens/s and the median decode tokens/s (steps per second of the decode phase)
+ * over the rounds, and the weight bytes read per decode step, for the bandwidth bound. */
+#include "gradus_lm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static gd_ctx *ctx;
+
+static int die(const char *what)
+{
+    fprintf(stderr, "bench_decode: %s: %s\n", what, gd_ctx_error(ctx));
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N]\n");
+        return 2;
+    }
+    const char *backend = NULL, *dtype = NULL;
+    int64_t P = 16, N = 128, reps = 5;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
+        else if (strcmp(argv[i], "--dtype") == 0) dtype = argv[i + 1];
+        else if (strcmp(argv[i], "--prompt") == 0) P = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--new") == 0) N = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--reps") == 0) reps = atoll(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_decode: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (P < 1 || N < 0 || reps < 1 || reps > 100) return 2;
+    if (gd_ctx_create(&ctx, NULL) != GD_OK) return 1;
+    if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) return die("backend");
+    gd_lm_engine_config ec = {.max_len = P + N + 1};
+    if (dtype != NULL && !(ec.use_dtype = gd_dtype_parse(dtype, &ec.dtype))) return 2;
+    double t_open = now_s();
+    gd_lm_engine *e = NULL;
+    if (gd_lm_engine_open(ctx, argv[1], &ec, &e) != GD_OK) return die(argv[1]);
+    t_open = now_s() - t_open;
+    const gd_lm_config *cfg = gd_lm_engine_model(e);
+    int64_t V = cfg->vocab_size;
+    int32_t *prompt = malloc(sizeof *prompt * (size_t)P);
+    double *pre = malloc(sizeof(double) * (size_t)reps), *dec = malloc(sizeof(double) * (size_t)reps);
+    if (prompt == NULL || pre == NULL || dec == NULL) return 1;
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < P; i++) { /* xorshift: fixed ids spread over the vocabulary */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        prompt[i] = (int32_t)(x % (uint64_t)V);
+    }
+    int32_t last = 0;
+    for (int64_t r = -1; r < reps; r++) {
+        const float *lg = NULL;
+        double t0 = now_s();
+        if (gd_lm_engine_prefill(e, prompt, P, &lg) != GD_OK) return die("prefill");
+        double t1 = now_s();
+        for (int64_t i = 0; i < N; i++)
+            if (gd_lm_engine_step(e, last = argmax(lg, V), &lg) != GD_OK) return die("step");
+        double t2 = now_s();
+        if (r >= 0) pre[r] = (double)P / (t1 - t0), dec[r] = (double)N / (t2 - t1);
+    }
+    qsort(pre, (size_t)reps, sizeof *pre, cmp_double);
+    qsort(dec, (size_t)reps, sizeof *dec, cmp_double);
+    /* the bytes one decode step must read at least: every weight once (the tied
+     * embedding's rows are gathered, but the head reads all of it) */
+    int64_t D = cfg->dim, F = cfg->hidden_dim, H = cfg->n_heads, K = cfg->n_kv_heads, hd = cfg->head_dim;
+    int64_t per_layer = cfg->arch == GD_LM_GPT2 ? 4 * D * D + 2 * D * F : D * (H + 2 * K) * hd + H * hd * D + 3 * D * F;
+    int64_t weights = cfg->n_layers * per_layer + V * D * (cfg->tied_embeddings ? 1 : 2);
+    gd_dtype dt = ec.use_dtype ? ec.dtype : GD_F32;
+    if (!ec.use_dtype) gd_lm_model_dtype(ctx, argv[1], &dt);
+    printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"batch\":1,"
+           "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+           "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d}\n",
+           argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), (long long)P, (long long)N,
+           (long long)reps, pre[reps / 2], dec[reps / 2], (long long)(weights * (int64_t)gd_dtype_size(dt)), t_open,
+           (int)last);
+    gd_lm_engine_free(e);
+    free(prompt);
+    free(pre);
+    free(dec);
+    gd_ctx_free(ctx);
+    return 0;
+}

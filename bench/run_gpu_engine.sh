@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The inference engine's work on the GPU machine, in one go (after bench/run_gpu.sh built
+# build-gpu): parity with transformers in f32 on cpu and cuda (prefill and 64 decode steps,
+# greedy continuations), then speed: models of the Stories110M and Qwen3-0.6B shapes that
+# transformers makes with random weights and saves in bf16, decoded at batch 1 and
+# prefilled at 1024 tokens by bench_decode, beside the PyTorch decoders of torch_peer.py
+# decode. Logs go to $OUT.
+#
+#   bench/run_gpu_engine.sh PEER_DIR
+#
+# STEPS picks parts: parity,speed,peer (default all).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+PEER=${1:-.peers}
+STEPS=${STEPS:-parity,speed,peer}
+B=${B:-build-gpu}
+WORK=${WORK:-/tmp/gradus-engine}
+mkdir -p "$OUT" "$WORK"
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "== $* ($(date +%T))"; }
+export PYTHONUNBUFFERED=1
+export GRADUS_PLUGIN_PATH="$PWD/$B/plugins"
+
+if has parity; then
+  log parity
+  timeout 400 python3 bench/engine_parity.py $B cpu cuda 2>&1 | grep -v Warning | tee "$OUT/engine-parity.jsonl" | cut -c1-300
+fi
+if has speed; then
+  log speed
+  python3 - "$PEER" "$WORK" <<'EOF' 2>&1 | grep -v Warning
+import os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from torch_peer import STORIES110M, QWEN3_06B
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+for name, c in (("stories110m", STORIES110M), ("qwen3-0.6b-shape", QWEN3_06B)):
+    d = os.path.join(sys.argv[2], name)
+    if os.path.exists(os.path.join(d, "config.json")): continue
+    kw = dict(vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"], num_hidden_layers=c["layers"],
+              num_attention_heads=c["heads"], num_key_value_heads=c["kv"], max_position_embeddings=c["seq"],
+              rms_norm_eps=c["eps"], rope_theta=c["theta"], tie_word_embeddings=True)
+    torch.manual_seed(0)
+    m = Qwen3ForCausalLM(Qwen3Config(head_dim=c["head_dim"], **kw)) if c.get("qknorm") else LlamaForCausalLM(LlamaConfig(**kw))
+    m.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    print("saved", name, sum(p.numel() for p in m.parameters()), "parameters (bf16)")
+EOF
+  for m in stories110m qwen3-0.6b-shape; do
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 16 --new 256 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 1024 --new 0 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
+  done
+  timeout 120 $B/bench_decode "$WORK/stories110m" --backend cuda --dtype f32 --prompt 16 --new 256 --reps 5 |
+    tee -a "$OUT/engine-speed.jsonl"
+fi
+if has peer; then
+  log peer
+  timeout 500 python3 "$PEER/torch_peer.py" decode 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+fi
