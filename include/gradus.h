@@ -224,6 +224,10 @@ gd_tensor *gd_matmul(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_
  * operands into f32 */
 gd_tensor *gd_matmul_as(gd_tensor *a, gd_tensor *b, int transpose_a, int transpose_b, gd_dtype out);
 gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias /* may be NULL */);
+/* x W^T + bias over int8 weights wq (out, in) with one f32 scale per row (as
+ * gradus_semantics.h quantizes): W = wq * scale. quantize_x 1 quantizes each row of x to
+ * int8 as well (W8A8: an exact integer product). For inference: not differentiable. */
+gd_tensor *gd_linear_q8(gd_tensor *x, gd_tensor *wq, gd_tensor *scale, gd_tensor *bias, int quantize_x);
 
 /* losses and normalizers; axis may be negative */
 gd_tensor *gd_softmax(gd_tensor *x, int64_t axis);

@@ -221,6 +221,16 @@ gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, g
  * (no f32 master weights): a bf16 model's weights are read at their own width. */
 gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
                                 gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype);
+/* Weights of the projections for inference: as stored, int8 with one f32 scale per
+ * output channel (GD_LM_INT8), or that with each token's activations quantized to int8 too
+ * (GD_LM_W8A8); embeddings, norms and the output head stay in the compute dtype. */
+typedef enum gd_lm_quant { GD_LM_FLOAT = 0, GD_LM_INT8 = 1, GD_LM_W8A8 = 2 } gd_lm_quant;
+/* gd_lm_forward_cached (cache_len 0: no cache) with the projections quantized: each is an
+ * i8 parameter under the weight's name, beside a state "<name>.q8_scale" (out) f32, which
+ * gd_lm_checkpoint_load fills by quantizing the stored float weights row by row
+ * (gradus_semantics.h). Llama-family models only. */
+gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
+                               int64_t cache_len, gd_dtype dtype, gd_lm_quant quant);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */
 gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets);
 
@@ -305,6 +315,7 @@ typedef struct gd_lm_generate_config {
     int recompute;                   /* 1: no KV cache, the whole window recomputed per token */
     int use_dtype;                   /* 0: compute in the dtype the model's weights are stored in */
     gd_dtype dtype;                  /* with use_dtype: f32, bf16 or f16 */
+    gd_lm_quant quantize;            /* projections over int8 weights */
     double prefill_s, decode_s;      /* written: seconds spent on the prompt and on the new tokens */
 } gd_lm_generate_config;
 /* Continues `prompt` with the model of a checkpoint (or training) directory through the
@@ -321,6 +332,7 @@ typedef struct gd_lm_eval_config {
     int64_t batch;      /* windows per run; 0: 8 */
     gd_dtype dtype;     /* activations: GD_F32 (0 means f32), GD_BF16 or GD_F16; weights stay f32 */
     int64_t max_tokens; /* stop after this many predicted tokens; 0: all */
+    gd_lm_quant quantize; /* int8 projections (the weights quantized at load) */
 } gd_lm_eval_config;
 typedef struct gd_lm_eval_result {
     int64_t tokens;     /* tokens predicted */
@@ -347,6 +359,7 @@ typedef struct gd_lm_engine_config {
     int use_dtype;   /* 0: weights, activations and cache in the dtype the model's files
                       * store (gd_lm_model_dtype); 1: in `dtype` */
     gd_dtype dtype;  /* f32, bf16 or f16 */
+    gd_lm_quant quantize;
 } gd_lm_engine_config;
 gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engine_config *c, gd_lm_engine **out);
 const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e);

@@ -117,6 +117,31 @@ static inline GDP_HD uint16_t gdp_f32_to_f16(float f)
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
+/* ---- int8 quantization: int8 weights and linear_w8a8 --------------------------------- */
+
+/* A row of values is quantized symmetrically: scale = (its largest magnitude) / 127 in f32
+ * (0 for a row of zeros; NaNs are ignored), and each value becomes x / scale in f32,
+ * limited to [-127, 127] and rounded to nearest, ties to even (0 when the scale is 0 or x
+ * is NaN). The rounding adds and subtracts 1.5 * 2^23, which is exact IEEE single
+ * arithmetic on every backend, with no dependence on a math library. */
+static inline GDP_HD float gdp_q8_amax(float amax, float x)
+{
+    float a = x < 0 ? -x : x;
+    return a > amax ? a : amax;
+}
+static inline GDP_HD float gdp_q8_scale(float amax) { return amax / 127.0f; }
+static inline GDP_HD int8_t gdp_q8(float x, float scale)
+{
+    if (!(scale > 0) || x != x) return 0;
+    float v = x / scale;
+    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+    v = (v + 12582912.0f) - 12582912.0f;
+    return (int8_t)v;
+}
+/* linear_w8a8's output before its bias, from the exact integer dot product of a row of
+ * quantized x (scale sx) with a row of int8 weights (scale sw): f32 products in this order. */
+static inline GDP_HD float gdp_q8_dequant(int64_t dot, float sx, float sw) { return ((float)dot * sx) * sw; }
+
 /* ---- numbering used in op attributes ------------------------------------------------ */
 
 /* The `act` attribute of linear_act (and of every fused op with an activation epilogue). */

@@ -67,6 +67,13 @@ must "generate: the same samples without the KV cache" cmp -s "$T/gen4" "$T/gen5
 must "generate --dtype bf16: the same text without the KV cache" cmp -s "$T/gen6" "$T/gen7"
 run "$G" eval --model "$T/run" --data "$S/README.md" --seq 16 --batch 2
 check "eval: loss and perplexity of held-out text" 0 "tokens predicted \(f32\): loss [0-9.]+ nats/token, perplexity [0-9.]+, [0-9.]+ bits/byte"
+run "$G" eval --model "$T/run" --data "$S/README.md" --seq 16 --batch 2 --quantize w8a8
+check "eval: with int8 weights and activations" 0 "tokens predicted \(f32, w8a8\): loss [0-9.]+ nats/token"
+run "$G" eval --model "$T/run" --data "$S/README.md" --quantize int4
+check "eval: an unknown quantization" 2 'bad value "int4" for --quantize \(want int8 or w8a8\)'
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --quantize int8 > "$T/gen8" 2> /dev/null
+"$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --quantize int8 --recompute > "$T/gen9" 2> /dev/null
+must "generate --quantize int8: the same text without the KV cache" cmp -s "$T/gen8" "$T/gen9"
 run "$G" eval --model "$T/run" --data "$T/nonexistent.txt"
 check "eval: no text" 1 "eval: .*nonexistent.txt: No such file"
 if [ -x "$2/generate" ]; then

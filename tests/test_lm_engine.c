@@ -111,22 +111,81 @@ static void check_logits(gd_ctx *c, const char *dir, const char *what)
     gd_lm_engine_free(e);
 }
 
-/* The tokens gd_lm_generate makes, with or without the cache. */
-static int32_t *generate(gd_ctx *c, const char *dir, int recompute, double temperature, int64_t *n)
+/* The tokens gd_lm_generate makes, with or without the cache, with quantized weights or not. */
+static int32_t *generate_q(gd_ctx *c, const char *dir, int recompute, double temperature, gd_lm_quant q, int64_t *n)
 {
     int32_t prompt[PROMPT];
     prompt_of(prompt, PROMPT, 300, 3);
     gd_lm_generate_config gc = {.max_tokens = 24, .sample = {.temperature = temperature, .top_k = 20, .seed = 5},
-                                .recompute = recompute};
+                                .recompute = recompute, .quantize = q};
     int32_t *out = NULL;
     CHECK(gd_lm_generate(c, dir, prompt, PROMPT, &gc, &out, n) == GD_OK, "generate (recompute %d): %s", recompute,
           gd_ctx_error(c));
     return out;
 }
 
+static int32_t *generate(gd_ctx *c, const char *dir, int recompute, double temperature, int64_t *n)
+{
+    return generate_q(c, dir, recompute, temperature, GD_LM_FLOAT, n);
+}
+
 static int same_tokens(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
 {
     return a != NULL && b != NULL && na == nb && memcmp(a, b, sizeof *a * (size_t)na) == 0;
+}
+
+/* int8 weights and W8A8: the engine's tokens equal recomputation's (the cache is exact
+ * for quantized projections too) on the reference, the CPU backend and the test device;
+ * the quantized logits stay near the float ones; GPT-2 is refused by name. */
+static void check_quantized(const char *dir, const char *gpt2_dir)
+{
+    static const char *const qname[3] = {"", "int8", "w8a8"};
+    gd_ctx *cpu = NULL, *td = td_new_ctx("testdev", 0);
+    CHECK(gd_ctx_create(&cpu, NULL) == GD_OK && gd_ctx_use_backend(cpu, "cpu") == GD_OK, "cpu context");
+    gd_ctx *on[3] = {ctx, cpu, td};
+    for (int q = GD_LM_INT8; q <= GD_LM_W8A8; q++) {
+        int64_t na = 0, nb = 0;
+        int32_t *a = generate_q(ctx, dir, 0, 0, (gd_lm_quant)q, &na), *b = generate_q(ctx, dir, 1, 0, (gd_lm_quant)q, &nb);
+        CHECK(same_tokens(a, na, b, nb), "%s: greedy tokens differ with and without the KV cache", qname[q]);
+        for (int o = 1; o < 3; o++) {
+            if (on[o] == NULL) continue;
+            int64_t nc = 0;
+            int32_t *cc = generate_q(on[o], dir, 0, 0, (gd_lm_quant)q, &nc);
+            CHECK(same_tokens(a, na, cc, nc), "%s: greedy tokens on %s differ from the reference's", qname[q],
+                  o == 1 ? "cpu" : "testdev");
+            gd_free_mem(cc);
+        }
+        gd_free_mem(b);
+        b = generate_q(ctx, dir, 0, 0.9, (gd_lm_quant)q, &nb);
+        gd_free_mem(a);
+        a = generate_q(ctx, dir, 1, 0.9, (gd_lm_quant)q, &na);
+        CHECK(same_tokens(a, na, b, nb), "%s: sampled tokens differ with and without the KV cache", qname[q]);
+        gd_free_mem(a);
+        gd_free_mem(b);
+        /* logits after a prompt, quantized against float */
+        int32_t ids[PROMPT];
+        prompt_of(ids, PROMPT, 300, 3);
+        gd_lm_engine *ef = NULL, *eq = NULL;
+        gd_lm_engine_config cq = {.quantize = (gd_lm_quant)q};
+        const float *lf = NULL, *lq = NULL;
+        CHECK(gd_lm_engine_open(ctx, dir, NULL, &ef) == GD_OK && gd_lm_engine_open(ctx, dir, &cq, &eq) == GD_OK,
+              "%s engine: %s", qname[q], gd_ctx_error(ctx));
+        if (ef != NULL && eq != NULL && gd_lm_engine_prefill(ef, ids, PROMPT, &lf) == GD_OK &&
+            gd_lm_engine_prefill(eq, ids, PROMPT, &lq) == GD_OK) {
+            double e = nmse(lf, lq, 300);
+            printf("%s: logits after the prompt within NMSE %.2e of the float weights'\n", qname[q], e);
+            CHECK(e > 0 && e < 1e-2, "%s: logits NMSE %.2e against float", qname[q], e);
+        }
+        gd_lm_engine_free(ef);
+        gd_lm_engine_free(eq);
+    }
+    gd_lm_engine *e = NULL;
+    gd_lm_engine_config cq = {.quantize = GD_LM_INT8};
+    CHECK(gd_lm_engine_open(ctx, gpt2_dir, &cq, &e) != GD_OK && strstr(gd_ctx_error(ctx), "GPT-2") != NULL,
+          "gpt2 quantized: %s", gd_ctx_error(ctx));
+    gd_lm_engine_free(e);
+    gd_ctx_free(cpu);
+    gd_ctx_free(td);
 }
 
 /* gd_lm_evaluate against the loss worked out from full forward passes: windows of 16 + 1
@@ -283,6 +342,7 @@ int main(void)
     }
     check_misuse(dirs[0]);
     check_llama3_rope(dirs[0]);
+    check_quantized(dirs[0], dirs[1]);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);

@@ -32,6 +32,8 @@ int cmd_plot(int argc, char **argv);
  * `opt`, and on failure prints "gradus: bad value ... for --opt" to stderr and returns 0. */
 int cli_int(const char *opt, const char *value, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *opt, const char *value, double lo, double hi, double *out);
+/* --quantize: "int8" (weights) or "w8a8" (weights and activations). */
+int cli_quantize(const char *opt, const char *value, gd_lm_quant *out);
 /* For options with an argument: returns argv[*i + 1] and advances *i, or prints
  * "option --x needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);

@@ -23,6 +23,8 @@ static void help(FILE *f)
                "  --seq T            positions per window (default: the model's, at most 256)\n"
                "  --batch B          windows per run (default 8)\n"
                "  --dtype T          f32 (default), bf16 or f16 activations\n"
+               "  --quantize Q       int8: the projections' weights in int8 (one scale per output\n"
+               "                     channel); w8a8: each token's activations in int8 too\n"
                "  --max-tokens N     stop after about N predicted tokens\n"
                "  --backend NAME     run on this backend\n");
 }
@@ -34,6 +36,7 @@ int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *tokenizer = NULL, *backend = NULL, *dtype = "f32";
     int64_t seq = 0, batch = 0, max_tokens = 0;
+    gd_lm_quant quant = GD_LM_FLOAT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int ok = 1;
@@ -42,7 +45,7 @@ int cmd_eval(int argc, char **argv)
             return 0;
         }
         static const char *const valued[] = {"--model", "--data", "--tokenizer", "--seq", "--batch", "--dtype",
-                                             "--max-tokens", "--backend", NULL};
+                                             "--max-tokens", "--backend", "--quantize", NULL};
         if (!cli_is_one_of(a, valued)) return cli_unknown("eval", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--model") == 0) model = v;
@@ -53,6 +56,7 @@ int cmd_eval(int argc, char **argv)
         else if (strcmp(a, "--seq") == 0) ok = cli_int(a, v, 1, 1 << 20, &seq);
         else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 16, &batch);
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, INT64_MAX, &max_tokens);
+        else if (strcmp(a, "--quantize") == 0) ok = cli_quantize(a, v, &quant);
         if (!ok) return 2;
     }
     gd_dtype dt = strcmp(dtype, "f32") == 0 ? GD_F32 : strcmp(dtype, "bf16") == 0 ? GD_BF16 : strcmp(dtype, "f16") == 0 ? GD_F16 : -1;
@@ -79,12 +83,12 @@ int cmd_eval(int argc, char **argv)
     }
     if (!cli_corpus_read("eval", &text, data)) goto done;
     if ((st = gd_tokenizer_encode(ctx, tok, text.buf, text.len, &ids, &n)) != GD_OK) goto fail;
-    gd_lm_eval_config ec = {.seq = seq, .batch = batch, .dtype = dt, .max_tokens = max_tokens};
+    gd_lm_eval_config ec = {.seq = seq, .batch = batch, .dtype = dt, .max_tokens = max_tokens, .quantize = quant};
     gd_lm_eval_result r;
     if ((st = gd_lm_evaluate(ctx, model, ids, (int64_t)n, &ec, &r)) != GD_OK) goto fail;
     double bytes_per_token = n > 0 ? (double)text.len / (double)n : 1.0;
-    printf("%s: %lld of its %zu tokens predicted (%s): loss %.4f nats/token, perplexity %.3f, %.3f bits/byte\n", data,
-           (long long)r.tokens, n, dtype, r.nll, r.perplexity, r.nll / log(2.0) / bytes_per_token);
+    printf("%s: %lld of its %zu tokens predicted (%s%s): loss %.4f nats/token, perplexity %.3f, %.3f bits/byte\n", data,
+           (long long)r.tokens, n, dtype, quant == GD_LM_INT8 ? ", int8 weights" : quant == GD_LM_W8A8 ? ", w8a8" : "", r.nll, r.perplexity, r.nll / log(2.0) / bytes_per_token);
     rc = 0;
     goto done;
 fail:

@@ -27,6 +27,8 @@ static void help(FILE *f)
                "  --print-ids        print token ids instead of text\n"
                "  --recompute        no KV cache: recompute the whole window for each token\n"
                "  --dtype T          compute in f32, bf16 or f16 (default: as the weights are stored)\n"
+               "  --quantize Q       int8: the projections' weights in int8 (one scale per output\n"
+               "                     channel); w8a8: each token's activations in int8 too\n"
                "  --backend NAME     run on this backend\n"
                "  --profile FILE     record a Chrome trace of the generation\n");
 }
@@ -79,6 +81,7 @@ int cmd_generate(int argc, char **argv)
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL, *tokenizer = NULL;
     const char *dtype_name = NULL;
     gd_dtype dt = GD_F32;
+    gd_lm_quant quant = GD_LM_FLOAT;
     int64_t max_tokens = 64, top_k = 0, seed = 1;
     double temperature = 0.8, top_p = 0.95;
     int print_ids = 0, recompute = 0;
@@ -95,7 +98,7 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer", "--dtype",
+                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer", "--dtype", "--quantize",
                                              NULL};
         if (!cli_is_one_of(a, valued)) return cli_unknown("generate", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
@@ -106,6 +109,7 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--profile") == 0) profile = v;
         else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name = v;
+        else if (strcmp(a, "--quantize") == 0) ok = cli_quantize(a, v, &quant);
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
         else if (strcmp(a, "--top-k") == 0) ok = cli_int(a, v, 0, INT32_MAX, &top_k);
         else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
@@ -154,6 +158,7 @@ int cmd_generate(int argc, char **argv)
     if (!s.ids) fwrite(prompt != NULL ? prompt : "", 1, prompt != NULL ? strlen(prompt) : 0, stdout);
     fflush(stdout);
     gd_lm_generate_config gc = {.max_tokens = max_tokens, .use_dtype = dtype_name != NULL, .dtype = dt,
+                                .quantize = quant,
                                 .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = (uint64_t)seed},
                                 .on_token = on_token, .user = &s, .recompute = recompute};
     int32_t eos = tok != NULL ? gd_tokenizer_eos(tok) : -1;

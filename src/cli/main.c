@@ -56,6 +56,17 @@ int cli_double(const char *opt, const char *value, double lo, double hi, double 
     return 1;
 }
 
+int cli_quantize(const char *opt, const char *value, gd_lm_quant *out)
+{
+    if (strcmp(value, "int8") == 0) *out = GD_LM_INT8;
+    else if (strcmp(value, "w8a8") == 0) *out = GD_LM_W8A8;
+    else {
+        fprintf(stderr, "gradus: bad value \"%s\" for %s (want int8 or w8a8)\n", value, opt);
+        return 0;
+    }
+    return 1;
+}
+
 const char *cli_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc) {

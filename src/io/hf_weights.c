@@ -187,15 +187,54 @@ gd_status gd_hf_weights_load(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd
     gd_status st = find(ctx, w, name, file, sizeof file, &key, &dt, &nd, shape, &data, &bytes);
     if (st != GD_OK) return st;
     /* floating tensors load into floating parameters of any width (the engine keeps bf16
-     * weights as bf16; training widens them to f32 master weights) */
+     * weights as bf16; training widens them to f32 master weights), or into int8 ones,
+     * quantized (gd_weights_write) */
     gd_dtype tdt = gd_tensor_dtype(t);
     int fl = dt == GD_F32 || dt == GD_F16 || dt == GD_BF16;
-    int same = (dt == tdt || (fl && (tdt == GD_F32 || tdt == GD_F16 || tdt == GD_BF16))) && nd == gd_tensor_ndim(t);
+    int same = (dt == tdt || (fl && (tdt == GD_F32 || tdt == GD_F16 || tdt == GD_BF16 || tdt == GD_I8))) &&
+               nd == gd_tensor_ndim(t);
     for (int k = 0; same && k < nd; k++) same = shape[k] == gd_tensor_dim(t, k);
     if (!same) {
         char want[128];
         return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: tensor %s is %s with %d dims, the model wants %s", file, key,
                            gd_dtype_name(dt), nd, gd_tensor_describe(t, want, sizeof want));
     }
-    return gd_tensor_write_as(t, dt, data, bytes);
+    return dt == tdt ? gd_tensor_write(t, data, bytes) : gd_weights_write(ctx, t, dt, data, bytes);
+}
+
+gd_status gd_weights_write(gd_ctx *ctx, gd_tensor *t, gd_dtype src_dtype, const void *src, size_t bytes)
+{
+    if (gd_tensor_dtype(t) != GD_I8) return gd_tensor_write_as(t, src_dtype, src, bytes);
+    char sname[600];
+    snprintf(sname, sizeof sname, "%s.q8_scale", gd_tensor_name(t));
+    gd_tensor *sc = gd_graph_find(gd_tensor_graph(t), sname);
+    int64_t rows = gd_tensor_dim(t, 0), cols = gd_tensor_dim(t, 1);
+    size_t es = gd_dtype_size(src_dtype);
+    if (gd_tensor_ndim(t) != 2 || sc == NULL || gd_tensor_numel(sc) != rows || es == 0 ||
+        bytes != (size_t)(rows * cols) * es)
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "int8 weights %s: want a 2-D i8 tensor beside its scales %s", gd_tensor_name(t),
+                           sname);
+    int8_t *q = gd_malloc((size_t)(rows * cols) + 1);
+    float *scale = gd_malloc(sizeof *scale * (size_t)(rows + 1)), *row = gd_malloc(sizeof *row * (size_t)(cols + 1));
+    if (q == NULL || scale == NULL || row == NULL) {
+        gd_free(q), gd_free(scale), gd_free(row);
+        return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory quantizing %s", gd_tensor_name(t));
+    }
+    const unsigned char *p = src;
+    for (int64_t r = 0; r < rows; r++) {
+        float amax = 0;
+        for (int64_t c = 0; c < cols; c++) {
+            size_t i = (size_t)(r * cols + c);
+            uint16_t h = es == 2 ? (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)) : 0; /* little-endian */
+            if (es == 4) memcpy(&row[c], p + 4 * i, 4);
+            else row[c] = src_dtype == GD_BF16 ? gdp_bf16_to_f32(h) : gdp_f16_to_f32(h);
+            amax = gdp_q8_amax(amax, row[c]);
+        }
+        scale[r] = gdp_q8_scale(amax);
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = gdp_q8(row[c], scale[r]);
+    }
+    gd_status st = gd_tensor_write(t, q, (size_t)(rows * cols));
+    if (st == GD_OK) st = gd_tensor_write(sc, scale, sizeof *scale * (size_t)rows);
+    gd_free(q), gd_free(scale), gd_free(row);
+    return st;
 }

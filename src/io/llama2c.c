@@ -16,6 +16,7 @@
  * the weights computed without overflow and equal to what follows the header. */
 #define _DEFAULT_SOURCE 1
 #include "llama2c.h"
+#include "hf_weights.h"
 
 #include "alloc.h"
 #include "checked.h"
@@ -237,7 +238,7 @@ gd_status gd_l2c_load(gd_ctx *ctx, const gd_l2c *m, const char *name, gd_tensor 
     if (w < 0) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: a llama2.c checkpoint has no tensor %s", m->name, name);
     size_t n = m->block[w];
     gd_dtype tdt = gd_tensor_dtype(t);
-    if ((tdt != GD_F32 && tdt != GD_BF16 && tdt != GD_F16) || (size_t)gd_tensor_numel(t) != n) {
+    if ((tdt != GD_F32 && tdt != GD_BF16 && tdt != GD_F16 && tdt != GD_I8) || (size_t)gd_tensor_numel(t) != n) {
         char d[128];
         return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: tensor %s has %zu values, the model wants %s", m->name, name, n,
                            gd_tensor_describe(t, d, sizeof d));
@@ -256,7 +257,7 @@ gd_status gd_l2c_load(gd_ctx *ctx, const gd_l2c *m, const char *name, gd_tensor 
     } else {
         memcpy(v, src, n * 4);
     }
-    gd_status s = gd_tensor_write_as(t, GD_F32, v, n * 4);
+    gd_status s = gd_weights_write(ctx, t, GD_F32, v, n * 4);
     gd_free(v);
     return s;
 }

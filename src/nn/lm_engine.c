@@ -26,6 +26,7 @@ struct gd_lm_engine {
     gd_graph *g;
     gd_lm_config cfg;
     gd_dtype dt; /* weights, activations and cache */
+    gd_lm_quant quant;
     int64_t max_len, len;
     gd_tensor *pos, *kv_len;
     /* the forward passes, largest first; the last is over one token (the decode step) */
@@ -82,6 +83,7 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
         gd_lm_engine_free(e);
         return st;
     }
+    e->quant = c != NULL ? c->quantize : GD_LM_FLOAT;
     int64_t want = c != NULL ? c->max_len : 0, chunk = c != NULL ? c->chunk : 0;
     if (want < 0 || chunk < 0) {
         gd_lm_engine_free(e);
@@ -107,7 +109,8 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
         snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
         e->ids[k] = gd_input(e->g, name, GD_I32, 2, (int64_t[]){1, e->size[k]});
         e->out[k] =
-            last_position(gd_lm_forward_cached(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, e->dt));
+            last_position(
+                gd_lm_forward_quant(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, e->dt, e->quant));
         if (e->out[k] == NULL) st = status_or(ctx, GD_ERR_INVALID);
     }
     if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, model_dir, 0, NULL);

@@ -96,7 +96,7 @@ static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_con
                                  int64_t *len, gd_lm_generate_config *c)
 {
     gd_lm_engine *e = NULL;
-    gd_lm_engine_config ec = {.max_len = T, .use_dtype = 1, .dtype = c->dtype};
+    gd_lm_engine_config ec = {.max_len = T, .use_dtype = 1, .dtype = c->dtype, .quantize = c->quantize};
     void *scratch = malloc(gd_lm_sample_scratch(cfg->vocab_size));
     if (scratch == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     gd_status st = gd_lm_engine_open(ctx, model, &ec, &e);
@@ -123,7 +123,7 @@ static gd_status generate_recomputed(gd_ctx *ctx, const char *model, const gd_lm
     int64_t V = cfg->vocab_size;
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){1, T});
-    gd_tensor *logits = gd_lm_forward(g, cfg, ids, NULL, c->dtype);
+    gd_tensor *logits = gd_lm_forward_quant(g, cfg, ids, NULL, NULL, 0, c->dtype, c->quantize);
     if (logits != NULL && c->dtype != GD_F32) logits = gd_cast(logits, GD_F32);
     gd_program *p = NULL;
     float *lg = malloc(sizeof(float) * (size_t)(T * V));

@@ -39,6 +39,7 @@ typedef struct builder {
     const gd_lm_config *cfg;
     gd_dtype dt;     /* activations */
     gd_dtype pdt;    /* parameters */
+    int quant;       /* projections over int8 weights: GD_LM_INT8 or GD_LM_W8A8 (inference only) */
     int failed;
     /* KV cache (gd_lm_forward_cached): keys and values of every layer stay in states
      * "cache.<layer>.k/v" of cache_len positions, written at pos; attention reads the
@@ -100,14 +101,34 @@ static gd_tensor *mat(builder *b, const char *prefix, const char *what, int64_t 
     return param(b, prefix, what, 2, (int64_t[]){rows, cols}, GD_INIT_NORMAL, std);
 }
 
-/* x (..., in) @ W^T with W (out, in): a Hugging Face nn.Linear. */
+/* x (..., in) @ W^T + bias (may be NULL) with W "<prefix>.<what>" (out, in): a Hugging
+ * Face nn.Linear. Quantized, W is an i8 parameter of that name beside its per-row scales,
+ * the state "<name>.q8_scale", which the loaders fill together from the float weights. */
+static gd_tensor *dense(builder *b, gd_tensor *x, const char *prefix, const char *what, int64_t out, int64_t in,
+                        double std, gd_tensor *bias)
+{
+    if (!b->quant) return gd_linear(x, use(b, mat(b, prefix, what, out, in, std)), bias);
+    if (b->failed) return NULL;
+    char name[256], sname[300];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    snprintf(sname, sizeof sname, "%s.q8_scale", name);
+    gd_tensor *wq = gd_graph_find(b->g, name), *sc = gd_graph_find(b->g, sname);
+    if (wq == NULL) wq = gd_param(b->g, name, GD_I8, 2, (int64_t[]){out, in});
+    if (sc == NULL) sc = gd_state(b->g, sname, GD_F32, 1, (int64_t[]){out});
+    if (wq == NULL || sc == NULL) {
+        b->failed = 1;
+        return NULL;
+    }
+    return gd_linear_q8(x, wq, sc, bias, b->quant == GD_LM_W8A8);
+}
+
+/* x (..., in) @ W^T with W (out, in) */
 static gd_tensor *proj(builder *b, gd_tensor *x, const char *prefix, const char *what, int64_t out, int64_t in,
                        double std)
 {
-    gd_tensor *w = use(b, mat(b, prefix, what, out, in, std));
     char l[256]; /* the module's name ("model.layers.0.mlp.up_proj") for traces and errors */
     snprintf(l, sizeof l, "%s.%.*s", prefix, (int)(strlen(what) - strlen(".weight")), what);
-    return gd_label(gd_linear(x, w, NULL), l);
+    return gd_label(dense(b, x, prefix, what, out, in, std, NULL), l);
 }
 
 /* q, k or v projection of a llama-family layer: with biases in Qwen2 (attn_bias). */
@@ -115,13 +136,15 @@ static gd_tensor *qkv(builder *b, gd_tensor *x, const char *prefix, const char *
 {
     char name[96];
     snprintf(name, sizeof name, "%s.weight", what);
-    gd_tensor *w = use(b, mat(b, prefix, name, out, in, 0.02)), *bias = NULL;
+    gd_tensor *bias = NULL;
     if (b->cfg->attn_bias) {
-        snprintf(name, sizeof name, "%s.bias", what);
-        if ((bias = vec(b, prefix, name, out, GD_INIT_ZEROS)) == NULL) return NULL;
+        char bname[96];
+        snprintf(bname, sizeof bname, "%s.bias", what);
+        if ((bias = vec(b, prefix, bname, out, GD_INIT_ZEROS)) == NULL) return NULL;
     }
+    gd_tensor *y = dense(b, x, prefix, name, out, in, 0.02, bias);
     snprintf(name, sizeof name, "%s.%s", prefix, what);
-    return gd_label(gd_linear(x, w, bias), name);
+    return gd_label(y, name);
 }
 
 /* x (..., in) @ W + bias with W (in, out): GPT-2's Conv1D. */
@@ -308,11 +331,17 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
 
 gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_dtype dtype)
 {
-    return gd_lm_forward_cached(g, cfg, ids, pos, NULL, 0, dtype);
+    return gd_lm_forward_quant(g, cfg, ids, pos, NULL, 0, dtype, GD_LM_FLOAT);
 }
 
 gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
                                 gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype)
+{
+    return gd_lm_forward_quant(g, cfg, ids, pos, kv_len, cache_len, dtype, GD_LM_FLOAT);
+}
+
+gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
+                               int64_t cache_len, gd_dtype dtype, gd_lm_quant quant)
 {
     if (g == NULL || ids == NULL) return NULL;
     if (cache_len > 0 && (pos == NULL || kv_len == NULL)) {
@@ -337,8 +366,19 @@ gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor 
         gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: the config has not been checked (gd_lm_config_check fills its defaults)");
         return NULL;
     }
-    builder b = {.g = g, .cfg = cfg, .dt = dtype, .pdt = cache_len > 0 ? dtype : GD_F32, .pos = pos, .kv_len = kv_len,
-                 .cache_len = cache_len};
+    if (quant != GD_LM_FLOAT && quant != GD_LM_INT8 && quant != GD_LM_W8A8) {
+        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: quantization %d; 0 none, 1 int8 weights, 2 w8a8", (int)quant);
+        return NULL;
+    }
+    if (quant != GD_LM_FLOAT && cfg->arch == GD_LM_GPT2) {
+        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: int8 quantization is for llama-family models; GPT-2's Conv1D weights "
+                                         "((in, out) rows) are not quantized yet");
+        return NULL;
+    }
+    /* inference (a cache, or quantized weights) keeps its parameters in the compute dtype */
+    int infer = cache_len > 0 || quant != GD_LM_FLOAT;
+    builder b = {.g = g, .cfg = cfg, .dt = dtype, .pdt = infer ? dtype : GD_F32, .quant = quant, .pos = pos,
+                 .kv_len = kv_len, .cache_len = cache_len};
     gd_tensor *logits = cfg->arch == GD_LM_GPT2 ? gpt2(&b, ids, pos) : llama(&b, ids, pos);
     if (logits == NULL || b.failed) return NULL;
     if (cfg->vocab_padded != cfg->vocab_size) logits = gd_slice(logits, -1, 0, cfg->vocab_size);
