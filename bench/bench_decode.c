@@ -1,6 +1,6 @@
 /* bench_decode.c — the inference engine's speed: prefill and greedy decoding.
  *
- *   bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N]
+ *   bench_decode MODEL [--backend NAME] [--dtype T] [--quantize int8|w8a8] [--prompt N] [--new N] [--reps N]
  *
  * Loads MODEL into the engine (a cache of prompt + new positions), then, after one
  * untimed round, times `reps` rounds of: prefill a prompt of N ids (fixed pseudo-random
@@ -50,11 +50,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N]\n");
         return 2;
     }
-    const char *backend = NULL, *dtype = NULL;
+    const char *backend = NULL, *dtype = NULL, *quant = "none";
     int64_t P = 16, N = 128, reps = 5;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
         else if (strcmp(argv[i], "--dtype") == 0) dtype = argv[i + 1];
+        else if (strcmp(argv[i], "--quantize") == 0) quant = argv[i + 1];
         else if (strcmp(argv[i], "--prompt") == 0) P = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--new") == 0) N = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoll(argv[i + 1]);
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
     if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) return die("backend");
     gd_lm_engine_config ec = {.max_len = P + N + 1};
     if (dtype != NULL && !(ec.use_dtype = gd_dtype_parse(dtype, &ec.dtype))) return 2;
+    ec.quantize = strcmp(quant, "int8") == 0 ? GD_LM_INT8 : strcmp(quant, "w8a8") == 0 ? GD_LM_W8A8 : GD_LM_FLOAT;
     double t_open = now_s();
     gd_lm_engine *e = NULL;
     if (gd_lm_engine_open(ctx, argv[1], &ec, &e) != GD_OK) return die(argv[1]);
@@ -102,11 +104,14 @@ int main(int argc, char **argv)
     int64_t weights = cfg->n_layers * per_layer + V * D * (cfg->tied_embeddings ? 1 : 2);
     gd_dtype dt = ec.use_dtype ? ec.dtype : GD_F32;
     if (!ec.use_dtype) gd_lm_model_dtype(ctx, argv[1], &dt);
-    printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"batch\":1,"
+    int64_t es = (int64_t)gd_dtype_size(dt), layers = cfg->n_layers * per_layer;
+    /* quantized, the projections' weights are a byte each (their scales are negligible) */
+    int64_t bytes = (weights - layers) * es + layers * (ec.quantize != GD_LM_FLOAT ? 1 : es);
+    printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":1,"
            "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
            "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d}\n",
-           argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), (long long)P, (long long)N,
-           (long long)reps, pre[reps / 2], dec[reps / 2], (long long)(weights * (int64_t)gd_dtype_size(dt)), t_open,
+           argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), quant, (long long)P, (long long)N,
+           (long long)reps, pre[reps / 2], dec[reps / 2], (long long)bytes, t_open,
            (int)last);
     gd_lm_engine_free(e);
     free(prompt);

@@ -61,6 +61,7 @@ gdp_status gcpu_register_index(gcpu_regctx *r, gdp_err *err);
 gdp_status gcpu_register_random(gcpu_regctx *r, gdp_err *err);
 gdp_status gcpu_register_unary(gcpu_regctx *r, gdp_err *err);
 gdp_status gcpu_register_activation(gcpu_regctx *r, gdp_err *err);
+gdp_status gcpu_register_quant(gcpu_regctx *r, gdp_err *err);
 /* A mixed-precision form of op, keyed by its signature ("bf16,bf16->f32"): registered
  * only when the registration asks for mixed forms (else GDP_OK, nothing done). */
 gdp_status gcpu_reg_mixed(gcpu_regctx *r, const char *op, const char *signature, uint32_t flags, gdp_launch_fn launch,

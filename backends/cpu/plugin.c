@@ -108,7 +108,7 @@ gdp_status gcpu_register_kernels(void *backend, const gdp_host *host, int mixed,
         gcpu_register_matmul, gcpu_register_conv, gcpu_register_pool, gcpu_register_elementwise,
         gcpu_register_reduce, gcpu_register_softmax, gcpu_register_optim, gcpu_register_layout,
         gcpu_register_norm, gcpu_register_attention, gcpu_register_index, gcpu_register_random,
-        gcpu_register_unary, gcpu_register_activation,
+        gcpu_register_unary, gcpu_register_activation, gcpu_register_quant,
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
         gdp_status s = families[i](&r, err);
