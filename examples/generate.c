@@ -45,15 +45,15 @@ int main(int argc, char **argv)
     if (scratch == NULL || gd_lm_engine_prefill(engine, ids, (int64_t)n, &logits) != GD_OK) return fail(ctx, "prefill");
 
     fputs(argv[2], stdout);
+    /* the first token from the prompt's logits, the next ones sampled as each step runs */
+    int32_t next = gd_lm_sample(logits, V, &sc, (uint64_t)gd_lm_engine_length(engine), scratch);
     for (int64_t i = 0; i < n_new; i++) {
-        int64_t pos = gd_lm_engine_length(engine);
-        int32_t next = gd_lm_sample(logits, V, &sc, (uint64_t)pos, scratch);
         size_t len = 0;
         const uint8_t *text = gd_tokenizer_token(tok, next, &len);
         if (text != NULL) fwrite(text, 1, len, stdout);
         fflush(stdout);
-        if (next == gd_tokenizer_eos(tok) || pos + 1 >= gd_lm_engine_model(engine)->max_seq) break;
-        if (gd_lm_engine_step(engine, next, &logits) != GD_OK) return fail(ctx, "step");
+        if (next == gd_tokenizer_eos(tok) || gd_lm_engine_length(engine) + 1 >= gd_lm_engine_model(engine)->max_seq) break;
+        if (gd_lm_engine_next(engine, next, &sc, &next) != GD_OK) return fail(ctx, "step");
     }
     putchar('\n');
     free(scratch);

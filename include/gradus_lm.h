@@ -304,6 +304,11 @@ typedef struct gd_sample_config {
  * gd_lm_sample_scratch(V) bytes. */
 int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch);
 size_t gd_lm_sample_scratch(int64_t V);
+/* The same inside a program: the next token (B) i32 of each row of logits (B, V), row b
+ * drawing number draw[b] (an i32/i64 (B) tensor, so a runtime value): a decoder then reads
+ * back one id per sequence, not a row of logits. The sampling settings are fixed in the
+ * node. */
+gd_tensor *gd_sample(gd_tensor *logits, gd_tensor *draw, const gd_sample_config *c);
 
 typedef struct gd_lm_generate_config {
     int64_t max_tokens;              /* to add after the prompt; 0: 64 (and the model's positions bound it) */
@@ -368,6 +373,10 @@ const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e);
 gd_status gd_lm_engine_prefill(gd_lm_engine *e, const int32_t *ids, int64_t n, const float **logits);
 /* Appends one token; *logits are those after it. */
 gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits);
+/* Appends one token and samples the one after it on the backend (gd_sample: the same
+ * token gd_lm_sample picks from gd_lm_engine_step's logits with draw number = its position),
+ * reading back only its id. The first use of a sampling setting compiles a program. */
+gd_status gd_lm_engine_next(gd_lm_engine *e, int32_t id, const gd_sample_config *c, int32_t *next);
 /* Tokens in the sequence so far. */
 int64_t gd_lm_engine_length(const gd_lm_engine *e);
 void gd_lm_engine_free(gd_lm_engine *e);

@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENGINE_PASSES 8 /* chunk, chunk/4, ..., 1: at most this many sizes */
+#define ENGINE_PASSES 8  /* chunk, chunk/4, ..., 1: at most this many sizes */
+#define ENGINE_SAMPLERS 4 /* sampling settings kept compiled at once */
 
 struct gd_lm_engine {
     gd_ctx *ctx;
@@ -35,6 +36,15 @@ struct gd_lm_engine {
     gd_tensor *ids[ENGINE_PASSES], *out[ENGINE_PASSES];
     gd_program *prog[ENGINE_PASSES];
     float *logits; /* vocab_size: the latest logits */
+    /* decode steps that sample on the backend (gd_lm_engine_next): the decode pass, then a
+     * sample node with the settings fixed, reading the draw number at run time */
+    gd_tensor *draw;
+    int n_samplers, next_sampler;
+    struct {
+        gd_sample_config c;
+        gd_tensor *tok;
+        gd_program *prog;
+    } samplers[ENGINE_SAMPLERS];
 };
 
 static gd_status status_or(gd_ctx *ctx, gd_status fallback)
@@ -46,6 +56,7 @@ void gd_lm_engine_free(gd_lm_engine *e)
 {
     if (e == NULL) return;
     for (int k = 0; k < e->n_pass; k++) gd_program_free(e->prog[k]);
+    for (int k = 0; k < e->n_samplers; k++) gd_program_free(e->samplers[k].prog);
     gd_graph_free(e->g);
     free(e->logits);
     free(e);
@@ -104,6 +115,7 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     }
     e->pos = gd_input(e->g, "pos", GD_I32, 0, NULL);
     e->kv_len = gd_input(e->g, "kv_len", GD_I32, 0, NULL);
+    e->draw = gd_input(e->g, "draw", GD_I64, 1, (int64_t[]){1});
     for (int k = 0; k < e->n_pass && st == GD_OK; k++) {
         char name[32];
         snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
@@ -181,5 +193,59 @@ gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits)
     gd_status st = check_ids(e, &id, 1);
     if (st == GD_OK) st = run_pass(e, e->n_pass - 1, &id);
     *logits = st == GD_OK ? e->logits : NULL;
+    return st;
+}
+
+static int same_sampling(const gd_sample_config *a, const gd_sample_config *b)
+{
+    int greedy = !(a->temperature > 0);
+    if (greedy || !(b->temperature > 0)) return greedy == !(b->temperature > 0);
+    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p && a->seed == b->seed;
+}
+
+/* The program that runs a decode step and samples its token with settings c: made on first
+ * use over the decode pass, kept for the next steps (a few settings at once). */
+static gd_status sampler_for(gd_lm_engine *e, const gd_sample_config *c, int *which)
+{
+    for (int k = 0; k < e->n_samplers; k++)
+        if (same_sampling(&e->samplers[k].c, c)) {
+            *which = k;
+            return GD_OK;
+        }
+    int k = e->n_samplers < ENGINE_SAMPLERS ? e->n_samplers++ : e->next_sampler++ % ENGINE_SAMPLERS;
+    gd_program_free(e->samplers[k].prog);
+    e->samplers[k].prog = NULL;
+    e->samplers[k].c = *c;
+    gd_tensor *row = gd_reshape(e->out[e->n_pass - 1], 2, (int64_t[]){1, e->cfg.vocab_size});
+    gd_tensor *tok = gd_sample(row, e->draw, c);
+    gd_program *p = tok != NULL ? gd_compile(e->g, 1, &tok, 0) : NULL;
+    if (p == NULL) {
+        e->samplers[k].c.temperature = -1; /* matches no request: made again next time */
+        return status_or(e->ctx, GD_ERR_INVALID);
+    }
+    e->samplers[k].tok = tok;
+    e->samplers[k].prog = p;
+    *which = k;
+    return GD_OK;
+}
+
+gd_status gd_lm_engine_next(gd_lm_engine *e, int32_t id, const gd_sample_config *c, int32_t *next)
+{
+    if (e == NULL) return GD_ERR_INVALID;
+    if (c == NULL || next == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: NULL argument");
+    if (e->len == 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: no sequence (prefill first)");
+    gd_status st = check_ids(e, &id, 1);
+    int k = 0;
+    if (st == GD_OK) st = sampler_for(e, c, &k);
+    /* the token sampled will sit at position len + 1: its draw number, as gd_lm_generate's */
+    int32_t pos = (int32_t)e->len, len = (int32_t)(e->len + 1);
+    int64_t draw = e->len + 1;
+    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], &id, sizeof id);
+    if (st == GD_OK) st = gd_tensor_write(e->pos, &pos, sizeof pos);
+    if (st == GD_OK) st = gd_tensor_write(e->kv_len, &len, sizeof len);
+    if (st == GD_OK) st = gd_tensor_write(e->draw, &draw, sizeof draw);
+    if (st == GD_OK) st = gd_program_run(e->samplers[k].prog);
+    if (st == GD_OK) st = gd_tensor_read(e->samplers[k].tok, next, sizeof *next);
+    if (st == GD_OK) e->len += 1;
     return st;
 }

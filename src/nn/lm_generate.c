@@ -105,10 +105,12 @@ static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_con
     if (st == GD_OK) st = gd_lm_engine_prefill(e, win, *len, &lg);
     double t1 = now_s();
     c->prefill_s = t1 - t0;
+    /* the first token from the prompt's logits; each next one sampled on the backend as the
+     * decode step runs, so a step reads back one id, not the logits */
+    int32_t next = st == GD_OK ? gd_lm_sample(lg, cfg->vocab_size, &c->sample, (uint64_t)*len, scratch) : 0;
     while (st == GD_OK && *len < T) {
-        int32_t next = gd_lm_sample(lg, cfg->vocab_size, &c->sample, (uint64_t)*len, scratch);
         if (emit(c, win, len, next) || *len == T) break;
-        st = gd_lm_engine_step(e, next, &lg);
+        st = gd_lm_engine_next(e, next, &c->sample, &next);
     }
     c->decode_s = now_s() - t1;
     gd_lm_engine_free(e);

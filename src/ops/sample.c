@@ -1,0 +1,89 @@
+/* sample.c — picking the next token from logits inside a program, so that a decoder reads
+ * back one id per sequence instead of a row of logits.
+ *
+ *   sample(logits (B, V), draw (B) i32|i64) -> ids (B) i32
+ *   attrs: temperature (0: greedy), top_k (0: all), top_p (0 or 1: all), seed
+ *
+ * Row b is gd_lm_sample's pick (gradus_lm.h) with draw number draw[b]: greedy takes the
+ * first highest logit; otherwise the logits divided by the temperature (f32) are ordered
+ * by value, then id, cut to the top k and to the smallest prefix holding top_p of the
+ * mass (exp in double), and the Philox draw at (draw[b], seed) picks from what is left.
+ * The reference calls gd_lm_sample itself, so a sampled program and a host-side sampler
+ * give the same tokens; another backend must follow the same steps. Not differentiable.
+ */
+#include "gradus_lm.h"
+#include "refwalk.h"
+
+static int sample_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0], *d = &c->in[1];
+    char sx[160], sd[160];
+    gd_shape_str(x, sx, sizeof sx);
+    gd_shape_str(d, sd, sizeof sd);
+    if (x->ndim != 2 || x->dim[1] < 1) return gd_infer_fail(c, "logits %s must be (B, V) with V >= 1", sx);
+    if ((d->dtype != GDP_I32 && d->dtype != GDP_I64) || d->ndim != 1 || d->dim[0] != x->dim[0])
+        return gd_infer_fail(c, "draw %s must be [%lld] of i32 or i64 (a draw number per row)", sd, (long long)x->dim[0]);
+    double t = gdp_attr_float(c->attrs, "temperature", 0), p = gdp_attr_float(c->attrs, "top_p", 0);
+    if (!(t >= 0) || !(p >= 0 && p <= 1) || gdp_attr_int(c->attrs, "top_k", 0) < 0)
+        return gd_infer_fail(c, "temperature %g, top_p %g, top_k %lld: want t >= 0, 0 <= top_p <= 1, top_k >= 0", t, p,
+                             (long long)gdp_attr_int(c->attrs, "top_k", 0));
+    c->out[0] = (gd_shape){.dtype = GDP_I32, .ndim = 1, .dim = {x->dim[0]}};
+    return 0;
+}
+
+/* a row of the logits in f32 (the core widens halves), then gd_lm_sample's scratch */
+static size_t sample_workspace(const gdp_node *node)
+{
+    int64_t V = node->in[0]->shape[1];
+    return sizeof(float) * (size_t)V + 64 + gd_lm_sample_scratch(V);
+}
+
+static gdp_status sample_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend, (void)stream;
+    const gdp_tensor *x = node->in[0], *d = node->in[1];
+    int64_t B = x->shape[0], V = x->shape[1];
+    char *ws = rw_workspace(node, sample_workspace(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    float *row = (float *)ws;
+    void *scratch = ws + ((sizeof(float) * (size_t)V + 63) & ~(size_t)63);
+    gd_sample_config c = {.temperature = gdp_attr_float(&node->attrs, "temperature", 0),
+                          .top_k = gdp_attr_int(&node->attrs, "top_k", 0),
+                          .top_p = gdp_attr_float(&node->attrs, "top_p", 0),
+                          .seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0)};
+    int32_t *out = node->out[0]->data;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t v = 0; v < V; v++) row[v] = (float)rw_ld(x, b * x->stride[0] + v * x->stride[1]);
+        int64_t draw = rw_ld_index(d, b * d->stride[0]);
+        out[b] = gd_lm_sample(row, V, &c, (uint64_t)draw, scratch);
+    }
+    return GDP_OK;
+}
+
+static const char *const sample_cases[] = {
+    "f[3,7] i64[3]<100 | temperature=0",
+    "n[2,50] i64[2]<100 | temperature=0.8 top_k=5 seed=3",
+    "n[4,50] i32[4]<1000 | temperature=1 top_p=0.9 seed=11",
+    "n[2,300] i64[2]<1000 | temperature=0.7 top_k=40 top_p=0.95 seed=7",
+    "f[1,1] i64[1]<5 | temperature=2",
+    NULL,
+};
+
+gd_tensor *gd_sample(gd_tensor *logits, gd_tensor *draw, const gd_sample_config *c)
+{
+    if (logits == NULL || draw == NULL || c == NULL) return NULL;
+    gd_attr a[4] = {gd_attr_f("temperature", c->temperature), gd_attr_i("top_k", c->top_k),
+                    gd_attr_f("top_p", c->top_p), gd_attr_i("seed", (int64_t)c->seed)};
+    return gd_op(gd_tensor_graph(logits), "sample", 2, (gd_tensor *[]){logits, draw}, 4, a);
+}
+
+GD_FAMILY(sample)
+{
+    gd_register_op(r, &(gd_op_def){
+        .name = "sample", .min_in = 2, .max_in = 2, .n_out = 1,
+        .attrs = "temperature:float top_k:int top_p:float seed:int",
+        .dtypes = GD_FLOATS, .infer = sample_infer, .ref = sample_ref, .cases = sample_cases,
+        .ref_workspace = sample_workspace, .ref_strided = 1, .tol = 0,
+        .doc = "the next token of each row of logits (B, V): greedy at temperature 0, else temperature, top-k and "
+               "top-p as gd_lm_sample, drawing Philox number draw[b] of the seed"});
+}
