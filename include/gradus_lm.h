@@ -215,7 +215,8 @@ gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, g
 /* The same with a KV cache: each layer's keys and values are written into states
  * "cache.<layer>.k" and "cache.<layer>.v" ((B, Hkv, cache_len, hd), the compute dtype) at
  * position pos, and attention reads the first kv_len positions of them (an i32 scalar,
- * normally pos + T): a decoder's step. pos and kv_len are runtime values, so one compiled
+ * normally pos + T): a decoder's step. pos and kv_len may also be (B) vectors, a position
+ * and a length per sequence of the batch. pos and kv_len are runtime values, so one compiled
  * program serves every position. A second call over the same graph (another T) shares the
  * parameters and the cache. Being for inference, it makes the parameters in `dtype` too
  * (no f32 master weights): a bf16 model's weights are read at their own width. */
@@ -356,7 +357,7 @@ gd_status gd_lm_evaluate(gd_ctx *ctx, const char *where, const int32_t *ids, int
 /* A model loaded for generation: a prefill program (chunks of prompt tokens) and a decode
  * program (one token) compiled over one graph, sharing the weights and a KV cache of
  * max_len positions. Positions and lengths are runtime values: no recompilation per
- * token. One sequence at a time. */
+ * token. One sequence, or a batch of them decoded together, each at its own position. */
 typedef struct gd_lm_engine gd_lm_engine;
 typedef struct gd_lm_engine_config {
     int64_t max_len; /* positions the cache holds; 0: the model's max_seq */
@@ -365,6 +366,7 @@ typedef struct gd_lm_engine_config {
                       * store (gd_lm_model_dtype); 1: in `dtype` */
     gd_dtype dtype;  /* f32, bf16 or f16 */
     gd_lm_quant quantize;
+    int64_t batch;   /* sequences decoded together (the _batch calls); 0: 1 */
 } gd_lm_engine_config;
 gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engine_config *c, gd_lm_engine **out);
 const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e);
@@ -379,6 +381,20 @@ gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits);
 gd_status gd_lm_engine_next(gd_lm_engine *e, int32_t id, const gd_sample_config *c, int32_t *next);
 /* Tokens in the sequence so far. */
 int64_t gd_lm_engine_length(const gd_lm_engine *e);
+/* A batch: starts B sequences with their prompts (prompt b holds n[b] >= 1 tokens; the
+ * lengths may differ); *logits (B x vocab_size floats, valid until the next call) are each
+ * sequence's after its last token. */
+gd_status gd_lm_engine_prefill_batch(gd_lm_engine *e, const int32_t *const *prompts, const int64_t *n,
+                                     const float **logits);
+/* Appends ids[b] to sequence b (a negative id leaves sequence b as it is: a finished one);
+ * *logits as above (an idle sequence's row keeps its last logits). */
+gd_status gd_lm_engine_step_batch(gd_lm_engine *e, const int32_t *ids, const float **logits);
+/* The same, sampling each sequence's next token on the backend into next[b]: draw number
+ * p + b * 2^40 for the token that will take position p (sequence 0 draws as a single
+ * sequence does; the others from streams of their own); an idle sequence's is meaningless. */
+gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int32_t *next);
+/* Tokens in sequence b so far. */
+int64_t gd_lm_engine_length_of(const gd_lm_engine *e, int64_t b);
 void gd_lm_engine_free(gd_lm_engine *e);
 
 /* ---- checkpoints ------------------------------------------------------------------- */

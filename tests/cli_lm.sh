@@ -74,6 +74,12 @@ check "eval: an unknown quantization" 2 'bad value "int4" for --quantize \(want 
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --quantize int8 > "$T/gen8" 2> /dev/null
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --quantize int8 --recompute > "$T/gen9" 2> /dev/null
 must "generate --quantize int8: the same text without the KV cache" cmp -s "$T/gen8" "$T/gen9"
+"$G" generate --model "$T/run" --prompt-ids 1,2,3 --max-tokens 6 --seed 4 --print-ids --batch 3 > "$T/genb" 2> "$T/genb.err"
+"$G" generate --model "$T/run" --prompt-ids 1,2,3 --max-tokens 6 --seed 4 --print-ids > "$T/gens" 2> /dev/null
+must "generate --batch 3: three rows and the batch's throughput" grep -q "over a batch of 3" "$T/genb.err"
+must "generate --batch: sequence 0 is the single sequence's" test "$(sed -n 's/^\[0\] //p' "$T/genb")" = "$(tr -d '\n' < "$T/gens")"
+run "$G" generate --model "$T/run" --prompt-ids 1 --batch 2 --recompute
+check "generate: --batch with --recompute" 2 "does not go with --recompute"
 run "$G" eval --model "$T/run" --data "$T/nonexistent.txt"
 check "eval: no text" 1 "eval: .*nonexistent.txt: No such file"
 if [ -x "$2/generate" ]; then

@@ -134,6 +134,105 @@ static int same_tokens(const int32_t *a, int64_t na, const int32_t *b, int64_t n
     return a != NULL && b != NULL && na == nb && memcmp(a, b, sizeof *a * (size_t)na) == 0;
 }
 
+/* A batch of three sequences with prompts of different lengths, decoded together (one of
+ * them idle for a while): each sequence's logits and sampled tokens equal those of the
+ * same sequence decoded alone, on backend c. */
+static void check_batch(gd_ctx *c, const char *dir, const char *what)
+{
+    enum { NB = 3, STEPS = 8 };
+    static const int64_t plen[NB] = {5, 12, 9};
+    int32_t prompt[NB][12];
+    for (int b = 0; b < NB; b++) prompt_of(prompt[b], plen[b], 300, 20 + (uint64_t)b);
+    const int32_t *pp[NB] = {prompt[0], prompt[1], prompt[2]};
+    gd_lm_engine *eb = NULL, *e1 = NULL;
+    gd_lm_engine_config cb = {.batch = NB, .max_len = 40};
+    gd_lm_engine_config c1 = {.max_len = 40};
+    CHECK(gd_lm_engine_open(c, dir, &cb, &eb) == GD_OK && gd_lm_engine_open(c, dir, &c1, &e1) == GD_OK,
+          "%s: batch engine: %s", what, gd_ctx_error(c));
+    if (eb == NULL || e1 == NULL) {
+        gd_lm_engine_free(eb), gd_lm_engine_free(e1);
+        return;
+    }
+    const float *lb = NULL;
+    CHECK(gd_lm_engine_prefill_batch(eb, pp, plen, &lb) == GD_OK, "%s: batch prefill: %s", what, gd_ctx_error(c));
+    /* greedy tokens, sequence 1 idle at steps 2..4 */
+    int32_t toks[STEPS][NB];
+    double worst = 0;
+    int64_t V = 300;
+    float *rows = malloc(sizeof(float) * (size_t)(NB * V * (STEPS + 1)));
+    for (int i = 0; lb != NULL && rows != NULL && i <= STEPS; i++) {
+        memcpy(rows + (size_t)i * NB * V, lb, sizeof(float) * (size_t)(NB * V));
+        if (i == STEPS) break;
+        for (int b = 0; b < NB; b++) {
+            int64_t best = 0;
+            for (int64_t v = 1; v < V; v++)
+                if (lb[b * V + v] > lb[b * V + best]) best = v;
+            toks[i][b] = b == 1 && i >= 2 && i <= 4 ? -1 : (int32_t)best;
+        }
+        if (gd_lm_engine_step_batch(eb, toks[i], &lb) != GD_OK) {
+            CHECK(0, "%s: batch step %d: %s", what, i, gd_ctx_error(c));
+            lb = NULL;
+        }
+    }
+    for (int b = 0; lb != NULL && b < NB; b++) {
+        const float *l1 = NULL;
+        CHECK(gd_lm_engine_prefill(e1, prompt[b], plen[b], &l1) == GD_OK, "%s: prefill %d: %s", what, b, gd_ctx_error(c));
+        for (int i = 0; l1 != NULL && i <= STEPS; i++) {
+            const float *want = l1, *got = rows + ((size_t)i * NB + (size_t)b) * (size_t)V;
+            double err = nmse(want, got, V);
+            if (err > worst) worst = err;
+            if (i == STEPS) break;
+            if (toks[i][b] >= 0 && gd_lm_engine_step(e1, toks[i][b], &l1) != GD_OK) l1 = NULL;
+        }
+    }
+    CHECK(gd_lm_engine_length_of(eb, 1) == 12 + STEPS - 3 && gd_lm_engine_length_of(eb, 0) == 5 + STEPS,
+          "%s: batch lengths %lld, %lld", what, (long long)gd_lm_engine_length_of(eb, 0),
+          (long long)gd_lm_engine_length_of(eb, 1));
+    printf("%s: a batch of 3 (prompts of 5, 12 and 9 tokens, one idle for 3 steps) against each alone: "
+           "worst logits NMSE %.2e over %d steps\n", what, worst, STEPS);
+    CHECK(worst <= 1e-10, "%s: batched logits differ from single-sequence ones: NMSE %.2e", what, worst);
+    /* sampled on the backend: the tokens the host sampler picks from the batch's logits,
+     * sequence b drawing from its own stream (b * 2^40 on); sequence 0 as one alone */
+    gd_sample_config sc = {.temperature = 0.9, .top_k = 30, .seed = 4};
+    int32_t next[NB], cur[NB], want[NB], one[STEPS], all[STEPS][NB];
+    void *scratch = malloc(gd_lm_sample_scratch(V));
+    gd_lm_engine *eh = NULL;
+    const float *lh = NULL;
+    int same = scratch != NULL && gd_lm_engine_open(c, dir, &cb, &eh) == GD_OK &&
+               gd_lm_engine_prefill_batch(eb, pp, plen, &lb) == GD_OK &&
+               gd_lm_engine_prefill_batch(eh, pp, plen, &lh) == GD_OK;
+    for (int b = 0; same && b < NB; b++) cur[b] = gd_lm_sample(lb + b * V, V, &sc, (uint64_t)plen[b], scratch);
+    for (int i = 0; same && i < STEPS; i++) {
+        same = gd_lm_engine_next_batch(eb, cur, &sc, next) == GD_OK && gd_lm_engine_step_batch(eh, cur, &lh) == GD_OK;
+        for (int b = 0; same && b < NB; b++) {
+            uint64_t draw = (uint64_t)gd_lm_engine_length_of(eh, b) + ((uint64_t)b << 40);
+            want[b] = gd_lm_sample(lh + b * V, V, &sc, draw, scratch);
+            same = want[b] == next[b];
+        }
+        memcpy(all[i], next, sizeof next);
+        memcpy(cur, next, sizeof next);
+    }
+    CHECK(same, "%s: tokens sampled in a batch differ from the host sampler's on its logits: %s", what,
+          gd_ctx_error(c));
+    const float *l1 = NULL;
+    if (same && gd_lm_engine_prefill(e1, prompt[0], plen[0], &l1) == GD_OK) {
+        int32_t t = gd_lm_sample(l1, V, &sc, (uint64_t)plen[0], scratch);
+        for (int i = 0; i < STEPS && gd_lm_engine_next(e1, t, &sc, &t) == GD_OK; i++) one[i] = t;
+        for (int i = 0; i < STEPS; i++) same &= one[i] == all[i][0];
+        CHECK(same, "%s: sequence 0 of a batch samples other tokens than alone", what);
+    }
+    free(scratch);
+    gd_lm_engine_free(eh);
+    int32_t bad[NB] = {1, 2, 300};
+    CHECK(gd_lm_engine_step_batch(eb, bad, &lb) != GD_OK && strstr(gd_ctx_error(c), "id 300") != NULL,
+          "%s: a bad id in a batch: %s", what, gd_ctx_error(c));
+    CHECK(gd_lm_engine_step(eb, 1, &lb) != GD_OK && strstr(gd_ctx_error(c), "gd_lm_engine_step_batch") != NULL,
+          "%s: the single-sequence call on a batch: %s", what, gd_ctx_error(c));
+    free(rows);
+    gd_lm_engine_free(eb);
+    gd_lm_engine_free(e1);
+}
+
 /* int8 weights and W8A8: the engine's tokens equal recomputation's (the cache is exact
  * for quantized projections too) on the reference, the CPU backend and the test device;
  * the quantized logits stay near the float ones; GPT-2 is refused by name. */
@@ -330,6 +429,9 @@ int main(void)
         }
         if (cpu != NULL) check_logits(cpu, dirs[m], "cpu");
         if (td != NULL) check_logits(td, dirs[m], "testdev");
+        check_batch(ctx, dirs[m], names[m]);
+        if (cpu != NULL) check_batch(cpu, dirs[m], "cpu");
+        if (td != NULL) check_batch(td, dirs[m], "testdev");
         gd_ctx_free(cpu);
         gd_ctx_free(td);
         gd_free_mem(a);

@@ -32,6 +32,11 @@ int cmd_plot(int argc, char **argv);
  * `opt`, and on failure prints "gradus: bad value ... for --opt" to stderr and returns 0. */
 int cli_int(const char *opt, const char *value, int64_t lo, int64_t hi, int64_t *out);
 int cli_double(const char *opt, const char *value, double lo, double hi, double *out);
+/* `gradus generate --batch B` (generate_batch.c): B continuations of the prompt (n ids;
+ * its text, or NULL) decoded together and printed one per line; 1 on success, else 0
+ * with the error printed. */
+int cli_generate_batch(gd_ctx *ctx, const char *dir, const gd_tokenizer *tok, const char *prompt, const int32_t *ids,
+                       int64_t n, int64_t B, const gd_lm_generate_config *gc, int print_ids);
 /* --quantize: "int8" (weights) or "w8a8" (weights and activations). */
 int cli_quantize(const char *opt, const char *value, gd_lm_quant *out);
 /* For options with an argument: returns argv[*i + 1] and advances *i, or prints

@@ -29,6 +29,7 @@ static void help(FILE *f)
                "  --dtype T          compute in f32, bf16 or f16 (default: as the weights are stored)\n"
                "  --quantize Q       int8: the projections' weights in int8 (one scale per output\n"
                "                     channel); w8a8: each token's activations in int8 too\n"
+               "  --batch B          B continuations decoded together, printed one per line at the end\n"
                "  --backend NAME     run on this backend\n"
                "  --profile FILE     record a Chrome trace of the generation\n");
 }
@@ -82,7 +83,7 @@ int cmd_generate(int argc, char **argv)
     const char *dtype_name = NULL;
     gd_dtype dt = GD_F32;
     gd_lm_quant quant = GD_LM_FLOAT;
-    int64_t max_tokens = 64, top_k = 0, seed = 1;
+    int64_t max_tokens = 64, top_k = 0, seed = 1, batch = 1;
     double temperature = 0.8, top_p = 0.95;
     int print_ids = 0, recompute = 0;
     for (int i = 1; i < argc; i++) {
@@ -98,7 +99,7 @@ int cmd_generate(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer", "--dtype", "--quantize",
+                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer", "--dtype", "--quantize", "--batch",
                                              NULL};
         if (!cli_is_one_of(a, valued)) return cli_unknown("generate", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
@@ -110,6 +111,7 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name = v;
         else if (strcmp(a, "--quantize") == 0) ok = cli_quantize(a, v, &quant);
+        else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 65536, &batch);
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
         else if (strcmp(a, "--top-k") == 0) ok = cli_int(a, v, 0, INT32_MAX, &top_k);
         else if (strcmp(a, "--seed") == 0) ok = cli_int(a, v, 0, INT64_MAX, &seed);
@@ -119,6 +121,10 @@ int cmd_generate(int argc, char **argv)
     }
     if (dtype_name != NULL && (!gd_dtype_parse(dtype_name, &dt) || (dt != GD_F32 && dt != GD_BF16 && dt != GD_F16))) {
         fprintf(stderr, "gradus generate: --dtype %s: f32, bf16 or f16\n", dtype_name);
+        return 2;
+    }
+    if (batch > 1 && recompute) {
+        fprintf(stderr, "gradus generate: --batch decodes through the KV cache; it does not go with --recompute\n");
         return 2;
     }
     if (model == NULL || (prompt == NULL) == (prompt_ids == NULL)) {
@@ -153,6 +159,16 @@ int cmd_generate(int argc, char **argv)
         goto done;
     } else if ((st = gd_tokenizer_encode(ctx, tok, (const uint8_t *)prompt, strlen(prompt), &ids, &n)) != GD_OK) {
         goto fail;
+    }
+    if (batch > 1) {
+        gd_lm_generate_config bc = {.max_tokens = max_tokens, .use_dtype = dtype_name != NULL, .dtype = dt,
+                                    .quantize = quant,
+                                    .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p,
+                                               .seed = (uint64_t)seed}};
+        int32_t stop = tok != NULL ? gd_tokenizer_eos(tok) : -1;
+        if (stop >= 0) bc.stop_ids = &stop, bc.n_stop = 1;
+        rc = cli_generate_batch(ctx, dir, tok, prompt, ids, (int64_t)n, batch, &bc, print_ids) ? 0 : 1;
+        goto done;
     }
     stream s = {.tok = tok, .ids = print_ids || tok == NULL};
     if (!s.ids) fwrite(prompt != NULL ? prompt : "", 1, prompt != NULL ? strlen(prompt) : 0, stdout);

@@ -12,7 +12,14 @@
  * the chunk, a sixteenth, ..., one token: the decode program), so no padding ever reaches
  * the cache or a position table, and a short prompt does not cost a token per run.
  * Positions past the current length may hold an earlier sequence's keys: kv_len keeps
- * attention from reading them, and a new sequence overwrites them. */
+ * attention from reading them, and a new sequence overwrites them.
+ *
+ * A batch (config.batch > 1) decodes several sequences at once, each at its own length:
+ * pos and kv_len are then vectors, one per sequence, and every pass runs all of them.
+ * Prompts of different lengths share the chunk passes over their common length, then go
+ * on one token per decode pass; a sequence with nothing to add is fed a placeholder token
+ * at its next free position, which it does not count, and which its next real token
+ * overwrites. */
 #include "gradus_lm.h"
 
 #include <stdio.h>
@@ -28,14 +35,18 @@ struct gd_lm_engine {
     gd_lm_config cfg;
     gd_dtype dt; /* weights, activations and cache */
     gd_lm_quant quant;
-    int64_t max_len, len;
+    int64_t max_len, len; /* len: the first sequence's (the only one without a batch) */
+    int64_t B, *lens;     /* sequences, and each one's length */
+    int32_t *posv, *lenv, *tokv; /* staging for a pass: positions, lengths, tokens (B x chunk) */
+    int64_t *drawv;
     gd_tensor *pos, *kv_len;
     /* the forward passes, largest first; the last is over one token (the decode step) */
     int n_pass;
     int64_t size[ENGINE_PASSES];
     gd_tensor *ids[ENGINE_PASSES], *out[ENGINE_PASSES];
     gd_program *prog[ENGINE_PASSES];
-    float *logits; /* vocab_size: the latest logits */
+    float *logits; /* B x vocab_size: the latest logits of each sequence */
+    float *pass_logits; /* B x vocab_size: those a pass just made */
     /* decode steps that sample on the backend (gd_lm_engine_next): the decode pass, then a
      * sample node with the settings fixed, reading the draw number at run time */
     gd_tensor *draw;
@@ -59,10 +70,12 @@ void gd_lm_engine_free(gd_lm_engine *e)
     for (int k = 0; k < e->n_samplers; k++) gd_program_free(e->samplers[k].prog);
     gd_graph_free(e->g);
     free(e->logits);
+    free(e->pass_logits);
+    free(e->lens), free(e->posv), free(e->lenv), free(e->tokv), free(e->drawv);
     free(e);
 }
 
-/* The logits of the last position of a (1, T, V) forward pass, (1, 1, V) in f32. */
+/* The logits of the last position of a (B, T, V) forward pass, (B, 1, V) in f32. */
 static gd_tensor *last_position(gd_tensor *logits)
 {
     if (logits == NULL) return NULL;
@@ -107,19 +120,33 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     for (int64_t t = chunk; e->n_pass < ENGINE_PASSES - 1 && t > 1; t /= 4) e->size[e->n_pass++] = t;
     e->size[e->n_pass++] = 1;
 
+    e->B = c != NULL && c->batch > 0 ? c->batch : 1;
+    if (e->B > 65536) {
+        gd_lm_engine_free(e);
+        return gd_ctx_fail(ctx, GD_ERR_INVALID, "gd_lm_engine_open: a batch of %lld sequences; at most 65536",
+                           (long long)(c != NULL ? c->batch : 0));
+    }
+    size_t B = (size_t)e->B, V = (size_t)e->cfg.vocab_size;
     e->g = gd_graph_new(ctx);
-    e->logits = malloc(sizeof(float) * (size_t)e->cfg.vocab_size);
-    if (e->g == NULL || e->logits == NULL) {
+    e->logits = malloc(sizeof(float) * B * V);
+    e->pass_logits = malloc(sizeof(float) * B * V);
+    e->lens = calloc(B, sizeof *e->lens);
+    e->posv = calloc(B, sizeof *e->posv), e->lenv = calloc(B, sizeof *e->lenv), e->drawv = calloc(B, sizeof *e->drawv);
+    e->tokv = calloc(B * (size_t)e->size[0], sizeof *e->tokv);
+    if (e->g == NULL || e->logits == NULL || e->pass_logits == NULL || e->lens == NULL || e->posv == NULL ||
+        e->lenv == NULL || e->drawv == NULL || e->tokv == NULL) {
         gd_lm_engine_free(e);
         return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     }
-    e->pos = gd_input(e->g, "pos", GD_I32, 0, NULL);
-    e->kv_len = gd_input(e->g, "kv_len", GD_I32, 0, NULL);
-    e->draw = gd_input(e->g, "draw", GD_I64, 1, (int64_t[]){1});
+    /* one sequence: scalars (what every backend's fast kernels take); a batch: vectors */
+    int vec = e->B > 1;
+    e->pos = gd_input(e->g, "pos", GD_I32, vec, (int64_t[]){e->B});
+    e->kv_len = gd_input(e->g, "kv_len", GD_I32, vec, (int64_t[]){e->B});
+    e->draw = gd_input(e->g, "draw", GD_I64, 1, (int64_t[]){e->B});
     for (int k = 0; k < e->n_pass && st == GD_OK; k++) {
         char name[32];
         snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
-        e->ids[k] = gd_input(e->g, name, GD_I32, 2, (int64_t[]){1, e->size[k]});
+        e->ids[k] = gd_input(e->g, name, GD_I32, 2, (int64_t[]){e->B, e->size[k]});
         e->out[k] =
             last_position(
                 gd_lm_forward_quant(e->g, &e->cfg, e->ids[k], e->pos, e->kv_len, e->max_len, e->dt, e->quant));
@@ -142,46 +169,139 @@ const gd_lm_config *gd_lm_engine_model(const gd_lm_engine *e) { return e != NULL
 
 int64_t gd_lm_engine_length(const gd_lm_engine *e) { return e != NULL ? e->len : 0; }
 
-/* Runs pass k over its tokens from position e->len on, and reads the logits after the last. */
-static gd_status run_pass(gd_lm_engine *e, int k, const int32_t *tok)
+/* Runs pass k: row b's T tokens (tokv) from position posv[b] on, attention over lenv[b]
+ * cached positions; reads the logits after each row's last token into pass_logits. */
+static gd_status run_pass(gd_lm_engine *e, int k)
 {
-    gd_program *p = e->prog[k];
-    gd_tensor *ids = e->ids[k], *logits = e->out[k];
-    int64_t T = e->size[k];
-    int32_t pos = (int32_t)e->len, len = (int32_t)(e->len + T);
-    gd_status st = gd_tensor_write(ids, tok, sizeof *tok * (size_t)T);
-    if (st == GD_OK) st = gd_tensor_write(e->pos, &pos, sizeof pos);
-    if (st == GD_OK) st = gd_tensor_write(e->kv_len, &len, sizeof len);
-    if (st == GD_OK) st = gd_program_run(p);
-    if (st == GD_OK) st = gd_tensor_read(logits, e->logits, sizeof(float) * (size_t)e->cfg.vocab_size);
-    if (st == GD_OK) e->len += T;
+    size_t B = (size_t)e->B;
+    gd_status st = gd_tensor_write(e->ids[k], e->tokv, sizeof *e->tokv * B * (size_t)e->size[k]);
+    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
+    if (st == GD_OK) st = gd_program_run(e->prog[k]);
+    if (st == GD_OK)
+        st = gd_tensor_read(e->out[k], e->pass_logits, sizeof(float) * B * (size_t)e->cfg.vocab_size);
     return st;
 }
 
-static gd_status check_ids(gd_lm_engine *e, const int32_t *ids, int64_t n)
+static gd_status check_ids(gd_lm_engine *e, const int32_t *ids, int64_t n, int64_t used)
 {
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->cfg.vocab_size)
             return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "token %lld is id %d, outside the model's vocabulary of %lld",
                                (long long)i, (int)ids[i], (long long)e->cfg.vocab_size);
-    if (e->len + n > e->max_len)
+    if (used + n > e->max_len)
         return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "%lld tokens do not fit: the KV cache holds %lld positions and %lld are used",
-                           (long long)n, (long long)e->max_len, (long long)e->len);
+                           (long long)n, (long long)e->max_len, (long long)used);
+    return GD_OK;
+}
+
+/* Stages a pass of T tokens per row: row b adds tok[b][0..T) when tok[b] is not NULL, or a
+ * placeholder at its next free position (uncounted) otherwise. */
+static void stage(gd_lm_engine *e, int64_t T, const int32_t *const *tok, int64_t at)
+{
+    for (int64_t b = 0; b < e->B; b++) {
+        int64_t L = e->lens[b];
+        if (tok[b] == NULL && L + T > e->max_len) L = e->max_len - T; /* a full row's placeholder */
+        e->posv[b] = (int32_t)L;
+        e->lenv[b] = (int32_t)(L + T);
+        for (int64_t t = 0; t < T; t++) e->tokv[b * T + t] = tok[b] != NULL ? tok[b][at + t] : 0;
+    }
+}
+
+/* After a pass: rows that added tokens count them and keep their logits. */
+static void commit(gd_lm_engine *e, int64_t T, const int32_t *const *tok)
+{
+    size_t V = (size_t)e->cfg.vocab_size;
+    for (int64_t b = 0; b < e->B; b++)
+        if (tok[b] != NULL) {
+            e->lens[b] += T;
+            memcpy(e->logits + (size_t)b * V, e->pass_logits + (size_t)b * V, sizeof(float) * V);
+        }
+    e->len = e->lens[0];
+}
+
+gd_status gd_lm_engine_prefill_batch(gd_lm_engine *e, const int32_t *const *prompts, const int64_t *n,
+                                     const float **logits)
+{
+    if (e == NULL) return GD_ERR_INVALID;
+    if (prompts == NULL || n == NULL || logits == NULL)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_prefill: NULL argument");
+    *logits = NULL;
+    int64_t common = INT64_MAX, longest = 0;
+    gd_status st = GD_OK;
+    for (int64_t b = 0; b < e->B && st == GD_OK; b++) {
+        if (prompts[b] == NULL || n[b] < 1)
+            return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "prompt %lld is empty (give at least one token)", (long long)b);
+        st = check_ids(e, prompts[b], n[b], 0);
+        if (n[b] < common) common = n[b];
+        if (n[b] > longest) longest = n[b];
+    }
+    for (int64_t b = 0; b < e->B; b++) e->lens[b] = 0; /* new sequences */
+    e->len = 0;
+    /* the common length in whole chunks and the smaller passes, every row alike ... */
+    int64_t done = 0;
+    for (int k = 0; k < e->n_pass && st == GD_OK; k++)
+        for (; st == GD_OK && common - done >= e->size[k]; done += e->size[k]) {
+            stage(e, e->size[k], prompts, done);
+            if ((st = run_pass(e, k)) == GD_OK) commit(e, e->size[k], prompts);
+        }
+    /* ... then a token per decode pass for the rows with more */
+    const int32_t **rows = malloc(sizeof *rows * (size_t)e->B);
+    if (rows == NULL && st == GD_OK) st = gd_ctx_fail(e->ctx, GD_ERR_NOMEM, "out of memory");
+    for (int64_t j = common; j < longest && st == GD_OK; j++) {
+        for (int64_t b = 0; b < e->B; b++) rows[b] = j < n[b] ? prompts[b] : NULL;
+        stage(e, 1, rows, j);
+        if ((st = run_pass(e, e->n_pass - 1)) == GD_OK) commit(e, 1, rows);
+    }
+    free(rows);
+    if (st != GD_OK) {
+        for (int64_t b = 0; b < e->B; b++) e->lens[b] = 0;
+        e->len = 0;
+        return st;
+    }
+    *logits = e->logits;
     return GD_OK;
 }
 
 gd_status gd_lm_engine_prefill(gd_lm_engine *e, const int32_t *ids, int64_t n, const float **logits)
 {
     if (e == NULL) return GD_ERR_INVALID;
+    if (e->B != 1)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_prefill: the engine decodes a batch of %lld; use "
+                                                   "gd_lm_engine_prefill_batch", (long long)e->B);
     if (ids == NULL || logits == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_prefill: NULL argument");
     if (n < 1) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "an empty prompt (give at least one token)");
-    e->len = 0; /* a new sequence */
-    gd_status st = check_ids(e, ids, n);
-    int64_t done = 0;
-    for (int k = 0; k < e->n_pass; k++)
-        for (; st == GD_OK && n - done >= e->size[k]; done += e->size[k]) st = run_pass(e, k, ids + done);
-    if (st != GD_OK) e->len = 0;
-    *logits = st == GD_OK ? e->logits : NULL;
+    return gd_lm_engine_prefill_batch(e, &ids, &n, logits);
+}
+
+/* Stages one decode step: row b adds ids[b], or idles when it is negative. */
+static gd_status stage_step(gd_lm_engine *e, const int32_t *ids, const int32_t **rows)
+{
+    for (int64_t b = 0; b < e->B; b++) {
+        rows[b] = NULL;
+        if (ids[b] < 0) continue;
+        if (e->lens[b] == 0)
+            return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: no prompt yet (prefill first)", (long long)b);
+        gd_status st = check_ids(e, ids + b, 1, e->lens[b]);
+        if (st != GD_OK) return st;
+        rows[b] = ids + b;
+    }
+    stage(e, 1, rows, 0);
+    return GD_OK;
+}
+
+gd_status gd_lm_engine_step_batch(gd_lm_engine *e, const int32_t *ids, const float **logits)
+{
+    if (e == NULL) return GD_ERR_INVALID;
+    if (ids == NULL || logits == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: NULL argument");
+    *logits = NULL;
+    const int32_t *rows[1];
+    const int32_t **r = e->B == 1 ? rows : malloc(sizeof *r * (size_t)e->B);
+    if (r == NULL) return gd_ctx_fail(e->ctx, GD_ERR_NOMEM, "out of memory");
+    gd_status st = stage_step(e, ids, r);
+    if (st == GD_OK && (st = run_pass(e, e->n_pass - 1)) == GD_OK) commit(e, 1, r);
+    if (r != rows) free(r);
+    if (st == GD_OK) *logits = e->logits;
     return st;
 }
 
@@ -189,11 +309,16 @@ gd_status gd_lm_engine_step(gd_lm_engine *e, int32_t id, const float **logits)
 {
     if (e == NULL) return GD_ERR_INVALID;
     if (logits == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: NULL argument");
-    if (e->len == 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: no sequence (prefill first)");
-    gd_status st = check_ids(e, &id, 1);
-    if (st == GD_OK) st = run_pass(e, e->n_pass - 1, &id);
-    *logits = st == GD_OK ? e->logits : NULL;
-    return st;
+    if (e->B != 1)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_step: the engine decodes a batch of %lld; use "
+                                                   "gd_lm_engine_step_batch", (long long)e->B);
+    if (id < 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "token id %d is negative", (int)id);
+    return gd_lm_engine_step_batch(e, &id, logits);
+}
+
+int64_t gd_lm_engine_length_of(const gd_lm_engine *e, int64_t b)
+{
+    return e != NULL && b >= 0 && b < e->B ? e->lens[b] : 0;
 }
 
 static int same_sampling(const gd_sample_config *a, const gd_sample_config *b)
@@ -216,7 +341,7 @@ static gd_status sampler_for(gd_lm_engine *e, const gd_sample_config *c, int *wh
     gd_program_free(e->samplers[k].prog);
     e->samplers[k].prog = NULL;
     e->samplers[k].c = *c;
-    gd_tensor *row = gd_reshape(e->out[e->n_pass - 1], 2, (int64_t[]){1, e->cfg.vocab_size});
+    gd_tensor *row = gd_reshape(e->out[e->n_pass - 1], 2, (int64_t[]){e->B, e->cfg.vocab_size});
     gd_tensor *tok = gd_sample(row, e->draw, c);
     gd_program *p = tok != NULL ? gd_compile(e->g, 1, &tok, 0) : NULL;
     if (p == NULL) {
@@ -229,23 +354,42 @@ static gd_status sampler_for(gd_lm_engine *e, const gd_sample_config *c, int *wh
     return GD_OK;
 }
 
+gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int32_t *next)
+{
+    if (e == NULL) return GD_ERR_INVALID;
+    if (ids == NULL || c == NULL || next == NULL)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: NULL argument");
+    const int32_t *rows[1];
+    const int32_t **r = e->B == 1 ? rows : malloc(sizeof *r * (size_t)e->B);
+    if (r == NULL) return gd_ctx_fail(e->ctx, GD_ERR_NOMEM, "out of memory");
+    int k = 0;
+    gd_status st = stage_step(e, ids, r);
+    if (st == GD_OK) st = sampler_for(e, c, &k);
+    /* the token sampled will sit at position len + 1: its draw number, as gd_lm_generate's;
+     * sequence b draws from its own stream, b * 2^40 further on (sequence 0's is a single
+     * sequence's), so that a batch of one prompt gives different continuations */
+    for (int64_t b = 0; b < e->B; b++) e->drawv[b] = e->posv[b] + 1 + (b << 40);
+    size_t B = (size_t)e->B;
+    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    if (st == GD_OK) st = gd_program_run(e->samplers[k].prog);
+    if (st == GD_OK) st = gd_tensor_read(e->samplers[k].tok, next, sizeof *next * B);
+    if (st == GD_OK) {
+        for (int64_t b = 0; b < e->B; b++) e->lens[b] += r[b] != NULL;
+        e->len = e->lens[0];
+    }
+    if (r != rows) free(r);
+    return st;
+}
+
 gd_status gd_lm_engine_next(gd_lm_engine *e, int32_t id, const gd_sample_config *c, int32_t *next)
 {
     if (e == NULL) return GD_ERR_INVALID;
-    if (c == NULL || next == NULL) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: NULL argument");
-    if (e->len == 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: no sequence (prefill first)");
-    gd_status st = check_ids(e, &id, 1);
-    int k = 0;
-    if (st == GD_OK) st = sampler_for(e, c, &k);
-    /* the token sampled will sit at position len + 1: its draw number, as gd_lm_generate's */
-    int32_t pos = (int32_t)e->len, len = (int32_t)(e->len + 1);
-    int64_t draw = e->len + 1;
-    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], &id, sizeof id);
-    if (st == GD_OK) st = gd_tensor_write(e->pos, &pos, sizeof pos);
-    if (st == GD_OK) st = gd_tensor_write(e->kv_len, &len, sizeof len);
-    if (st == GD_OK) st = gd_tensor_write(e->draw, &draw, sizeof draw);
-    if (st == GD_OK) st = gd_program_run(e->samplers[k].prog);
-    if (st == GD_OK) st = gd_tensor_read(e->samplers[k].tok, next, sizeof *next);
-    if (st == GD_OK) e->len += 1;
-    return st;
+    if (e->B != 1)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_next: the engine decodes a batch of %lld; use "
+                                                   "gd_lm_engine_next_batch", (long long)e->B);
+    if (id < 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "token id %d is negative", (int)id);
+    return gd_lm_engine_next_batch(e, &id, c, next);
 }

@@ -191,6 +191,18 @@ static gd_tensor *attend(builder *b, gd_tensor *q, gd_tensor *k, gd_tensor *v, i
     return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
 }
 
+/* The positions pos .. pos + T - 1 as i32: (T) for a scalar pos (or none), (B, T) for one
+ * per sequence (B) — a decoder's batch whose sequences stand at different lengths. */
+static gd_tensor *positions(builder *b, int64_t T, gd_tensor *pos)
+{
+    gd_tensor *at = gd_arange(b->g, GD_I32, T, 0, 1);
+    if (pos == NULL) return at;
+    gd_tensor *p = gd_tensor_dtype(pos) == GD_I32 ? pos : gd_cast(pos, GD_I32);
+    if (gd_tensor_ndim(pos) != 1) return gd_add(at, p);
+    int64_t B = gd_tensor_dim(pos, 0);
+    return gd_add(gd_reshape(at, 2, (int64_t[]){1, T}), gd_reshape(p, 2, (int64_t[]){B, 1}));
+}
+
 /* The cos and sin of Llama 3's scaled RoPE angles, states "rope.cos" and "rope.sin" of
  * (max_seq, hd): row p holds the angles p * f_i for the scaled frequencies f_i, twice over
  * (Hugging Face's cat(freqs, freqs)), computed once in double when the model is built. */
@@ -243,10 +255,10 @@ static gd_tensor *rotate(builder *b, gd_tensor *x, gd_tensor *pos)
     gd_tensor *ct, *st;
     if (rope_tables(b, &ct, &st) != GD_OK) return NULL;
     int64_t T = gd_tensor_dim(x, 1), hd = gd_tensor_dim(x, 3), half = hd / 2;
-    gd_tensor *at = gd_arange(b->g, GD_I32, T, 0, 1);
-    if (pos != NULL) at = gd_add(at, gd_tensor_dtype(pos) == GD_I32 ? pos : gd_cast(pos, GD_I32));
-    gd_tensor *c = use(b, gd_reshape(gd_embedding(ct, at), 4, (int64_t[]){1, T, 1, hd}));
-    gd_tensor *s = use(b, gd_reshape(gd_embedding(st, at), 4, (int64_t[]){1, T, 1, hd}));
+    gd_tensor *at = positions(b, T, pos);
+    int64_t rows = gd_tensor_ndim(at) == 2 ? gd_tensor_dim(at, 0) : 1; /* a table row per sequence, or one */
+    gd_tensor *c = use(b, gd_reshape(gd_embedding(ct, at), 4, (int64_t[]){rows, T, 1, hd}));
+    gd_tensor *s = use(b, gd_reshape(gd_embedding(st, at), 4, (int64_t[]){rows, T, 1, hd}));
     gd_tensor *parts[2] = {gd_neg(gd_slice(x, 3, half, hd)), gd_slice(x, 3, 0, half)};
     gd_tensor *rot = gd_concat(b->g, 2, parts, 3);
     return gd_add(gd_mul(x, c), gd_mul(rot, s));
@@ -300,9 +312,7 @@ static gd_tensor *gpt2(builder *b, gd_tensor *ids, gd_tensor *pos)
         return fail(b, GD_ERR_SHAPE, "gpt2: sequences of %lld tokens, but the model has %lld positions", (long long)T,
                     (long long)c->max_seq);
     /* positions pos .. pos + T - 1; one past the table is bad data the embedding reports */
-    gd_tensor *positions = gd_arange(b->g, GD_I32, T, 0, 1);
-    if (pos != NULL) positions = gd_add(positions, gd_tensor_dtype(pos) == GD_I32 ? pos : gd_cast(pos, GD_I32));
-    gd_tensor *x = use(b, gd_add(gd_embedding(wte, ids), gd_embedding(wpe, positions))); // (B, T, D) + (T, D)
+    gd_tensor *x = use(b, gd_add(gd_embedding(wte, ids), gd_embedding(wpe, positions(b, T, pos)))); // + (T | B, T, D)
     for (int64_t l = 0; l < c->n_layers && !b->failed; l++) {
         char L[64], P[96];
         snprintf(L, sizeof L, "transformer.h.%lld", (long long)l);

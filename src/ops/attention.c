@@ -28,24 +28,31 @@ static double *take(char **ws, int64_t n)
     return p;
 }
 
-/* Fails c unless input k is an integer scalar (a position or a length). */
-static int index_scalar(gd_infer *c, int k, const char *name)
+
+/* Fails c unless input k is an integer scalar or a vector of one per batch row (B of
+ * them): a decoder's batch whose sequences stand at different positions. */
+static int index_per_row(gd_infer *c, int k, const char *name, int64_t B)
 {
     const gd_shape *s = &c->in[k];
-    if (gdp_is_index(s->dtype) && gd_shape_numel(s) == 1) return 0;
+    if (gdp_is_index(s->dtype) && (gd_shape_numel(s) == 1 || (s->ndim == 1 && s->dim[0] == B))) return 0;
     char b[96];
-    return gd_infer_fail(c, "%s must be an i32 or i64 scalar, got %s", name, gd_shape_str(s, b, sizeof b));
+    return gd_infer_fail(c, "%s must be an i32 or i64 scalar or [%lld] (one per batch row), got %s", name, (long long)B,
+                         gd_shape_str(s, b, sizeof b));
 }
 
-/* The value of an integer scalar input. */
-static int64_t scalar_at(const gdp_node *node, int k) { return (int64_t)gd_ref_load(node->in[k], 0); }
+/* Input k's value for batch row b: the scalar, or element b. */
+static int64_t row_value(const gdp_node *node, int k, int64_t b)
+{
+    const gdp_tensor *t = node->in[k];
+    return (int64_t)gd_ref_load(t, gdp_numel(t) == 1 ? 0 : b);
+}
 
 /* ---- rope --------------------------------------------------------------------------- */
 
 static int rope_infer(gd_infer *c)
 {
-    if (c->n_in > 1 && index_scalar(c, 1, "pos")) return 1;
     const gd_shape *x = &c->in[0];
+    if (c->n_in > 1 && index_per_row(c, 1, "pos", x->ndim > 0 ? x->dim[0] : 1)) return 1;
     char xs[200];
     gd_shape_str(x, xs, sizeof xs);
     if (!is_float_dtype(x->dtype))
@@ -70,19 +77,19 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
     int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
     double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
     int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
-    int64_t pos_offset = node->n_in > 1 ? scalar_at(node, 1) : 0;
     double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
     double *cs = rw_workspace(node, rw_doubles(2 * half), err); // cos, sin per pair
     if (cs == NULL) return GDP_ERR_INVALID;
     const int64_t sb = x->stride[0], st = x->stride[1], sh = x->stride[2], sd = x->stride[3];
-    for (int64_t t = 0; t < T; t++) {
-        double pos = (double)(t + pos_offset);
-        for (int64_t i = 0; i < half; i++) {
-            double angle = pos * pow(theta, -2.0 * (double)i / (double)D);
-            cs[2 * i] = cos(angle);
-            cs[2 * i + 1] = sign * sin(angle);
-        }
-        for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < B; b++) {
+        int64_t pos_offset = node->n_in > 1 ? row_value(node, 1, b) : 0; /* a position per row, or one for all */
+        for (int64_t t = 0; t < T; t++) {
+            double pos = (double)(t + pos_offset);
+            for (int64_t i = 0; i < half; i++) {
+                double angle = pos * pow(theta, -2.0 * (double)i / (double)D);
+                cs[2 * i] = cos(angle);
+                cs[2 * i + 1] = sign * sin(angle);
+            }
             for (int64_t h = 0; h < H; h++) {
                 int64_t out = ((b * T + t) * H + h) * D, in = b * sb + t * st + h * sh; // [b, t, h, :]
                 for (int64_t i = 0; i < half; i++) {
@@ -92,6 +99,7 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
                     rw_st(y, out + j1, x0 * s + x1 * c);
                 }
             }
+        }
     }
     return GDP_OK;
 }
@@ -126,6 +134,7 @@ static const char *const rope_cases[] = {
     "f[1,2,1,6] i64[]<5:6 | interleaved=1 theta=500",
     "f[2,3,2,4] i32[]<3:4 | interleaved=0 inverse=1",
     "f[1,5,2,2] | interleaved=1 inverse=1",
+    "f[3,2,2,4] i32[3]<0:9 | interleaved=0", /* a decoder's batch: a position per sequence */
     NULL};
 
 /* ---- attention ---------------------------------------------------------------------- */
@@ -161,7 +170,7 @@ static int attention_infer(gd_infer *c)
 {
     int rc = attention_check(c, &c->in[0], &c->in[1], &c->in[2]);
     if (rc != 0) return rc;
-    if (c->n_in > 3 && index_scalar(c, 3, "kv_len")) return 1;
+    if (c->n_in > 3 && index_per_row(c, 3, "kv_len", c->in[0].dim[0])) return 1;
     c->out[0] = c->in[0];
     return 0;
 }
@@ -173,6 +182,18 @@ typedef struct attn_dims {
     double scale;
 } attn_dims;
 
+/* a->L for batch row b: kv_len (input len_at, a scalar or one per row) when the node has
+ * it, which must lie in [0, S]; else S. */
+static gdp_status attn_len_of(const gdp_node *node, int len_at, int64_t b, attn_dims *a, gdp_err *err)
+{
+    if (node->n_in <= len_at) return GDP_OK;
+    a->L = row_value(node, len_at, b);
+    if (a->L < 0 || a->L > a->S)
+        return gdp_fail(err, GDP_ERR_INVALID, "kv_len = %lld (batch row %lld) is outside [0, %lld], the keys k has",
+                        (long long)a->L, (long long)b, (long long)a->S);
+    return GDP_OK;
+}
+
 /* kv_len is input `len_at` when the node has it; it must lie in [0, S]. */
 static gdp_status attn_dims_of(const gdp_node *node, const gdp_tensor *q, const gdp_tensor *k, int len_at,
                                attn_dims *a, gdp_err *err)
@@ -181,13 +202,7 @@ static gdp_status attn_dims_of(const gdp_node *node, const gdp_tensor *q, const 
     a->causal = gdp_attr_int(&node->attrs, "causal", 0) != 0;
     a->scale = gdp_attr_float(&node->attrs, "scale", 0.0);
     if (!(a->scale > 0)) a->scale = 1.0 / sqrt((double)a->D);
-    if (node->n_in > len_at) {
-        a->L = scalar_at(node, len_at);
-        if (a->L < 0 || a->L > a->S)
-            return gdp_fail(err, GDP_ERR_INVALID, "kv_len = %lld is outside [0, %lld], the keys k has",
-                            (long long)a->L, (long long)a->S);
-    }
-    return GDP_OK;
+    return attn_len_of(node, len_at, 0, a, err); /* row 0's; the kernels set each row's */
 }
 
 /* Softmax of the scaled scores of query row qt against keys kh (S, D) into p; returns how
@@ -243,7 +258,8 @@ static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gd
     rw_gather(node->in[0], Q);
     rw_gather(node->in[1], K);
     rw_gather(node->in[2], V);
-    for (int64_t b = 0; b < a.B; b++)
+    for (int64_t b = 0; b < a.B; b++) {
+        if (attn_len_of(node, 3, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
         for (int64_t h = 0; h < a.H; h++) {
             const double *kh = K + (b * a.Hkv + h / group) * a.S * a.D; // (S, D)
             const double *vh = V + (b * a.Hkv + h / group) * a.S * a.D; // (S, D)
@@ -256,6 +272,7 @@ static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gd
                 for (int64_t d = 0; d < a.D; d++) rw_st(y, row + d, o[d]);
             }
         }
+    }
     return GDP_OK;
 }
 
@@ -289,6 +306,9 @@ static const char *const attention_cases[] = {
     "n[1,1,5,2] n[1,1,5,2] n[1,1,5,2] | causal=1 scale=2",
     "f[1,2,1,4] f[1,1,6,4] f[1,1,6,4] i32[]<4:5 | causal=1",
     "f[1,2,2,4] f[1,2,5,4] f[1,2,5,4] i64[]<3:4 | causal=0",
+    /* a decoder's batch: a cache length per sequence */
+    "f[3,2,1,4] f[3,1,6,4] f[3,1,6,4] i32[3]<1:7 | causal=1",
+    "f[2,2,2,4] f[2,2,7,4] f[2,2,7,4] i64[2]<2:8 | causal=1",
     /* heads of 64 and 128 over several tiles of 64 rows (backends' tensor-core paths) */
     "f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] | causal=1",
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128]",
@@ -301,7 +321,7 @@ static int attention_grad_infer(gd_infer *c)
 {
     int rc = attention_check(c, &c->in[1], &c->in[2], &c->in[3]);
     if (rc != 0) return rc;
-    if (c->n_in > 4 && index_scalar(c, 4, "kv_len")) return 1;
+    if (c->n_in > 4 && index_per_row(c, 4, "kv_len", c->in[1].dim[0])) return 1;
     const gd_shape *dy = &c->in[0], *q = &c->in[1];
     int ok = dy->dtype == q->dtype && dy->ndim == q->ndim;
     for (int i = 0; ok && i < q->ndim; i++) ok = dy->dim[i] == q->dim[i];
@@ -351,7 +371,8 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
     rw_gather(node->in[2], K);
     rw_gather(node->in[3], V);
     for (int64_t i = 0; i < nkv; i++) dK[i] = dV[i] = 0.0;
-    for (int64_t b = 0; b < a.B; b++)
+    for (int64_t b = 0; b < a.B; b++) {
+        if (attn_len_of(node, 4, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
         for (int64_t h = 0; h < a.H; h++) {
             int64_t kv = (b * a.Hkv + h / group) * a.S * a.D;
             const double *kh = K + kv, *vh = V + kv; // (S, D)
@@ -379,6 +400,7 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
                 for (int64_t d = 0; d < a.D; d++) rw_st(dq, row + d, g[d]);
             }
         }
+    }
     for (int64_t i = 0; i < nkv; i++) {
         rw_st(dk, i, dK[i]);
         rw_st(dv, i, dV[i]);
@@ -414,33 +436,39 @@ static int cache_write_infer(gd_infer *c)
             return gd_infer_fail(c, "x %s and cache %s differ in dim %d (only the time axis -2 may)", xs, cs, d);
     if (x->dim[x->ndim - 2] > cache->dim[cache->ndim - 2])
         return gd_infer_fail(c, "x %s has more steps than cache %s holds", xs, cs);
-    if (index_scalar(c, 2, "pos")) return 1;
+    if (index_per_row(c, 2, "pos", cache->dim[0])) return 1;
     c->out[0] = *cache;
     return 0;
 }
 
-/* Rows [pos, pos + T) of the time axis of every (..., :, :) slice of the cache take x's.
- * The output is the cache itself (in place, so whole and contiguous); x may be strided. */
+/* Rows [pos, pos + T) of the time axis of every (..., :, :) slice of the cache take x's;
+ * with a pos per batch row (dim 0), each row's own. The output is the cache itself (in
+ * place, so whole and contiguous); x may be strided. */
 static gdp_status cache_write_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *x = node->in[1], *y = node->out[0];
     int nd = y->ndim;
-    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], pos = scalar_at(node, 2);
-    if (pos < 0 || pos + T > S)
-        return gdp_fail(err, GDP_ERR_INVALID, "pos = %lld: steps [%lld, %lld) do not fit the cache's %lld",
-                        (long long)pos, (long long)pos, (long long)(pos + T), (long long)S);
+    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2];
+    for (int64_t b = 0; b < y->shape[0]; b++) {
+        int64_t pos = row_value(node, 2, b);
+        if (pos < 0 || pos + T > S)
+            return gdp_fail(err, GDP_ERR_INVALID, "pos = %lld (batch row %lld): steps [%lld, %lld) do not fit the cache's %lld",
+                            (long long)pos, (long long)b, (long long)pos, (long long)(pos + T), (long long)S);
+    }
     size_t es = gdp_dtype_size(y->dtype);
     if (y->data != node->in[0]->data) memcpy(y->data, node->in[0]->data, (size_t)gdp_numel(y) * es);
-    // every element of x, in row-major order, to the cache element (..., pos + t, d)
+    // every element of x, in row-major order, to the cache element (b, ..., pos_b + t, d)
     int64_t ys[GDP_MAX_DIMS];
     rw_contig_strides(nd, y->shape, ys);
     rw_walk w;
     rw_begin(&w, nd, x->shape);
     rw_add(&w, x);
     rw_add_strides(&w, ys);
-    int64_t n = gdp_numel(x), base = pos * ys[nd - 2];
-    for (int64_t i = 0; i < n; i++, rw_next(&w))
+    int64_t n = gdp_numel(x);
+    for (int64_t i = 0; i < n; i++, rw_next(&w)) {
+        int64_t base = row_value(node, 2, w.idx[0]) * ys[nd - 2];
         memcpy((char *)y->data + (size_t)(base + w.off[1]) * es, (const char *)x->data + (size_t)w.off[0] * es, es);
+    }
     return GDP_OK;
 }
 
@@ -453,6 +481,8 @@ gd_tensor *gd_cache_write(gd_tensor *cache, gd_tensor *x, gd_tensor *pos)
 
 static const char *const cache_write_cases[] = {
     "f[1,2,6,4] f[1,2,1,4] i32[]<3:4",
+    "f[3,2,6,4] f[3,2,1,4] i32[3]<0:6", /* a decoder's batch: a position per sequence */
+    "f[2,1,7,3] f[2,1,2,3] i64[2]<0:6",
     "f[2,1,5,3] f[2,1,2,3] i64[]<0:1",
     "f[1,3,4,2] f[1,3,4,2] i64[]<0:1",
     NULL};
@@ -492,14 +522,15 @@ GD_FAMILY(attention)
         // a backend computing the angle (t + pos) * freq in f32 is off by ~1e-7 of it
         .tol = 1e-8,
         .doc = "rotary position embedding of x (B, T, H, D) [, pos]: pairs (2i, 2i+1) or (i, i + D/2) rotated "
-               "by (t + pos) * theta^(-2i/D), pos an integer scalar (0 when absent); inverse=1 rotates back"});
+               "by (t + pos) * theta^(-2i/D), pos an integer scalar or one per batch row (0 when absent); "
+               "inverse=1 rotates back"});
     gd_register_op(r, &(gd_op_def){
         .name = "attention", .min_in = 3, .max_in = 4, .n_out = 1, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_infer, .grad = attention_grad, .ref = attention_ref,
         .cases = attention_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
         .ref_workspace = ws_attention, .ref_strided = 1, .cost = cost_attention,
         .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0 "
-               "[, kv_len]: keys past kv_len (default S) are ignored; causal: query t sees keys "
+               "[, kv_len]: keys past kv_len (default S; a scalar or one per batch row) are ignored; causal: query t sees keys "
                "s <= t + kv_len - T; scale <= 0: 1/sqrt(D)"});
     gd_register_op(r, &(gd_op_def){
         .name = "attention_grad", .min_in = 4, .max_in = 5, .n_out = 3, .attrs = "causal:int scale:float",
@@ -513,5 +544,5 @@ GD_FAMILY(attention)
         .ref_dtypes = (1u << GDP_DTYPE_COUNT) - 1u, .cases = cache_write_cases, .inplace = {0, -1, -1, -1},
         .updates = 1, .tol = 0, .ref_strided = 1,
         .doc = "cache (..., S, D) with steps [pos, pos + T) of its time axis (-2) replaced by x (..., T, D), in "
-               "place; pos an integer scalar"});
+               "place; pos an integer scalar or one per batch row (dim 0)"});
 }
