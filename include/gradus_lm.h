@@ -229,7 +229,8 @@ typedef enum gd_lm_quant { GD_LM_FLOAT = 0, GD_LM_INT8 = 1, GD_LM_W8A8 = 2 } gd_
 /* gd_lm_forward_cached (cache_len 0: no cache) with the projections quantized: each is an
  * i8 parameter under the weight's name, beside a state "<name>.q8_scale" (out) f32, which
  * gd_lm_checkpoint_load fills by quantizing the stored float weights row by row
- * (gradus_semantics.h). Llama-family models only. */
+ * (gradus_semantics.h); GPT-2's Conv1D weights, stored (in, out), are quantized per
+ * output channel too, their scales named "<name>.q8_scale_in_out". */
 gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
                                int64_t cache_len, gd_dtype dtype, gd_lm_quant quant);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */

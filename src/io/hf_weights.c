@@ -146,6 +146,15 @@ static int locate(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_st_file **
     return 1;
 }
 
+/* The scales of int8 weights t whose file holds them transposed, (in, out) as GPT-2's
+ * Conv1D does: the state "<t's name>.q8_scale_in_out"; NULL for weights stored (out, in). */
+static gd_tensor *in_out_scales(gd_tensor *t)
+{
+    char name[600];
+    snprintf(name, sizeof name, "%s.q8_scale_in_out", gd_tensor_name(t));
+    return gd_graph_find(gd_tensor_graph(t), name);
+}
+
 /* Finds tensor `name` (or, for "transformer.X", X): its file, dtype, shape and bytes. */
 static gd_status find(gd_ctx *ctx, gd_hf_weights *w, const char *name, char *file, size_t cap, const char **key,
                       gd_dtype *dt, int *nd, int64_t *shape, const void **data, size_t *bytes)
@@ -193,7 +202,8 @@ gd_status gd_hf_weights_load(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd
     int fl = dt == GD_F32 || dt == GD_F16 || dt == GD_BF16;
     int same = (dt == tdt || (fl && (tdt == GD_F32 || tdt == GD_F16 || tdt == GD_BF16 || tdt == GD_I8))) &&
                nd == gd_tensor_ndim(t);
-    for (int k = 0; same && k < nd; k++) same = shape[k] == gd_tensor_dim(t, k);
+    int flip = tdt == GD_I8 && in_out_scales(t) != NULL; /* stored (in, out), quantized as (out, in) */
+    for (int k = 0; same && k < nd; k++) same = shape[k] == gd_tensor_dim(t, flip ? nd - 1 - k : k);
     if (!same) {
         char want[128];
         return gd_ctx_fail(ctx, GD_ERR_FORMAT, "%s: tensor %s is %s with %d dims, the model wants %s", file, key,
@@ -207,7 +217,7 @@ gd_status gd_weights_write(gd_ctx *ctx, gd_tensor *t, gd_dtype src_dtype, const 
     if (gd_tensor_dtype(t) != GD_I8) return gd_tensor_write_as(t, src_dtype, src, bytes);
     char sname[600];
     snprintf(sname, sizeof sname, "%s.q8_scale", gd_tensor_name(t));
-    gd_tensor *sc = gd_graph_find(gd_tensor_graph(t), sname);
+    gd_tensor *flip = in_out_scales(t), *sc = flip != NULL ? flip : gd_graph_find(gd_tensor_graph(t), sname);
     int64_t rows = gd_tensor_dim(t, 0), cols = gd_tensor_dim(t, 1);
     size_t es = gd_dtype_size(src_dtype);
     if (gd_tensor_ndim(t) != 2 || sc == NULL || gd_tensor_numel(sc) != rows || es == 0 ||
@@ -224,7 +234,7 @@ gd_status gd_weights_write(gd_ctx *ctx, gd_tensor *t, gd_dtype src_dtype, const 
     for (int64_t r = 0; r < rows; r++) {
         float amax = 0;
         for (int64_t c = 0; c < cols; c++) {
-            size_t i = (size_t)(r * cols + c);
+            size_t i = flip != NULL ? (size_t)(c * rows + r) : (size_t)(r * cols + c); /* (in, out) in the file */
             uint16_t h = es == 2 ? (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)) : 0; /* little-endian */
             if (es == 4) memcpy(&row[c], p + 4 * i, 4);
             else row[c] = src_dtype == GD_BF16 ? gdp_bf16_to_f32(h) : gdp_f16_to_f32(h);

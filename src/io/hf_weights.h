@@ -17,7 +17,8 @@ gd_status gd_hf_weights_open(gd_ctx *ctx, const char *dir, gd_hf_weights **out);
 gd_status gd_hf_weights_load(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_tensor *t);
 /* Writes float weights (f32, f16, bf16; bytes of them) into t: converted to t's float
  * dtype, or, for an i8 t (out, in), quantized row by row (gradus_semantics.h) with the
- * scales written into the state "<t's name>.q8_scale". */
+ * scales written into the state "<t's name>.q8_scale" — or, when the state is named
+ * "<t's name>.q8_scale_in_out", from a file that holds the matrix (in, out), transposed. */
 gd_status gd_weights_write(gd_ctx *ctx, gd_tensor *t, gd_dtype src_dtype, const void *src, size_t bytes);
 /* The dtype tensor `name` is stored in (the same lookup as gd_hf_weights_load). */
 gd_status gd_hf_weights_dtype(gd_ctx *ctx, gd_hf_weights *w, const char *name, gd_dtype *dt);

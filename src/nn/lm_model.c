@@ -150,6 +150,23 @@ static gd_tensor *qkv(builder *b, gd_tensor *x, const char *prefix, const char *
 /* x (..., in) @ W + bias with W (in, out): GPT-2's Conv1D. */
 static gd_tensor *conv1d(builder *b, gd_tensor *x, const char *prefix, int64_t in, int64_t out, double std)
 {
+    if (b->quant) {
+        /* int8: the weights (out, in) like any projection's; the scale state's name tells
+         * the loader that the file holds them (in, out), to be transposed as quantized */
+        gd_tensor *bias = vec(b, prefix, "bias", out, GD_INIT_ZEROS);
+        if (b->failed || x == NULL || bias == NULL) return NULL;
+        char name[256], sname[300];
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        snprintf(sname, sizeof sname, "%s.q8_scale_in_out", name);
+        gd_tensor *wq = gd_graph_find(b->g, name), *sc = gd_graph_find(b->g, sname);
+        if (wq == NULL) wq = gd_param(b->g, name, GD_I8, 2, (int64_t[]){out, in});
+        if (sc == NULL) sc = gd_state(b->g, sname, GD_F32, 1, (int64_t[]){out});
+        if (wq == NULL || sc == NULL) {
+            b->failed = 1;
+            return NULL;
+        }
+        return gd_label(gd_linear_q8(x, wq, sc, bias, b->quant == GD_LM_W8A8), prefix);
+    }
     gd_tensor *w = use(b, mat(b, prefix, "weight", in, out, std)), *bias = vec(b, prefix, "bias", out, GD_INIT_ZEROS);
     if (x == NULL || w == NULL || bias == NULL) return NULL;
     gd_attr a[2] = {gd_attr_i("act", 0), gd_attr_i("weight_in_out", 1)};
@@ -378,11 +395,6 @@ gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *
     }
     if (quant != GD_LM_FLOAT && quant != GD_LM_INT8 && quant != GD_LM_W8A8) {
         gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: quantization %d; 0 none, 1 int8 weights, 2 w8a8", (int)quant);
-        return NULL;
-    }
-    if (quant != GD_LM_FLOAT && cfg->arch == GD_LM_GPT2) {
-        gd_ctx_fail(ctx, GD_ERR_INVALID, "lm: int8 quantization is for llama-family models; GPT-2's Conv1D weights "
-                                         "((in, out) rows) are not quantized yet");
         return NULL;
     }
     /* inference (a cache, or quantized weights) keeps its parameters in the compute dtype */
