@@ -6,7 +6,8 @@
  * The recomputed window is one compiled program of (1, T) tokens, T the prompt plus the
  * tokens to make (at most the model's positions): tokens past the current length are
  * padding, which the causal mask keeps from touching the logits read at the last real
- * position. Draw i of the sampler is the one for the token at position i, on both paths. */
+ * position. Draw i of the sampler (lm_sample.c) is the one for the token at position i, on
+ * both paths. */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 
@@ -16,62 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-/* A uniform number in [0, 1) for draw `counter` of a run seeded `seed`: the same on every
- * machine, so a seed gives the same tokens everywhere. */
-static double uniform(uint64_t seed, uint64_t counter)
-{
-    gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, seed);
-    return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
-}
 
-typedef struct cand {
-    float logit;
-    int32_t id;
-} cand;
-
-static int by_logit_desc(const void *a, const void *b)
-{
-    const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id - y->id; /* ties: the lower id first, so the order is total */
-}
-
-int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch)
-{
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (logits[v] > logits[best]) best = v;
-    if (c == NULL || !(c->temperature > 0)) return (int32_t)best; /* greedy */
-    cand *cs = scratch;
-    for (int64_t v = 0; v < V; v++) cs[v] = (cand){logits[v] / (float)c->temperature, (int32_t)v};
-    qsort(cs, (size_t)V, sizeof *cs, by_logit_desc);
-    int64_t n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
-    double sum = 0, max = cs[0].logit;
-    double *p = (double *)(cs + V);
-    for (int64_t i = 0; i < n; i++) sum += p[i] = exp((double)cs[i].logit - max);
-    if (c->top_p > 0 && c->top_p < 1) { /* the smallest prefix whose mass reaches top_p */
-        double acc = 0;
-        int64_t keep = n;
-        for (int64_t i = 0; i < n; i++) {
-            acc += p[i] / sum;
-            if (acc >= c->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        sum = 0;
-        for (int64_t i = 0; i < keep; i++) sum += p[i];
-        n = keep;
-    }
-    double u = uniform(c->seed, counter) * sum, acc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        acc += p[i];
-        if (u < acc) return cs[i].id;
-    }
-    return cs[n - 1].id;
-}
-
-size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double)); }
 
 static double now_s(void)
 {

@@ -1,0 +1,136 @@
+/* lm_sample.c — picking the next token from a row of logits (gd_lm_sample), the definition
+ * the `sample` op's reference uses too, so that host and device pick the same tokens.
+ *
+ * Greedy (temperature 0): the first highest logit. Otherwise, with z = logit / temperature
+ * (f32) and the order "larger z first, then lower id" (total):
+ *   1. the candidates are the first top_k in that order (all V when top_k is 0);
+ *   2. each weighs p = exp(z - max z) in double; their total is summed in id order;
+ *   3. with 0 < top_p < 1, the candidates are taken in order while the running mass (each
+ *      p / total, added in that order) stays below top_p, the one reaching it included, and
+ *      the draw walks them in that order; otherwise the draw walks every candidate in id
+ *      order;
+ *   4. the draw u = uniform(seed, counter) * (mass walked) picks the first whose running
+ *      sum exceeds u.
+ * Work: a selection in O(V) for top-k (not a sort of V), a heap for top-p that stops as soon
+ * as the mass is reached, so a peaked distribution costs about one pass over the logits. */
+#include "gradus_lm.h"
+#include "gradus_semantics.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* A uniform number in [0, 1) for draw `counter` of a run seeded `seed`: the same on every
+ * machine, so a seed gives the same tokens everywhere. */
+static double uniform(uint64_t seed, uint64_t counter)
+{
+    gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, seed);
+    return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
+}
+
+typedef struct cand {
+    float z;
+    int32_t id;
+} cand;
+
+static int before(cand a, cand b) { return a.z > b.z || (a.z == b.z && a.id < b.id); }
+
+static void swap(cand *a, cand *b)
+{
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorders c[0..n) so that its first k come before every other in the order (k < n). */
+static void select_first(cand *c, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2; /* median of three as the pivot, moved to hi */
+        if (before(c[mid], c[lo])) swap(&c[mid], &c[lo]);
+        if (before(c[hi], c[lo])) swap(&c[hi], &c[lo]);
+        if (before(c[mid], c[hi])) swap(&c[mid], &c[hi]);
+        cand pivot = c[hi];
+        int64_t store = lo;
+        for (int64_t i = lo; i < hi; i++)
+            if (before(c[i], pivot)) swap(&c[i], &c[store++]);
+        swap(&c[store], &c[hi]);
+        if (store == k || store == k - 1) return; /* [0, k) all before [k, n) */
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+static int by_id(const void *a, const void *b)
+{
+    return ((const cand *)a)->id - ((const cand *)b)->id;
+}
+
+/* max-heap of candidate indices h[0..n), first in the order on top */
+static void sift(const cand *c, int32_t *h, int64_t n, int64_t i)
+{
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && before(c[h[l]], c[h[top]])) top = l;
+        if (r < n && before(c[h[r]], c[h[top]])) top = r;
+        if (top == i) return;
+        int32_t t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch)
+{
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (c == NULL || !(c->temperature > 0)) return (int32_t)best; /* greedy */
+    cand *cs = scratch;
+    double *p = (double *)(cs + V);
+    int32_t *h = (int32_t *)(p + V);
+    for (int64_t v = 0; v < V; v++) cs[v] = (cand){logits[v] / (float)c->temperature, (int32_t)v};
+    int64_t n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
+    if (n < V) {
+        select_first(cs, V, n);
+        qsort(cs, (size_t)n, sizeof *cs, by_id); /* the candidates in id order */
+    }
+    float max = cs[0].z;
+    for (int64_t i = 1; i < n; i++)
+        if (cs[i].z > max) max = cs[i].z;
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) total += p[i] = exp((double)cs[i].z - (double)max);
+    if (c->top_p > 0 && c->top_p < 1) {
+        /* candidates in order off a heap until their mass reaches top_p; h[n - k ..) holds
+         * the k taken, the first at the end */
+        for (int64_t i = 0; i < n; i++) h[i] = (int32_t)i;
+        for (int64_t i = n / 2 - 1; i >= 0; i--) sift(cs, h, n, i);
+        int64_t left = n;
+        double frac = 0;
+        while (left > 0) {
+            int32_t top = h[0];
+            h[0] = h[--left];
+            h[left] = top;
+            sift(cs, h, left, 0);
+            frac += p[top] / total;
+            if (frac >= c->top_p) break;
+        }
+        double mass = 0;
+        for (int64_t i = n - 1; i >= left; i--) mass += p[h[i]];
+        double u = uniform(c->seed, counter) * mass, acc = 0;
+        for (int64_t i = n - 1; i >= left; i--) {
+            acc += p[h[i]];
+            if (u < acc) return cs[h[i]].id;
+        }
+        return cs[h[left]].id;
+    }
+    double u = uniform(c->seed, counter) * total, acc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += p[i];
+        if (u < acc) return cs[i].id;
+    }
+    return cs[n - 1].id;
+}
+
+size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double) + sizeof(int32_t)) + 16; }
