@@ -1,0 +1,405 @@
+/* kernels.c — TensorFlow kernels of the GRADUS device, through the kernel C API. Each one
+ * forwards to a gradus op (gd_backend_run_op) on the tensors TensorFlow allocated on the
+ * device: the backend's kernel when it has one, the reference across copies otherwise.
+ *
+ * The table below is the list of what the bridge registers; `gradus_tf_kernels` hands it
+ * to the sweep (bridges/tensorflow/sweep.py), so that the sweep tests exactly this. */
+#include "gtf.h"
+
+#include "tensorflow/c/kernels.h"
+#include "tensorflow/c/tf_status.h"
+#include "tensorflow/c/tf_tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind {
+    K_UNARY,     /* y = op(x), same shape */
+    K_GRAD_YD,   /* TF (y, dy) -> gradus op(dy, y) */
+    K_GRAD_DX,   /* TF (dy, x) -> gradus op(dy, x) */
+    K_BINARY,    /* NumPy broadcasting */
+    K_BIAS_ADD,  /* x (..., C) + b (C), NHWC */
+    K_BIAS_GRAD, /* sum over every axis but the last, NHWC */
+    K_MATMUL,    /* MatMul: transpose_a, transpose_b */
+    K_BATCH_MATMUL, /* BatchMatMulV2/V3: adj_x, adj_y, batch dims broadcast */
+    K_SOFTMAX,   /* along the last axis */
+    K_REDUCE,    /* Sum, Mean, Max over host-memory axes, keep_dims */
+    K_SQUARE,    /* pow 2 */
+};
+
+typedef struct kdef {
+    const char *tf_op;
+    const char *gd_op;
+    int kind;
+    const char *host_input; /* an input kept in host memory (axes), or NULL */
+} kdef;
+
+static const kdef defs[] = {
+    {"Relu", "relu", K_UNARY, NULL},
+    {"Sigmoid", "sigmoid", K_UNARY, NULL},
+    {"Tanh", "tanh", K_UNARY, NULL},
+    {"Exp", "exp", K_UNARY, NULL},
+    {"Log", "log", K_UNARY, NULL},
+    {"Neg", "neg", K_UNARY, NULL},
+    {"Abs", "abs", K_UNARY, NULL},
+    {"Sqrt", "sqrt", K_UNARY, NULL},
+    {"Rsqrt", "rsqrt", K_UNARY, NULL},
+    {"Square", "pow", K_SQUARE, NULL},
+    {"ReluGrad", "relu_grad", K_GRAD_DX, NULL},
+    {"SigmoidGrad", "sigmoid_grad", K_GRAD_YD, NULL},
+    {"TanhGrad", "tanh_grad", K_GRAD_YD, NULL},
+    {"AddV2", "add", K_BINARY, NULL},
+    {"Sub", "sub", K_BINARY, NULL},
+    {"Mul", "mul", K_BINARY, NULL},
+    {"RealDiv", "div", K_BINARY, NULL},
+    {"Maximum", "maximum", K_BINARY, NULL},
+    {"Minimum", "minimum", K_BINARY, NULL},
+    {"BiasAdd", "add", K_BIAS_ADD, NULL},
+    {"BiasAddGrad", "sum", K_BIAS_GRAD, NULL},
+    {"MatMul", "matmul", K_MATMUL, NULL},
+    {"BatchMatMulV2", "matmul", K_BATCH_MATMUL, NULL},
+    {"BatchMatMulV3", "matmul", K_BATCH_MATMUL, NULL},
+    {"Softmax", "softmax", K_SOFTMAX, NULL},
+    {"LogSoftmax", "log_softmax", K_SOFTMAX, NULL},
+    {"Sum", "sum", K_REDUCE, "reduction_indices"},
+    {"Mean", "mean", K_REDUCE, "reduction_indices"},
+    {"Max", "max", K_REDUCE, "reduction_indices"},
+};
+#define N_DEFS ((int)(sizeof defs / sizeof defs[0]))
+
+/* The dtypes every kernel is registered for: the float types gradus defines its ops at. */
+static const TF_DataType dtypes[] = {TF_FLOAT, TF_HALF, TF_BFLOAT16};
+#define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
+
+/* ---- what the sweep reads --------------------------------------------------------------- */
+
+static const char *tf_dtype_name(TF_DataType t)
+{
+    return t == TF_FLOAT ? "float32" : t == TF_HALF ? "float16" : t == TF_BFLOAT16 ? "bfloat16" : "?";
+}
+
+static char list_buf[8192];
+static pthread_once_t list_once = PTHREAD_ONCE_INIT;
+
+static void fill_list(void)
+{
+    size_t used = 0;
+    for (int i = 0; i < N_DEFS; i++)
+        for (int j = 0; j < N_DTYPES && used < sizeof list_buf; j++)
+            used += (size_t)snprintf(list_buf + used, sizeof list_buf - used, "%s %s %s %s\n", defs[i].tf_op,
+                                     tf_dtype_name(dtypes[j]), defs[i].gd_op,
+                                     defs[i].host_input != NULL ? defs[i].host_input : "-");
+}
+
+/* One line per registration: "TfOp dtype gradus_op host_input|-" (dtype as TensorFlow
+ * names it), so the sweep checks exactly what is registered. */
+__attribute__((visibility("default"))) const char *gradus_tf_kernels(void)
+{
+    pthread_once(&list_once, fill_list);
+    return list_buf;
+}
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+static int gd_dtype_of(TF_DataType t)
+{
+    switch (t) {
+    case TF_FLOAT: return GDP_F32;
+    case TF_HALF: return GDP_F16;
+    case TF_BFLOAT16: return GDP_BF16;
+    case TF_DOUBLE: return GDP_F64;
+    case TF_INT32: return GDP_I32;
+    case TF_INT64: return GDP_I64;
+    case TF_UINT8: return GDP_U8;
+    case TF_INT8: return GDP_I8;
+    case TF_BOOL: return GDP_BOOL;
+    default: return -1;
+    }
+}
+
+static gdp_tensor view_of(const TF_Tensor *t)
+{
+    gdp_tensor v = {.size = sizeof v, .data = TF_TensorData(t), .dtype = gd_dtype_of(TF_TensorType(t)),
+                    .ndim = TF_NumDims(t)};
+    for (int d = 0; d < v.ndim && d < GDP_MAX_DIMS; d++) v.shape[d] = TF_Dim(t, d);
+    gdp_set_contiguous(&v);
+    return v;
+}
+
+/* ---- one kernel instance -------------------------------------------------------------- */
+
+typedef struct kstate {
+    const kdef *def;
+    int ta, tb;       /* transposes */
+    int keep_dims;
+} kstate;
+
+static void *kcreate(TF_OpKernelConstruction *c, int idx)
+{
+    if (idx < 0 || idx >= N_DEFS) return NULL; /* trampolines past the table are never registered */
+    kstate *k = calloc(1, sizeof *k);
+    if (k == NULL) return NULL;
+    k->def = &defs[idx];
+    TF_Status *st = TF_NewStatus();
+    TF_Bool b = 0;
+    switch (k->def->kind) {
+    case K_MATMUL:
+        TF_OpKernelConstruction_GetAttrBool(c, "transpose_a", &b, st);
+        k->ta = b;
+        TF_OpKernelConstruction_GetAttrBool(c, "transpose_b", &b, st);
+        k->tb = b;
+        break;
+    case K_BATCH_MATMUL:
+        TF_OpKernelConstruction_GetAttrBool(c, "adj_x", &b, st);
+        k->ta = b;
+        TF_OpKernelConstruction_GetAttrBool(c, "adj_y", &b, st);
+        k->tb = b;
+        break;
+    case K_REDUCE:
+        TF_OpKernelConstruction_GetAttrBool(c, "keep_dims", &b, st);
+        k->keep_dims = b;
+        break;
+    case K_BIAS_ADD:
+    case K_BIAS_GRAD: {
+        char fmt[16] = "NHWC";
+        if (TF_OpKernelConstruction_HasAttr(c, "data_format", st)) {
+            TF_OpKernelConstruction_GetAttrString(c, "data_format", fmt, sizeof fmt - 1, st);
+        }
+        if (strncmp(fmt, "NHWC", 4) != 0) {
+            TF_SetStatus(st, TF_UNIMPLEMENTED, "gradus: BiasAdd on GRADUS takes data_format NHWC only");
+            TF_OpKernelConstruction_Failure(c, st);
+        }
+        break;
+    }
+    default: break;
+    }
+    TF_DeleteStatus(st);
+    return k;
+}
+
+static void kdelete(void *k) { free(k); }
+
+static void fail(TF_OpKernelContext *ctx, TF_Code code, const char *fmt, const char *a, const char *b)
+{
+    char m[1200];
+    snprintf(m, sizeof m, fmt, a, b);
+    TF_Status *st = TF_NewStatus();
+    TF_SetStatus(st, code, m);
+    TF_OpKernelContext_Failure(ctx, st);
+    TF_DeleteStatus(st);
+}
+
+/* Runs one gradus op under the lock, on the kernel's stream. 0 on success. */
+static int run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, const gdp_tensor *const *in, int n_out,
+               const gdp_tensor *const *out, int n_attr, const gd_attr *attrs)
+{
+    TF_Status *st = TF_NewStatus();
+    SP_Stream s = TF_GetStream(ctx, st);
+    void *gs = TF_GetCode(st) == TF_OK && s != NULL ? ((gtf_stream *)(void *)s)->gs : gtf.stream;
+    TF_DeleteStatus(st);
+    pthread_mutex_lock(&gtf.lock);
+    gd_status r = gd_backend_run_op(gtf.ctx, gtf.backend, op, n_in, in, n_out, out, n_attr, attrs, gs, NULL);
+    if (r == GD_OK && gtf.sync) {
+        gdp_err e = {.size = sizeof e};
+        if (gtf_sync_locked(gs, &e) != GDP_OK) {
+            r = gd_ctx_fail(gtf.ctx, GD_ERR_DEVICE, "%s", e.msg);
+        }
+    }
+    char msg[1024];
+    if (r != GD_OK) snprintf(msg, sizeof msg, "%s", gd_ctx_error(gtf.ctx));
+    pthread_mutex_unlock(&gtf.lock);
+    if (r != GD_OK) {
+        fail(ctx, r == GD_ERR_NOMEM ? TF_RESOURCE_EXHAUSTED : r == GD_ERR_INVALID || r == GD_ERR_SHAPE ? TF_INVALID_ARGUMENT : TF_INTERNAL,
+             "%s on GRADUS: %s", k->def->tf_op, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Allocates output `i` of the given shape in the input's dtype. NULL after a failure. */
+static TF_Tensor *alloc_out(TF_OpKernelContext *ctx, int i, TF_DataType dt, int ndim, const int64_t *shape)
+{
+    size_t n = TF_DataTypeSize(dt);
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    TF_Status *st = TF_NewStatus();
+    TF_Tensor *t = TF_AllocateOutput(ctx, i, dt, shape, ndim, n, st);
+    if (TF_GetCode(st) != TF_OK) {
+        TF_OpKernelContext_Failure(ctx, st);
+        if (t != NULL) TF_DeleteTensor(t);
+        t = NULL;
+    }
+    TF_DeleteStatus(st);
+    return t;
+}
+
+static int64_t numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+/* NumPy broadcast of two shapes; -1 when they do not broadcast. */
+static int broadcast(const gdp_tensor *a, const gdp_tensor *b, int64_t *out)
+{
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1) return -1;
+        out[d] = x == 1 ? y : x;
+    }
+    return n;
+}
+
+static void kcompute(void *p, TF_OpKernelContext *ctx)
+{
+    const kstate *k = p;
+    if (gtf_init() != 0) {
+        fail(ctx, TF_FAILED_PRECONDITION, "%s: %s", k->def->tf_op, gtf.error);
+        return;
+    }
+    int n_in = TF_NumInputs(ctx);
+    TF_Tensor *tin[4] = {0};
+    gdp_tensor in[4];
+    TF_Status *st = TF_NewStatus();
+    for (int i = 0; i < n_in && i < 4; i++) {
+        TF_GetInput(ctx, i, &tin[i], st);
+        if (TF_GetCode(st) != TF_OK) {
+            TF_OpKernelContext_Failure(ctx, st);
+            goto done;
+        }
+        in[i] = view_of(tin[i]);
+    }
+    TF_DataType dt = TF_TensorType(tin[0]);
+    int64_t shape[GDP_MAX_DIMS];
+    int ndim = in[0].ndim;
+    memcpy(shape, in[0].shape, sizeof shape);
+    gd_attr attrs[4];
+    int n_attr = 0, gin = 1;
+    const char *op = k->def->gd_op;
+    const gdp_tensor *gi[4] = {&in[0], &in[1], NULL, NULL};
+    switch (k->def->kind) {
+    case K_UNARY: break;
+    case K_SQUARE: attrs[n_attr++] = gd_attr_f("p", 2.0); break;
+    case K_GRAD_YD: gi[0] = &in[1], gi[1] = &in[0], gin = 2; break;
+    case K_GRAD_DX: gin = 2; break;
+    case K_BINARY:
+    case K_BIAS_ADD:
+        gin = 2;
+        ndim = broadcast(&in[0], &in[1], shape);
+        if (ndim < 0) {
+            fail(ctx, TF_INVALID_ARGUMENT, "%s: operands do not broadcast%s", k->def->tf_op, "");
+            goto done;
+        }
+        break;
+    case K_BIAS_GRAD: {
+        int64_t axes[GDP_MAX_DIMS];
+        for (int d = 0; d + 1 < in[0].ndim; d++) axes[d] = d;
+        attrs[n_attr++] = gd_attr_is("axes", in[0].ndim - 1, axes);
+        ndim = 1;
+        shape[0] = in[0].shape[in[0].ndim - 1];
+        break;
+    }
+    case K_MATMUL:
+    case K_BATCH_MATMUL: {
+        gin = 2;
+        attrs[n_attr++] = gd_attr_i("transpose_a", k->ta);
+        attrs[n_attr++] = gd_attr_i("transpose_b", k->tb);
+        const gdp_tensor *a = &in[0], *b = &in[1];
+        if (a->ndim < 2 || b->ndim < 2) {
+            fail(ctx, TF_INVALID_ARGUMENT, "%s: operands need two dims%s", k->def->tf_op, "");
+            goto done;
+        }
+        gdp_tensor ab = *a, bb = *b; /* batch dims only, for their broadcast */
+        ab.ndim -= 2, bb.ndim -= 2;
+        ndim = broadcast(&ab, &bb, shape);
+        if (ndim < 0) {
+            fail(ctx, TF_INVALID_ARGUMENT, "%s: batch dims do not broadcast%s", k->def->tf_op, "");
+            goto done;
+        }
+        shape[ndim++] = k->ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
+        shape[ndim++] = k->tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+        break;
+    }
+    case K_SOFTMAX: attrs[n_attr++] = gd_attr_i("axis", -1); break;
+    case K_REDUCE: {
+        /* axes are in host memory (the kernel registered them so) */
+        const gdp_tensor *ax = &in[1];
+        int64_t n = numel(ax->ndim, ax->shape), axes[GDP_MAX_DIMS];
+        int used[GDP_MAX_DIMS] = {0};
+        if (n > in[0].ndim) {
+            fail(ctx, TF_INVALID_ARGUMENT, "%s: more axes than dims%s", k->def->tf_op, "");
+            goto done;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t a = ax->dtype == GDP_I64 ? ((const int64_t *)ax->data)[i] : ((const int32_t *)ax->data)[i];
+            if (a < 0) a += in[0].ndim;
+            if (a < 0 || a >= in[0].ndim) {
+                fail(ctx, TF_INVALID_ARGUMENT, "%s: axis out of range%s", k->def->tf_op, "");
+                goto done;
+            }
+            axes[i] = a;
+            used[a] = 1;
+        }
+        ndim = 0;
+        for (int d = 0; d < in[0].ndim; d++) {
+            if (!used[d]) shape[ndim++] = in[0].shape[d];
+            else if (k->keep_dims) shape[ndim++] = 1;
+        }
+        if (n == 0) { /* TensorFlow reduces nothing over no axes, gradus everything: a copy */
+            op = "copy";
+            break;
+        }
+        attrs[n_attr++] = gd_attr_is("axes", (int)n, axes);
+        attrs[n_attr++] = gd_attr_i("keepdims", k->keep_dims);
+        break;
+    }
+    }
+    TF_Tensor *tout = alloc_out(ctx, 0, dt, ndim, shape);
+    if (tout == NULL) goto done;
+    if (numel(ndim, shape) > 0) {
+        gdp_tensor out = view_of(tout);
+        const gdp_tensor *go[1] = {&out};
+        run(ctx, k, op, gin, gi, 1, go, n_attr, attrs);
+    }
+    TF_DeleteTensor(tout);
+done:
+    for (int i = 0; i < 4; i++)
+        if (tin[i] != NULL) TF_DeleteTensor(tin[i]);
+    TF_DeleteStatus(st);
+}
+
+/* TensorFlow's create functions take no user data: one trampoline per table entry. */
+#define T(i) static void *create_##i(TF_OpKernelConstruction *c) { return kcreate(c, i); }
+T(0) T(1) T(2) T(3) T(4) T(5) T(6) T(7) T(8) T(9) T(10) T(11) T(12) T(13) T(14) T(15) T(16) T(17) T(18) T(19)
+T(20) T(21) T(22) T(23) T(24) T(25) T(26) T(27) T(28) T(29) T(30) T(31) T(32) T(33) T(34) T(35) T(36) T(37) T(38) T(39)
+#undef T
+static void *(*const creates[])(TF_OpKernelConstruction *) = {
+    create_0, create_1, create_2, create_3, create_4, create_5, create_6, create_7, create_8, create_9,
+    create_10, create_11, create_12, create_13, create_14, create_15, create_16, create_17, create_18, create_19,
+    create_20, create_21, create_22, create_23, create_24, create_25, create_26, create_27, create_28, create_29,
+    create_30, create_31, create_32, create_33, create_34, create_35, create_36, create_37, create_38, create_39};
+_Static_assert(sizeof creates / sizeof creates[0] >= sizeof defs / sizeof defs[0], "one create function per kernel");
+
+__attribute__((visibility("default"))) void TF_InitKernel(void)
+{
+    if (gtf_init() != 0) return; /* disabled, or no backend: no device to register for */
+    TF_Status *st = TF_NewStatus();
+    for (int i = 0; i < N_DEFS; i++) {
+        for (int j = 0; j < N_DTYPES; j++) {
+            TF_KernelBuilder *b = TF_NewKernelBuilder(defs[i].tf_op, "GRADUS", creates[i], kcompute, kdelete);
+            TF_KernelBuilder_TypeConstraint(b, "T", dtypes[j], st);
+            if (TF_GetCode(st) != TF_OK) {
+                TF_DeleteKernelBuilder(b);
+                continue;
+            }
+            if (defs[i].host_input != NULL) TF_KernelBuilder_HostMemory(b, defs[i].host_input);
+            char name[96];
+            snprintf(name, sizeof name, "Gradus%s", defs[i].tf_op);
+            TF_RegisterKernelBuilder(name, b, st); /* takes the builder */
+        }
+    }
+    TF_DeleteStatus(st);
+}
