@@ -66,6 +66,23 @@ int main(void)
     download(r, dc, 6);
     for (int i = 0; i < 6; i++) CHECK(r[i] == a[i] + b[i], "add[%d] = %g", i, r[i]);
 
+    /* matmul of a transposed view: the test device's matmul takes contiguous inputs, so a
+     * contiguous copy is made on the device first (two launches, nothing on the host) */
+    float w[6] = {1, 2, 3, 4, 5, 6}, m[4];
+    int64_t sh32[2] = {3, 2}, sh22[2] = {2, 2};
+    void *dw = upload(w, 6), *dm = upload(m, 4);
+    gdp_tensor tw = tensor(dw, GDP_F32, 2, sh32), tm = tensor(dm, GDP_F32, 2, sh22);
+    gdp_tensor twt = tw; /* w^T as a view: (2, 3) with strides (1, 2) */
+    twt.shape[0] = 2, twt.shape[1] = 3, twt.stride[0] = 1, twt.stride[1] = 2;
+    const gdp_tensor *mm[2] = {&twt, &tw}, *mo[1] = {&tm};
+    launches = st->launches;
+    CHECK(gd_backend_run_op(ctx, "testdev", "matmul", 2, mm, 1, mo, 0, NULL, NULL, &on) == GD_OK && on == 1,
+          "matmul of a view: %s", gd_ctx_error(ctx));
+    CHECK(st->launches == launches + 2, "a copy and the matmul on the device (%lld)", (long long)(st->launches - launches));
+    download(m, dm, 4);
+    CHECK(m[0] == 35 && m[1] == 44 && m[2] == 44 && m[3] == 56, "w^T w = %g %g %g %g", m[0], m[1], m[2], m[3]);
+    release(dw), release(dm);
+
     /* exp: no kernel there, so the reference runs on copies */
     const gdp_tensor *a1[1] = {&ta};
     CHECK(gd_backend_run_op(ctx, "testdev", "exp", 1, a1, 1, outc, 0, NULL, NULL, &on) == GD_OK, "exp: %s",

@@ -4,11 +4,8 @@
  *
  * The table below is the list of what the bridge registers; `gradus_tf_kernels` hands it
  * to the sweep (bridges/tensorflow/sweep.py), so that the sweep tests exactly this. */
-#include "gtf.h"
-
-#include "tensorflow/c/kernels.h"
-#include "tensorflow/c/tf_status.h"
-#include "tensorflow/c/tf_tensor.h"
+#define GTF_UNIT gtf_kernels_input_range_size
+#include "kern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,43 +25,49 @@ enum kind {
     K_SQUARE,    /* pow 2 */
 };
 
-typedef struct kdef {
-    const char *tf_op;
-    const char *gd_op;
-    int kind;
-    const char *host_input; /* an input kept in host memory (axes), or NULL */
-} kdef;
-
 static const kdef defs[] = {
-    {"Relu", "relu", K_UNARY, NULL},
-    {"Sigmoid", "sigmoid", K_UNARY, NULL},
-    {"Tanh", "tanh", K_UNARY, NULL},
-    {"Exp", "exp", K_UNARY, NULL},
-    {"Log", "log", K_UNARY, NULL},
-    {"Neg", "neg", K_UNARY, NULL},
-    {"Abs", "abs", K_UNARY, NULL},
-    {"Sqrt", "sqrt", K_UNARY, NULL},
-    {"Rsqrt", "rsqrt", K_UNARY, NULL},
-    {"Square", "pow", K_SQUARE, NULL},
-    {"ReluGrad", "relu_grad", K_GRAD_DX, NULL},
-    {"SigmoidGrad", "sigmoid_grad", K_GRAD_YD, NULL},
-    {"TanhGrad", "tanh_grad", K_GRAD_YD, NULL},
-    {"AddV2", "add", K_BINARY, NULL},
-    {"Sub", "sub", K_BINARY, NULL},
-    {"Mul", "mul", K_BINARY, NULL},
-    {"RealDiv", "div", K_BINARY, NULL},
-    {"Maximum", "maximum", K_BINARY, NULL},
-    {"Minimum", "minimum", K_BINARY, NULL},
-    {"BiasAdd", "add", K_BIAS_ADD, NULL},
-    {"BiasAddGrad", "sum", K_BIAS_GRAD, NULL},
-    {"MatMul", "matmul", K_MATMUL, NULL},
-    {"BatchMatMulV2", "matmul", K_BATCH_MATMUL, NULL},
-    {"BatchMatMulV3", "matmul", K_BATCH_MATMUL, NULL},
-    {"Softmax", "softmax", K_SOFTMAX, NULL},
-    {"LogSoftmax", "log_softmax", K_SOFTMAX, NULL},
-    {"Sum", "sum", K_REDUCE, "reduction_indices"},
-    {"Mean", "mean", K_REDUCE, "reduction_indices"},
-    {"Max", "max", K_REDUCE, "reduction_indices"},
+    {"Relu", "relu", K_UNARY, NULL, NULL, NULL},
+    {"Sigmoid", "sigmoid", K_UNARY, NULL, NULL, NULL},
+    {"Tanh", "tanh", K_UNARY, NULL, NULL, NULL},
+    {"Exp", "exp", K_UNARY, NULL, NULL, NULL},
+    {"Log", "log", K_UNARY, NULL, NULL, NULL},
+    {"Neg", "neg", K_UNARY, NULL, NULL, NULL},
+    {"Abs", "abs", K_UNARY, NULL, NULL, NULL},
+    {"Sqrt", "sqrt", K_UNARY, NULL, NULL, NULL},
+    {"Rsqrt", "rsqrt", K_UNARY, NULL, NULL, NULL},
+    {"Square", "pow", K_SQUARE, NULL, NULL, NULL},
+    {"ReluGrad", "relu_grad", K_GRAD_DX, NULL, NULL, NULL},
+    {"SigmoidGrad", "sigmoid_grad", K_GRAD_YD, NULL, NULL, NULL},
+    {"TanhGrad", "tanh_grad", K_GRAD_YD, NULL, NULL, NULL},
+    {"AddV2", "add", K_BINARY, NULL, NULL, NULL},
+    {"Sub", "sub", K_BINARY, NULL, NULL, NULL},
+    {"Mul", "mul", K_BINARY, NULL, NULL, NULL},
+    {"RealDiv", "div", K_BINARY, NULL, NULL, NULL},
+    {"Maximum", "maximum", K_BINARY, NULL, NULL, NULL},
+    {"Minimum", "minimum", K_BINARY, NULL, NULL, NULL},
+    {"BiasAdd", "add", K_BIAS_ADD, NULL, NULL, NULL},
+    {"BiasAddGrad", "sum", K_BIAS_GRAD, NULL, NULL, NULL},
+    {"MatMul", "matmul", K_MATMUL, NULL, NULL, NULL},
+    {"BatchMatMulV2", "matmul", K_BATCH_MATMUL, NULL, NULL, NULL},
+    {"BatchMatMulV3", "matmul", K_BATCH_MATMUL, NULL, "Ta Tb Tout", NULL},
+    {"Softmax", "softmax", K_SOFTMAX, NULL, NULL, NULL},
+    {"LogSoftmax", "log_softmax", K_SOFTMAX, NULL, NULL, NULL},
+    {"Sum", "sum", K_REDUCE, "reduction_indices", NULL, NULL},
+    {"Mean", "mean", K_REDUCE, "reduction_indices", NULL, NULL},
+    {"Max", "max", K_REDUCE, "reduction_indices", NULL, NULL},
+    {"Conv2D", "conv2d", 0, NULL, NULL, kt_conv2d},
+    {"Conv2DBackpropInput", "conv2d_grad_input", 0, "input_sizes", NULL, kt_conv2d_grad_input},
+    {"Conv2DBackpropFilter", "conv2d_grad_weight", 0, "filter_sizes", NULL, kt_conv2d_grad_filter},
+    {"MaxPool", "max_pool2d", 0, NULL, NULL, kt_max_pool},
+    {"MaxPoolGrad", "max_pool2d_grad", 0, NULL, NULL, kt_max_pool_grad},
+    {"AvgPool", "avg_pool2d", 0, NULL, NULL, kt_avg_pool},
+    {"AvgPoolGrad", "avg_pool2d_grad", 0, "orig_input_shape", NULL, kt_avg_pool_grad},
+    {"SparseSoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_sparse_xent},
+    {"SoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_xent},
+    {"Cast", "cast", 0, NULL, "SrcT", kt_cast},
+    {"Transpose", "copy", 0, "perm", NULL, kt_transpose},
+    {"ConcatV2", "concat", 0, "axis", NULL, kt_concat},
+    {"GatherV2", "index_select", 0, "axis", "Tparams", kt_gather},
 };
 #define N_DEFS ((int)(sizeof defs / sizeof defs[0]))
 
@@ -79,17 +82,19 @@ static const char *tf_dtype_name(TF_DataType t)
     return t == TF_FLOAT ? "float32" : t == TF_HALF ? "float16" : t == TF_BFLOAT16 ? "bfloat16" : "?";
 }
 
-static char list_buf[8192];
+static char list_buf[16384];
 static pthread_once_t list_once = PTHREAD_ONCE_INIT;
 
 static void fill_list(void)
 {
     size_t used = 0;
     for (int i = 0; i < N_DEFS; i++)
-        for (int j = 0; j < N_DTYPES && used < sizeof list_buf; j++)
-            used += (size_t)snprintf(list_buf + used, sizeof list_buf - used, "%s %s %s %s\n", defs[i].tf_op,
-                                     tf_dtype_name(dtypes[j]), defs[i].gd_op,
-                                     defs[i].host_input != NULL ? defs[i].host_input : "-");
+        for (int j = 0; j < N_DTYPES; j++)
+            for (int m = 0; m < (defs[i].compute == kt_cast ? N_DTYPES : 1) && used < sizeof list_buf; m++)
+                used += (size_t)snprintf(list_buf + used, sizeof list_buf - used, "%s %s%s%s %s %s\n", defs[i].tf_op,
+                                         tf_dtype_name(dtypes[j]), defs[i].compute == kt_cast ? ">" : "",
+                                         defs[i].compute == kt_cast ? tf_dtype_name(dtypes[m]) : "", defs[i].gd_op,
+                                         defs[i].host_input != NULL ? defs[i].host_input : "-");
 }
 
 /* One line per registration: "TfOp dtype gradus_op host_input|-" (dtype as TensorFlow
@@ -102,7 +107,8 @@ __attribute__((visibility("default"))) const char *gradus_tf_kernels(void)
 
 /* ---- tensors -------------------------------------------------------------------------- */
 
-static int gd_dtype_of(TF_DataType t)
+int kt_gd_dtype(TF_DataType t);
+int kt_gd_dtype(TF_DataType t)
 {
     switch (t) {
     case TF_FLOAT: return GDP_F32;
@@ -118,9 +124,9 @@ static int gd_dtype_of(TF_DataType t)
     }
 }
 
-static gdp_tensor view_of(const TF_Tensor *t)
+gdp_tensor kt_view(const TF_Tensor *t)
 {
-    gdp_tensor v = {.size = sizeof v, .data = TF_TensorData(t), .dtype = gd_dtype_of(TF_TensorType(t)),
+    gdp_tensor v = {.size = sizeof v, .data = TF_TensorData(t), .dtype = kt_gd_dtype(TF_TensorType(t)),
                     .ndim = TF_NumDims(t)};
     for (int d = 0; d < v.ndim && d < GDP_MAX_DIMS; d++) v.shape[d] = TF_Dim(t, d);
     gdp_set_contiguous(&v);
@@ -128,12 +134,6 @@ static gdp_tensor view_of(const TF_Tensor *t)
 }
 
 /* ---- one kernel instance -------------------------------------------------------------- */
-
-typedef struct kstate {
-    const kdef *def;
-    int ta, tb;       /* transposes */
-    int keep_dims;
-} kstate;
 
 static void *kcreate(TF_OpKernelConstruction *c, int idx)
 {
@@ -174,13 +174,43 @@ static void *kcreate(TF_OpKernelConstruction *c, int idx)
     }
     default: break;
     }
+    /* the NHWC ops: strides, window, dilations, padding (the data format is checked) */
+    int32_t v[4];
+    if (TF_OpKernelConstruction_HasAttr(c, "strides", st)) {
+        TF_OpKernelConstruction_GetAttrInt32List(c, "strides", v, 4, st);
+        k->stride[0] = v[1], k->stride[1] = v[2];
+    }
+    k->ksize[0] = k->ksize[1] = k->dilation[0] = k->dilation[1] = 1;
+    if (TF_OpKernelConstruction_HasAttr(c, "ksize", st)) {
+        TF_OpKernelConstruction_GetAttrInt32List(c, "ksize", v, 4, st);
+        k->ksize[0] = v[1], k->ksize[1] = v[2];
+    }
+    if (TF_OpKernelConstruction_HasAttr(c, "dilations", st)) {
+        TF_OpKernelConstruction_GetAttrInt32List(c, "dilations", v, 4, st);
+        k->dilation[0] = v[1], k->dilation[1] = v[2];
+    }
+    if (TF_OpKernelConstruction_HasAttr(c, "padding", st))
+        TF_OpKernelConstruction_GetAttrString(c, "padding", k->padding, sizeof k->padding - 1, st);
+    if (TF_OpKernelConstruction_HasAttr(c, "batch_dims", st)) {
+        int32_t bd = 0;
+        TF_OpKernelConstruction_GetAttrInt32(c, "batch_dims", &bd, st);
+        k->batch_dims = bd;
+    }
+    if (k->def->compute != NULL && TF_OpKernelConstruction_HasAttr(c, "data_format", st)) {
+        char fmt[16] = "";
+        TF_OpKernelConstruction_GetAttrString(c, "data_format", fmt, sizeof fmt - 1, st);
+        if (strncmp(fmt, "NHWC", 4) != 0) {
+            TF_SetStatus(st, TF_UNIMPLEMENTED, "gradus: GRADUS takes data_format NHWC only");
+            TF_OpKernelConstruction_Failure(c, st);
+        }
+    }
     TF_DeleteStatus(st);
     return k;
 }
 
 static void kdelete(void *k) { free(k); }
 
-static void fail(TF_OpKernelContext *ctx, TF_Code code, const char *fmt, const char *a, const char *b)
+void kt_fail(TF_OpKernelContext *ctx, TF_Code code, const char *fmt, const char *a, const char *b)
 {
     char m[1200];
     snprintf(m, sizeof m, fmt, a, b);
@@ -191,8 +221,8 @@ static void fail(TF_OpKernelContext *ctx, TF_Code code, const char *fmt, const c
 }
 
 /* Runs one gradus op under the lock, on the kernel's stream. 0 on success. */
-static int run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, const gdp_tensor *const *in, int n_out,
-               const gdp_tensor *const *out, int n_attr, const gd_attr *attrs)
+int kt_run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, const gdp_tensor *const *in, int n_out,
+           const gdp_tensor *const *out, int n_attr, const gd_attr *attrs)
 {
     TF_Status *st = TF_NewStatus();
     SP_Stream s = TF_GetStream(ctx, st);
@@ -210,20 +240,25 @@ static int run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_i
     if (r != GD_OK) snprintf(msg, sizeof msg, "%s", gd_ctx_error(gtf.ctx));
     pthread_mutex_unlock(&gtf.lock);
     if (r != GD_OK) {
-        fail(ctx, r == GD_ERR_NOMEM ? TF_RESOURCE_EXHAUSTED : r == GD_ERR_INVALID || r == GD_ERR_SHAPE ? TF_INVALID_ARGUMENT : TF_INTERNAL,
+        kt_fail(ctx, r == GD_ERR_NOMEM ? TF_RESOURCE_EXHAUSTED : r == GD_ERR_INVALID || r == GD_ERR_SHAPE ? TF_INVALID_ARGUMENT : TF_INTERNAL,
              "%s on GRADUS: %s", k->def->tf_op, msg);
         return -1;
     }
     return 0;
 }
 
-/* Allocates output `i` of the given shape in the input's dtype. NULL after a failure. */
-static TF_Tensor *alloc_out(TF_OpKernelContext *ctx, int i, TF_DataType dt, int ndim, const int64_t *shape)
+TF_Tensor *kt_alloc(TF_OpKernelContext *ctx, int i, TF_DataType dt, int ndim, const int64_t *shape)
 {
     size_t n = TF_DataTypeSize(dt);
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     TF_Status *st = TF_NewStatus();
-    TF_Tensor *t = TF_AllocateOutput(ctx, i, dt, shape, ndim, n, st);
+    TF_Tensor *t;
+    if (i >= 0) {
+        t = TF_AllocateOutput(ctx, i, dt, shape, ndim, n, st);
+    } else {
+        TF_AllocatorAttributes aa = {.struct_size = TF_ALLOCATOR_ATTRIBUTES_STRUCT_SIZE, .on_host = 0};
+        t = TF_AllocateTemp(ctx, dt, shape, ndim, &aa, st);
+    }
     if (TF_GetCode(st) != TF_OK) {
         TF_OpKernelContext_Failure(ctx, st);
         if (t != NULL) TF_DeleteTensor(t);
@@ -231,6 +266,54 @@ static TF_Tensor *alloc_out(TF_OpKernelContext *ctx, int i, TF_DataType dt, int 
     }
     TF_DeleteStatus(st);
     return t;
+}
+
+TF_Tensor *kt_input(TF_OpKernelContext *ctx, int i)
+{
+    TF_Tensor *t = NULL;
+    TF_Status *st = TF_NewStatus();
+    TF_GetInput(ctx, i, &t, st);
+    if (TF_GetCode(st) != TF_OK) {
+        TF_OpKernelContext_Failure(ctx, st);
+        if (t != NULL) TF_DeleteTensor(t);
+        t = NULL;
+    }
+    TF_DeleteStatus(st);
+    return t;
+}
+
+int kt_host_ints(const TF_Tensor *t, int64_t *out, int cap)
+{
+    int64_t n = TF_TensorElementCount(t);
+    if (n > cap) return -1;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = TF_TensorType(t) == TF_INT64 ? ((const int64_t *)TF_TensorData(t))[i] : ((const int32_t *)TF_TensorData(t))[i];
+    return (int)n;
+}
+
+int kt_upload(TF_OpKernelContext *ctx, const kstate *k, void *dst, const void *src, size_t bytes)
+{
+    TF_Status *st = TF_NewStatus();
+    SP_Stream s = TF_GetStream(ctx, st);
+    void *gs = TF_GetCode(st) == TF_OK && s != NULL ? ((gtf_stream *)(void *)s)->gs : gtf.stream;
+    TF_DeleteStatus(st);
+    gdp_err e = {.size = sizeof e};
+    gdp_status r = GDP_OK;
+    pthread_mutex_lock(&gtf.lock);
+    if (gtf.dev == NULL) memcpy(dst, src, bytes);
+    else r = gtf.dev->copy_h2d(gtf.inst, dst, src, bytes, gs, &e);
+    pthread_mutex_unlock(&gtf.lock);
+    if (r != GDP_OK) {
+        kt_fail(ctx, TF_INTERNAL, "%s: host-to-device copy: %s", k->def->tf_op, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int kt_copy(TF_OpKernelContext *ctx, const kstate *k, const gdp_tensor *src, const gdp_tensor *dst)
+{
+    const gdp_tensor *i1[1] = {src}, *o1[1] = {dst};
+    return kt_run(ctx, k, "copy", 1, i1, 1, o1, 0, NULL);
 }
 
 static int64_t numel(int ndim, const int64_t *shape)
@@ -257,7 +340,11 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
 {
     const kstate *k = p;
     if (gtf_init() != 0) {
-        fail(ctx, TF_FAILED_PRECONDITION, "%s: %s", k->def->tf_op, gtf.error);
+        kt_fail(ctx, TF_FAILED_PRECONDITION, "%s: %s", k->def->tf_op, gtf.error);
+        return;
+    }
+    if (k->def->compute != NULL) {
+        k->def->compute(k, ctx);
         return;
     }
     int n_in = TF_NumInputs(ctx);
@@ -270,7 +357,7 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
             TF_OpKernelContext_Failure(ctx, st);
             goto done;
         }
-        in[i] = view_of(tin[i]);
+        in[i] = kt_view(tin[i]);
     }
     TF_DataType dt = TF_TensorType(tin[0]);
     int64_t shape[GDP_MAX_DIMS];
@@ -290,7 +377,7 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
         gin = 2;
         ndim = broadcast(&in[0], &in[1], shape);
         if (ndim < 0) {
-            fail(ctx, TF_INVALID_ARGUMENT, "%s: operands do not broadcast%s", k->def->tf_op, "");
+            kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: operands do not broadcast%s", k->def->tf_op, "");
             goto done;
         }
         break;
@@ -309,14 +396,14 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
         attrs[n_attr++] = gd_attr_i("transpose_b", k->tb);
         const gdp_tensor *a = &in[0], *b = &in[1];
         if (a->ndim < 2 || b->ndim < 2) {
-            fail(ctx, TF_INVALID_ARGUMENT, "%s: operands need two dims%s", k->def->tf_op, "");
+            kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: operands need two dims%s", k->def->tf_op, "");
             goto done;
         }
         gdp_tensor ab = *a, bb = *b; /* batch dims only, for their broadcast */
         ab.ndim -= 2, bb.ndim -= 2;
         ndim = broadcast(&ab, &bb, shape);
         if (ndim < 0) {
-            fail(ctx, TF_INVALID_ARGUMENT, "%s: batch dims do not broadcast%s", k->def->tf_op, "");
+            kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: batch dims do not broadcast%s", k->def->tf_op, "");
             goto done;
         }
         shape[ndim++] = k->ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
@@ -330,14 +417,14 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
         int64_t n = numel(ax->ndim, ax->shape), axes[GDP_MAX_DIMS];
         int used[GDP_MAX_DIMS] = {0};
         if (n > in[0].ndim) {
-            fail(ctx, TF_INVALID_ARGUMENT, "%s: more axes than dims%s", k->def->tf_op, "");
+            kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: more axes than dims%s", k->def->tf_op, "");
             goto done;
         }
         for (int64_t i = 0; i < n; i++) {
             int64_t a = ax->dtype == GDP_I64 ? ((const int64_t *)ax->data)[i] : ((const int32_t *)ax->data)[i];
             if (a < 0) a += in[0].ndim;
             if (a < 0 || a >= in[0].ndim) {
-                fail(ctx, TF_INVALID_ARGUMENT, "%s: axis out of range%s", k->def->tf_op, "");
+                kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: axis out of range%s", k->def->tf_op, "");
                 goto done;
             }
             axes[i] = a;
@@ -357,12 +444,12 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
         break;
     }
     }
-    TF_Tensor *tout = alloc_out(ctx, 0, dt, ndim, shape);
+    TF_Tensor *tout = kt_alloc(ctx, 0, dt, ndim, shape);
     if (tout == NULL) goto done;
     if (numel(ndim, shape) > 0) {
-        gdp_tensor out = view_of(tout);
+        gdp_tensor out = kt_view(tout);
         const gdp_tensor *go[1] = {&out};
-        run(ctx, k, op, gin, gi, 1, go, n_attr, attrs);
+        kt_run(ctx, k, op, gin, gi, 1, go, n_attr, attrs);
     }
     TF_DeleteTensor(tout);
 done:
@@ -375,31 +462,45 @@ done:
 #define T(i) static void *create_##i(TF_OpKernelConstruction *c) { return kcreate(c, i); }
 T(0) T(1) T(2) T(3) T(4) T(5) T(6) T(7) T(8) T(9) T(10) T(11) T(12) T(13) T(14) T(15) T(16) T(17) T(18) T(19)
 T(20) T(21) T(22) T(23) T(24) T(25) T(26) T(27) T(28) T(29) T(30) T(31) T(32) T(33) T(34) T(35) T(36) T(37) T(38) T(39)
+T(40) T(41) T(42) T(43) T(44) T(45) T(46) T(47) T(48) T(49) T(50) T(51) T(52) T(53) T(54) T(55) T(56) T(57) T(58) T(59)
 #undef T
 static void *(*const creates[])(TF_OpKernelConstruction *) = {
     create_0, create_1, create_2, create_3, create_4, create_5, create_6, create_7, create_8, create_9,
     create_10, create_11, create_12, create_13, create_14, create_15, create_16, create_17, create_18, create_19,
     create_20, create_21, create_22, create_23, create_24, create_25, create_26, create_27, create_28, create_29,
-    create_30, create_31, create_32, create_33, create_34, create_35, create_36, create_37, create_38, create_39};
+    create_30, create_31, create_32, create_33, create_34, create_35, create_36, create_37, create_38, create_39,
+    create_40, create_41, create_42, create_43, create_44, create_45, create_46, create_47, create_48, create_49,
+    create_50, create_51, create_52, create_53, create_54, create_55, create_56, create_57, create_58, create_59};
 _Static_assert(sizeof creates / sizeof creates[0] >= sizeof defs / sizeof defs[0], "one create function per kernel");
+
+/* Registers one kernel: the op at dtype `dt` (and, for Cast, destination `dst`). */
+static void register_one(int i, TF_DataType dt, TF_DataType dst, TF_Status *st)
+{
+    TF_KernelBuilder *b = TF_NewKernelBuilder(defs[i].tf_op, "GRADUS", creates[i], kcompute, kdelete);
+    /* the dtype constraint on every attribute named (they all take the kernel's dtype) */
+    char attrs[64];
+    snprintf(attrs, sizeof attrs, "%s", defs[i].type_attr != NULL ? defs[i].type_attr : "T");
+    TF_SetStatus(st, TF_OK, "");
+    for (char *save = NULL, *a = strtok_r(attrs, " ", &save); a != NULL && TF_GetCode(st) == TF_OK; a = strtok_r(NULL, " ", &save))
+        TF_KernelBuilder_TypeConstraint(b, a, dt, st);
+    if (defs[i].compute == kt_cast && TF_GetCode(st) == TF_OK) TF_KernelBuilder_TypeConstraint(b, "DstT", dst, st);
+    if (TF_GetCode(st) != TF_OK) {
+        TF_DeleteKernelBuilder(b);
+        return;
+    }
+    if (defs[i].host_input != NULL) TF_KernelBuilder_HostMemory(b, defs[i].host_input);
+    char name[96];
+    snprintf(name, sizeof name, "Gradus%s", defs[i].tf_op);
+    TF_RegisterKernelBuilder(name, b, st); /* takes the builder */
+}
 
 __attribute__((visibility("default"))) void TF_InitKernel(void)
 {
     if (gtf_init() != 0) return; /* disabled, or no backend: no device to register for */
     TF_Status *st = TF_NewStatus();
-    for (int i = 0; i < N_DEFS; i++) {
-        for (int j = 0; j < N_DTYPES; j++) {
-            TF_KernelBuilder *b = TF_NewKernelBuilder(defs[i].tf_op, "GRADUS", creates[i], kcompute, kdelete);
-            TF_KernelBuilder_TypeConstraint(b, "T", dtypes[j], st);
-            if (TF_GetCode(st) != TF_OK) {
-                TF_DeleteKernelBuilder(b);
-                continue;
-            }
-            if (defs[i].host_input != NULL) TF_KernelBuilder_HostMemory(b, defs[i].host_input);
-            char name[96];
-            snprintf(name, sizeof name, "Gradus%s", defs[i].tf_op);
-            TF_RegisterKernelBuilder(name, b, st); /* takes the builder */
-        }
-    }
+    for (int i = 0; i < N_DEFS; i++)
+        for (int j = 0; j < N_DTYPES; j++)
+            for (int m = 0; m < (defs[i].compute == kt_cast ? N_DTYPES : 1); m++)
+                register_one(i, dtypes[j], dtypes[m], st);
     TF_DeleteStatus(st);
 }

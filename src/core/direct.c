@@ -212,11 +212,35 @@ gd_status gd_backend_run_op(gd_ctx *ctx, const char *backend, const char *op, in
     gdp_node nd = {.size = sizeof nd, .op = n->op->name, .n_in = n_in, .n_out = n_out, .in = in, .out = out,
                    .attrs = gd_node_attrs(n), .id = 0, .label = n->op->name};
     const gd_kernel_entry *k = b->is_ref ? NULL : gd_backend_kernel(b, n);
+    /* A kernel that refuses strides gets contiguous copies made on the backend (the
+     * planner's contiguous op, itself run by this function), as a program would. */
+    gdp_tensor cin[GDP_MAX_INPUTS];
+    const gdp_tensor *cinp[GDP_MAX_INPUTS];
+    void *tmp[GDP_MAX_INPUTS] = {0};
+    size_t tmp_bytes[GDP_MAX_INPUTS] = {0};
+    const char *contig = ctx->reg->hooks.contiguous_op;
+    if (k != NULL && !(k->k.flags & GDP_KERNEL_STRIDED) && contig != NULL && strcmp(op, contig) != 0) {
+        for (int i = 0; i < n_in && st == GD_OK; i++) {
+            cin[i] = *in[i];
+            cinp[i] = &cin[i];
+            if (gdp_is_contiguous(in[i])) continue;
+            tmp_bytes[i] = (size_t)gdp_numel(in[i]) * gdp_dtype_size(in[i]->dtype);
+            st = gd_backend_alloc(ctx, b, tmp_bytes[i], &tmp[i]);
+            if (st != GD_OK) break;
+            cin[i].data = tmp[i];
+            gdp_set_contiguous(&cin[i]);
+            const gdp_tensor *src[1] = {in[i]}, *dst[1] = {&cin[i]};
+            st = gd_backend_run_op(ctx, backend, contig, 1, src, 1, dst, 0, NULL, stream, NULL);
+        }
+        nd.in = cinp;
+    }
     int strided = 0;
-    for (int i = 0; i < n_in; i++) strided |= !gdp_is_contiguous(in[i]);
+    for (int i = 0; i < n_in; i++) strided |= !gdp_is_contiguous(nd.in[i]);
     if (k != NULL && strided && !(k->k.flags & GDP_KERNEL_STRIDED)) k = NULL;
     if (k != NULL && k->k.supports != NULL && !k->k.supports(b->plugin.backend, &nd)) k = NULL;
-    if (k != NULL) {
+    if (st != GD_OK) {
+        /* a contiguous copy failed; its message is in the context */
+    } else if (k != NULL) {
         st = run_kernel(ctx, b, k, &nd, stream);
         if (st == GD_OK && on_backend != NULL) *on_backend = 1;
     } else if (ctx->strict && !b->is_ref) {
@@ -224,7 +248,19 @@ gd_status gd_backend_run_op(gd_ctx *ctx, const char *backend, const char *op, in
         st = gd_fail(ctx, GD_ERR_STRICT, "%s: no kernel on %s takes %s (strict mode)", n->op->name, b->name,
                      gd_node_signature(n, sig, sizeof sig));
     } else {
+        nd.in = in;
         st = run_fallback(ctx, b, n->op, &nd, stream);
+    }
+    int any_tmp = 0;
+    for (int i = 0; i < n_in; i++) any_tmp |= tmp[i] != NULL;
+    if (any_tmp) {
+        /* the copies may be freed once the kernel is done with them */
+        if (b->has_dev && b->dev.synchronize != NULL) {
+            gdp_err e = {.size = sizeof e};
+            gdp_status ss = b->dev.synchronize(b->plugin.backend, stream, &e);
+            if (ss != GDP_OK && st == GD_OK) st = dev_fail(ctx, b, "synchronize", ss, &e);
+        }
+        for (int i = 0; i < n_in; i++) gd_backend_free(b, tmp[i], tmp_bytes[i]);
     }
 done:
     gd_graph_free(g);
