@@ -26,3 +26,14 @@ def registered_kernels():
         op, dt, gop, host = line.split()
         rows.append((op, dt, gop, None if host == "-" else host))
     return rows
+
+
+def counts():
+    """{TensorFlow op: (runs, runs on the backend's own kernel)} of the bridge so far."""
+    lib = ctypes.CDLL(LIBRARY)
+    lib.gradus_tf_counts.restype = ctypes.c_char_p
+    out = {}
+    for line in lib.gradus_tf_counts().decode().splitlines():
+        op, n, on = line.split()
+        out[op] = (int(n), int(on))
+    return out

@@ -7,6 +7,7 @@
 #define GTF_UNIT gtf_kernels_input_range_size
 #include "kern.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,10 @@ static const char *tf_dtype_name(TF_DataType t)
     return t == TF_FLOAT ? "float32" : t == TF_HALF ? "float16" : t == TF_BFLOAT16 ? "bfloat16" : "?";
 }
 
+/* Ops each kernel has run, and how many of them on the backend's own kernel (the rest
+ * ran on gradus's reference across copies): tests read them through gradus_tf_counts. */
+static _Atomic long long runs[64], on_backend_runs[64];
+
 static char list_buf[16384];
 static pthread_once_t list_once = PTHREAD_ONCE_INIT;
 
@@ -103,6 +108,19 @@ __attribute__((visibility("default"))) const char *gradus_tf_kernels(void)
 {
     pthread_once(&list_once, fill_list);
     return list_buf;
+}
+
+/* "TfOp runs on_backend" for every kernel that ran, one line each. */
+__attribute__((visibility("default"))) const char *gradus_tf_counts(void)
+{
+    static _Thread_local char buf[4096];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_DEFS && used < sizeof buf; i++)
+        if (runs[i] > 0)
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s %lld %lld\n", defs[i].tf_op, (long long)runs[i],
+                                     (long long)on_backend_runs[i]);
+    return buf;
 }
 
 /* ---- tensors -------------------------------------------------------------------------- */
@@ -229,7 +247,13 @@ int kt_run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, c
     void *gs = TF_GetCode(st) == TF_OK && s != NULL ? ((gtf_stream *)(void *)s)->gs : gtf.stream;
     TF_DeleteStatus(st);
     pthread_mutex_lock(&gtf.lock);
-    gd_status r = gd_backend_run_op(gtf.ctx, gtf.backend, op, n_in, in, n_out, out, n_attr, attrs, gs, NULL);
+    int on = 0;
+    gd_status r = gd_backend_run_op(gtf.ctx, gtf.backend, op, n_in, in, n_out, out, n_attr, attrs, gs, &on);
+    int idx = (int)(k->def - defs);
+    if (r == GD_OK) {
+        runs[idx]++;
+        on_backend_runs[idx] += on;
+    }
     if (r == GD_OK && gtf.sync) {
         gdp_err e = {.size = sizeof e};
         if (gtf_sync_locked(gs, &e) != GDP_OK) {
@@ -472,6 +496,7 @@ static void *(*const creates[])(TF_OpKernelConstruction *) = {
     create_40, create_41, create_42, create_43, create_44, create_45, create_46, create_47, create_48, create_49,
     create_50, create_51, create_52, create_53, create_54, create_55, create_56, create_57, create_58, create_59};
 _Static_assert(sizeof creates / sizeof creates[0] >= sizeof defs / sizeof defs[0], "one create function per kernel");
+_Static_assert(sizeof runs / sizeof runs[0] >= sizeof defs / sizeof defs[0], "one counter per kernel");
 
 /* Registers one kernel: the op at dtype `dt` (and, for Cast, destination `dst`). */
 static void register_one(int i, TF_DataType dt, TF_DataType dst, TF_Status *st)
