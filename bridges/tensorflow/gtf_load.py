@@ -12,6 +12,7 @@ LIBRARY = os.environ.get("GRADUS_TF_LIBRARY")
 if not LIBRARY or not os.path.exists(LIBRARY):
     sys.exit("GRADUS_TF_LIBRARY must name libgradus_tf.so")
 load_library.load_pluggable_device_library(LIBRARY)
+tf.get_logger().setLevel("ERROR")  # the sweep traces small functions many times, on purpose
 tf.config.set_soft_device_placement(False)  # a missing kernel raises instead of running on the CPU
 
 DEVICE = "/device:GRADUS:0"

@@ -23,6 +23,7 @@ typedef struct kdef {
     const char *host_input; /* an input kept in host memory (axes, sizes), or NULL */
     const char *type_attr; /* the attribute the dtype constraint is on; NULL: "T" */
     void (*compute)(const kstate *k, TF_OpKernelContext *ctx); /* NULL: the generic kernel */
+    int no_bf16;           /* the op's definition does not allow bfloat16 */
 } kdef;
 
 struct kstate {
@@ -32,6 +33,8 @@ struct kstate {
     int batch_dims;        /* GatherV2 */
     int stride[2], ksize[2], dilation[2]; /* H, W of an NHWC op */
     char padding[16];      /* "SAME", "VALID" */
+    int act;               /* fused ops: 1 when fused_ops ends in Relu */
+    int fused_bad;         /* fused ops: a fused_ops list the bridge does not run */
 };
 
 /* gradus's view of a TensorFlow tensor (contiguous). */
@@ -63,6 +66,8 @@ void kt_avg_pool(const kstate *k, TF_OpKernelContext *ctx);
 void kt_avg_pool_grad(const kstate *k, TF_OpKernelContext *ctx);
 void kt_sparse_xent(const kstate *k, TF_OpKernelContext *ctx);
 void kt_xent(const kstate *k, TF_OpKernelContext *ctx);
+void kt_fused_matmul(const kstate *k, TF_OpKernelContext *ctx);
+void kt_fused_conv2d(const kstate *k, TF_OpKernelContext *ctx);
 void kt_cast(const kstate *k, TF_OpKernelContext *ctx);
 void kt_transpose(const kstate *k, TF_OpKernelContext *ctx);
 void kt_concat(const kstate *k, TF_OpKernelContext *ctx);

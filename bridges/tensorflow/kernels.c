@@ -27,48 +27,50 @@ enum kind {
 };
 
 static const kdef defs[] = {
-    {"Relu", "relu", K_UNARY, NULL, NULL, NULL},
-    {"Sigmoid", "sigmoid", K_UNARY, NULL, NULL, NULL},
-    {"Tanh", "tanh", K_UNARY, NULL, NULL, NULL},
-    {"Exp", "exp", K_UNARY, NULL, NULL, NULL},
-    {"Log", "log", K_UNARY, NULL, NULL, NULL},
-    {"Neg", "neg", K_UNARY, NULL, NULL, NULL},
-    {"Abs", "abs", K_UNARY, NULL, NULL, NULL},
-    {"Sqrt", "sqrt", K_UNARY, NULL, NULL, NULL},
-    {"Rsqrt", "rsqrt", K_UNARY, NULL, NULL, NULL},
-    {"Square", "pow", K_SQUARE, NULL, NULL, NULL},
-    {"ReluGrad", "relu_grad", K_GRAD_DX, NULL, NULL, NULL},
-    {"SigmoidGrad", "sigmoid_grad", K_GRAD_YD, NULL, NULL, NULL},
-    {"TanhGrad", "tanh_grad", K_GRAD_YD, NULL, NULL, NULL},
-    {"AddV2", "add", K_BINARY, NULL, NULL, NULL},
-    {"Sub", "sub", K_BINARY, NULL, NULL, NULL},
-    {"Mul", "mul", K_BINARY, NULL, NULL, NULL},
-    {"RealDiv", "div", K_BINARY, NULL, NULL, NULL},
-    {"Maximum", "maximum", K_BINARY, NULL, NULL, NULL},
-    {"Minimum", "minimum", K_BINARY, NULL, NULL, NULL},
-    {"BiasAdd", "add", K_BIAS_ADD, NULL, NULL, NULL},
-    {"BiasAddGrad", "sum", K_BIAS_GRAD, NULL, NULL, NULL},
-    {"MatMul", "matmul", K_MATMUL, NULL, NULL, NULL},
-    {"BatchMatMulV2", "matmul", K_BATCH_MATMUL, NULL, NULL, NULL},
-    {"BatchMatMulV3", "matmul", K_BATCH_MATMUL, NULL, "Ta Tb Tout", NULL},
-    {"Softmax", "softmax", K_SOFTMAX, NULL, NULL, NULL},
-    {"LogSoftmax", "log_softmax", K_SOFTMAX, NULL, NULL, NULL},
-    {"Sum", "sum", K_REDUCE, "reduction_indices", NULL, NULL},
-    {"Mean", "mean", K_REDUCE, "reduction_indices", NULL, NULL},
-    {"Max", "max", K_REDUCE, "reduction_indices", NULL, NULL},
-    {"Conv2D", "conv2d", 0, NULL, NULL, kt_conv2d},
-    {"Conv2DBackpropInput", "conv2d_grad_input", 0, "input_sizes", NULL, kt_conv2d_grad_input},
-    {"Conv2DBackpropFilter", "conv2d_grad_weight", 0, "filter_sizes", NULL, kt_conv2d_grad_filter},
-    {"MaxPool", "max_pool2d", 0, NULL, NULL, kt_max_pool},
-    {"MaxPoolGrad", "max_pool2d_grad", 0, NULL, NULL, kt_max_pool_grad},
-    {"AvgPool", "avg_pool2d", 0, NULL, NULL, kt_avg_pool},
-    {"AvgPoolGrad", "avg_pool2d_grad", 0, "orig_input_shape", NULL, kt_avg_pool_grad},
-    {"SparseSoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_sparse_xent},
-    {"SoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_xent},
-    {"Cast", "cast", 0, NULL, "SrcT", kt_cast},
-    {"Transpose", "copy", 0, "perm", NULL, kt_transpose},
-    {"ConcatV2", "concat", 0, "axis", NULL, kt_concat},
-    {"GatherV2", "index_select", 0, "axis", "Tparams", kt_gather},
+    {"Relu", "relu", K_UNARY, NULL, NULL, NULL, 0},
+    {"Sigmoid", "sigmoid", K_UNARY, NULL, NULL, NULL, 0},
+    {"Tanh", "tanh", K_UNARY, NULL, NULL, NULL, 0},
+    {"Exp", "exp", K_UNARY, NULL, NULL, NULL, 0},
+    {"Log", "log", K_UNARY, NULL, NULL, NULL, 0},
+    {"Neg", "neg", K_UNARY, NULL, NULL, NULL, 0},
+    {"Abs", "abs", K_UNARY, NULL, NULL, NULL, 0},
+    {"Sqrt", "sqrt", K_UNARY, NULL, NULL, NULL, 0},
+    {"Rsqrt", "rsqrt", K_UNARY, NULL, NULL, NULL, 0},
+    {"Square", "pow", K_SQUARE, NULL, NULL, NULL, 0},
+    {"ReluGrad", "relu_grad", K_GRAD_DX, NULL, NULL, NULL, 0},
+    {"SigmoidGrad", "sigmoid_grad", K_GRAD_YD, NULL, NULL, NULL, 0},
+    {"TanhGrad", "tanh_grad", K_GRAD_YD, NULL, NULL, NULL, 0},
+    {"AddV2", "add", K_BINARY, NULL, NULL, NULL, 0},
+    {"Sub", "sub", K_BINARY, NULL, NULL, NULL, 0},
+    {"Mul", "mul", K_BINARY, NULL, NULL, NULL, 0},
+    {"RealDiv", "div", K_BINARY, NULL, NULL, NULL, 0},
+    {"Maximum", "maximum", K_BINARY, NULL, NULL, NULL, 0},
+    {"Minimum", "minimum", K_BINARY, NULL, NULL, NULL, 0},
+    {"BiasAdd", "add", K_BIAS_ADD, NULL, NULL, NULL, 0},
+    {"BiasAddGrad", "sum", K_BIAS_GRAD, NULL, NULL, NULL, 0},
+    {"MatMul", "matmul", K_MATMUL, NULL, NULL, NULL, 0},
+    {"BatchMatMulV2", "matmul", K_BATCH_MATMUL, NULL, NULL, NULL, 0},
+    {"BatchMatMulV3", "matmul", K_BATCH_MATMUL, NULL, "Ta Tb Tout", NULL, 0},
+    {"Softmax", "softmax", K_SOFTMAX, NULL, NULL, NULL, 0},
+    {"LogSoftmax", "log_softmax", K_SOFTMAX, NULL, NULL, NULL, 0},
+    {"Sum", "sum", K_REDUCE, "reduction_indices", NULL, NULL, 0},
+    {"Mean", "mean", K_REDUCE, "reduction_indices", NULL, NULL, 0},
+    {"Max", "max", K_REDUCE, "reduction_indices", NULL, NULL, 0},
+    {"Conv2D", "conv2d", 0, NULL, NULL, kt_conv2d, 0},
+    {"Conv2DBackpropInput", "conv2d_grad_input", 0, "input_sizes", NULL, kt_conv2d_grad_input, 0},
+    {"Conv2DBackpropFilter", "conv2d_grad_weight", 0, "filter_sizes", NULL, kt_conv2d_grad_filter, 0},
+    {"MaxPool", "max_pool2d", 0, NULL, NULL, kt_max_pool, 0},
+    {"MaxPoolGrad", "max_pool2d_grad", 0, NULL, NULL, kt_max_pool_grad, 0},
+    {"AvgPool", "avg_pool2d", 0, NULL, NULL, kt_avg_pool, 0},
+    {"AvgPoolGrad", "avg_pool2d_grad", 0, "orig_input_shape", NULL, kt_avg_pool_grad, 0},
+    {"SparseSoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_sparse_xent, 0},
+    {"SoftmaxCrossEntropyWithLogits", "log_softmax", 0, NULL, NULL, kt_xent, 0},
+    {"Cast", "cast", 0, NULL, "SrcT", kt_cast, 0},
+    {"Transpose", "copy", 0, "perm", NULL, kt_transpose, 0},
+    {"ConcatV2", "concat", 0, "axis", NULL, kt_concat, 0},
+    {"GatherV2", "index_select", 0, "axis", "Tparams", kt_gather, 0},
+    {"_FusedMatMul", "linear_act", 0, NULL, NULL, kt_fused_matmul, 0},
+    {"_FusedConv2D", "conv2d", 0, NULL, NULL, kt_fused_conv2d, 1},
 };
 #define N_DEFS ((int)(sizeof defs / sizeof defs[0]))
 
@@ -87,6 +89,9 @@ static const char *tf_dtype_name(TF_DataType t)
  * ran on gradus's reference across copies): tests read them through gradus_tf_counts. */
 static _Atomic long long runs[64], on_backend_runs[64];
 
+/* Whether every gradus op of the kernel running on this thread ran on the backend. */
+static _Thread_local int tl_all_on_backend, tl_failed;
+
 static char list_buf[16384];
 static pthread_once_t list_once = PTHREAD_ONCE_INIT;
 
@@ -96,6 +101,7 @@ static void fill_list(void)
     for (int i = 0; i < N_DEFS; i++)
         for (int j = 0; j < N_DTYPES; j++)
             for (int m = 0; m < (defs[i].compute == kt_cast ? N_DTYPES : 1) && used < sizeof list_buf; m++)
+                if (!(defs[i].no_bf16 && dtypes[j] == TF_BFLOAT16))
                 used += (size_t)snprintf(list_buf + used, sizeof list_buf - used, "%s %s%s%s %s %s\n", defs[i].tf_op,
                                          tf_dtype_name(dtypes[j]), defs[i].compute == kt_cast ? ">" : "",
                                          defs[i].compute == kt_cast ? tf_dtype_name(dtypes[m]) : "", defs[i].gd_op,
@@ -161,6 +167,12 @@ static void *kcreate(TF_OpKernelConstruction *c, int idx)
     k->def = &defs[idx];
     TF_Status *st = TF_NewStatus();
     TF_Bool b = 0;
+    if (k->def->compute == kt_fused_matmul) {
+        TF_OpKernelConstruction_GetAttrBool(c, "transpose_a", &b, st);
+        k->ta = b;
+        TF_OpKernelConstruction_GetAttrBool(c, "transpose_b", &b, st);
+        k->tb = b;
+    }
     switch (k->def->kind) {
     case K_MATMUL:
         TF_OpKernelConstruction_GetAttrBool(c, "transpose_a", &b, st);
@@ -214,6 +226,22 @@ static void *kcreate(TF_OpKernelConstruction *c, int idx)
         TF_OpKernelConstruction_GetAttrInt32(c, "batch_dims", &bd, st);
         k->batch_dims = bd;
     }
+    if (TF_OpKernelConstruction_HasAttr(c, "fused_ops", st)) {
+        /* what the graph pass writes: BiasAdd, or BiasAdd then Relu */
+        int32_t n = 0, total = 0;
+        TF_OpKernelConstruction_GetAttrSize(c, "fused_ops", &n, &total, st);
+        char *vals[4], storage[256];
+        size_t lens[4];
+        k->fused_bad = 1;
+        if (TF_GetCode(st) == TF_OK && n >= 1 && n <= 2 && total <= (int32_t)sizeof storage) {
+            TF_OpKernelConstruction_GetAttrStringList(c, "fused_ops", vals, lens, n, storage, sizeof storage, st);
+            int ok = TF_GetCode(st) == TF_OK && lens[0] == 7 && memcmp(vals[0], "BiasAdd", 7) == 0;
+            if (ok && n == 2) ok = lens[1] == 4 && memcmp(vals[1], "Relu", 4) == 0;
+            k->fused_bad = !ok;
+            k->act = n == 2;
+        }
+        TF_SetStatus(st, TF_OK, "");
+    }
     if (k->def->compute != NULL && TF_OpKernelConstruction_HasAttr(c, "data_format", st)) {
         char fmt[16] = "";
         TF_OpKernelConstruction_GetAttrString(c, "data_format", fmt, sizeof fmt - 1, st);
@@ -234,6 +262,7 @@ void kt_fail(TF_OpKernelContext *ctx, TF_Code code, const char *fmt, const char 
     snprintf(m, sizeof m, fmt, a, b);
     TF_Status *st = TF_NewStatus();
     TF_SetStatus(st, code, m);
+    tl_failed = 1;
     TF_OpKernelContext_Failure(ctx, st);
     TF_DeleteStatus(st);
 }
@@ -249,11 +278,7 @@ int kt_run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, c
     pthread_mutex_lock(&gtf.lock);
     int on = 0;
     gd_status r = gd_backend_run_op(gtf.ctx, gtf.backend, op, n_in, in, n_out, out, n_attr, attrs, gs, &on);
-    int idx = (int)(k->def - defs);
-    if (r == GD_OK) {
-        runs[idx]++;
-        on_backend_runs[idx] += on;
-    }
+    if (r == GD_OK && !on) tl_all_on_backend = 0;
     if (r == GD_OK && gtf.sync) {
         gdp_err e = {.size = sizeof e};
         if (gtf_sync_locked(gs, &e) != GDP_OK) {
@@ -284,6 +309,7 @@ TF_Tensor *kt_alloc(TF_OpKernelContext *ctx, int i, TF_DataType dt, int ndim, co
         t = TF_AllocateTemp(ctx, dt, shape, ndim, &aa, st);
     }
     if (TF_GetCode(st) != TF_OK) {
+        tl_failed = 1;
         TF_OpKernelContext_Failure(ctx, st);
         if (t != NULL) TF_DeleteTensor(t);
         t = NULL;
@@ -298,6 +324,7 @@ TF_Tensor *kt_input(TF_OpKernelContext *ctx, int i)
     TF_Status *st = TF_NewStatus();
     TF_GetInput(ctx, i, &t, st);
     if (TF_GetCode(st) != TF_OK) {
+        tl_failed = 1;
         TF_OpKernelContext_Failure(ctx, st);
         if (t != NULL) TF_DeleteTensor(t);
         t = NULL;
@@ -360,6 +387,8 @@ static int broadcast(const gdp_tensor *a, const gdp_tensor *b, int64_t *out)
     return n;
 }
 
+static void kcompute_body(const kstate *k, TF_OpKernelContext *ctx);
+
 static void kcompute(void *p, TF_OpKernelContext *ctx)
 {
     const kstate *k = p;
@@ -367,6 +396,18 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
         kt_fail(ctx, TF_FAILED_PRECONDITION, "%s: %s", k->def->tf_op, gtf.error);
         return;
     }
+    tl_all_on_backend = 1;
+    tl_failed = 0;
+    kcompute_body(k, ctx);
+    int idx = (int)(k->def - defs);
+    if (!tl_failed) {
+        runs[idx]++;
+        on_backend_runs[idx] += tl_all_on_backend;
+    }
+}
+
+static void kcompute_body(const kstate *k, TF_OpKernelContext *ctx)
+{
     if (k->def->compute != NULL) {
         k->def->compute(k, ctx);
         return;
@@ -378,6 +419,7 @@ static void kcompute(void *p, TF_OpKernelContext *ctx)
     for (int i = 0; i < n_in && i < 4; i++) {
         TF_GetInput(ctx, i, &tin[i], st);
         if (TF_GetCode(st) != TF_OK) {
+            tl_failed = 1;
             TF_OpKernelContext_Failure(ctx, st);
             goto done;
         }
@@ -526,6 +568,15 @@ __attribute__((visibility("default"))) void TF_InitKernel(void)
     for (int i = 0; i < N_DEFS; i++)
         for (int j = 0; j < N_DTYPES; j++)
             for (int m = 0; m < (defs[i].compute == kt_cast ? N_DTYPES : 1); m++)
-                register_one(i, dtypes[j], dtypes[m], st);
+                if (!(defs[i].no_bf16 && dtypes[j] == TF_BFLOAT16)) register_one(i, dtypes[j], dtypes[m], st);
+    const char *bad = getenv("GRADUS_TF_TEST_BAD_REGISTRATIONS");
+    if (bad != NULL && strcmp(bad, "1") == 0) {
+        /* broken on purpose, for the test that the sweep reports them: a second Relu
+         * float32 kernel, and a Neg kernel constrained on an attribute Neg does not have */
+        register_one(0, TF_FLOAT, TF_FLOAT, st);
+        TF_KernelBuilder *b = TF_NewKernelBuilder("Neg", "GRADUS", creates[5], kcompute, kdelete);
+        TF_KernelBuilder_TypeConstraint(b, "Tidx", TF_INT32, st);
+        TF_RegisterKernelBuilder("GradusNegBroken", b, st);
+    }
     TF_DeleteStatus(st);
 }

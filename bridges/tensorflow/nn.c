@@ -112,7 +112,7 @@ static int win_attrs(const win *w, gd_attr *a, int conv)
  * copies it into output 0 (TensorFlow's layout, `out_shape`) through `back`. */
 static void run_into(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, const gdp_tensor *const *in,
                      int n_attr, const gd_attr *attrs, TF_DataType dt, const int64_t *tmp_shape, const int64_t *out_shape,
-                     gdp_tensor (*back)(const gdp_tensor *))
+                     gdp_tensor (*back)(const gdp_tensor *), const char *back_op)
 {
     TF_Tensor *out = kt_alloc(ctx, 0, dt, 4, out_shape);
     if (out == NULL) return;
@@ -122,17 +122,24 @@ static void run_into(TF_OpKernelContext *ctx, const kstate *k, const char *op, i
         const gdp_tensor *to[1] = {&t};
         if (kt_run(ctx, k, op, n_in, in, 1, to, n_attr, attrs) == 0) {
             gdp_tensor src = back(&t);
-            kt_copy(ctx, k, &src, &o);
+            const gdp_tensor *bi[1] = {&src}, *bo[1] = {&o};
+            kt_run(ctx, k, back_op, 1, bi, 1, bo, 0, NULL); /* a copy, or the fused activation */
         }
         TF_DeleteTensor(tmp);
     }
     TF_DeleteTensor(out);
 }
 
-void kt_conv2d(const kstate *k, TF_OpKernelContext *ctx)
+/* Conv2D, and _FusedConv2D (bias as conv2d's third input, Relu on the way out). */
+static void conv_forward(const kstate *k, TF_OpKernelContext *ctx, int fused)
 {
-    TF_Tensor *x = kt_input(ctx, 0), *f = x != NULL ? kt_input(ctx, 1) : NULL;
+    TF_Tensor *x = kt_input(ctx, 0), *f = x != NULL ? kt_input(ctx, 1) : NULL, *bias = NULL;
     if (f == NULL) goto done;
+    if (fused && k->fused_bad) {
+        kt_fail(ctx, TF_UNIMPLEMENTED, "%s on GRADUS: %s", k->def->tf_op, "fused_ops other than BiasAdd[, Relu]");
+        goto done;
+    }
+    if (fused && (bias = kt_input(ctx, 2)) == NULL) goto done;
     gdp_tensor xv = kt_view(x), fv = kt_view(f);
     if (xv.ndim != 4 || fv.ndim != 4 || fv.shape[2] != xv.shape[3]) {
         kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: %s", k->def->tf_op, "input (N, H, W, C) and filter (kh, kw, C, Co) needed");
@@ -143,14 +150,55 @@ void kt_conv2d(const kstate *k, TF_OpKernelContext *ctx)
     int64_t eff = (w.kernel - 1) * w.dil + 1;
     int64_t Ho = (xv.shape[1] + 2 * w.pad - eff) / w.stride + 1, Wo = (xv.shape[2] + 2 * w.pad - eff) / w.stride + 1;
     int64_t tmp[4] = {xv.shape[0], fv.shape[3], Ho, Wo}, outs[4] = {xv.shape[0], Ho, Wo, fv.shape[3]};
-    gdp_tensor xn = nchw(&xv), fo = oihw(&fv);
-    const gdp_tensor *in[2] = {&xn, &fo};
+    gdp_tensor xn = nchw(&xv), fo = oihw(&fv), bv;
+    const gdp_tensor *in[3] = {&xn, &fo, &bv};
+    if (bias != NULL) bv = kt_view(bias);
     gd_attr a[6];
     int na = win_attrs(&w, a, 1);
-    run_into(ctx, k, "conv2d", 2, in, na, a, TF_TensorType(x), tmp, outs, nhwc);
+    run_into(ctx, k, "conv2d", bias != NULL ? 3 : 2, in, na, a, TF_TensorType(x), tmp, outs, nhwc,
+             fused && k->act ? "relu" : "copy");
 done:
     if (x != NULL) TF_DeleteTensor(x);
     if (f != NULL) TF_DeleteTensor(f);
+    if (bias != NULL) TF_DeleteTensor(bias);
+}
+
+void kt_conv2d(const kstate *k, TF_OpKernelContext *ctx) { conv_forward(k, ctx, 0); }
+void kt_fused_conv2d(const kstate *k, TF_OpKernelContext *ctx) { conv_forward(k, ctx, 1); }
+
+/* _FusedMatMul: gradus's linear_act, x (M, K) with W as (K, N), or (N, K) when transposed. */
+void kt_fused_matmul(const kstate *k, TF_OpKernelContext *ctx)
+{
+    TF_Tensor *a = kt_input(ctx, 0), *b = a != NULL ? kt_input(ctx, 1) : NULL, *bias = b != NULL ? kt_input(ctx, 2) : NULL;
+    if (bias == NULL) goto done;
+    if (k->fused_bad) {
+        kt_fail(ctx, TF_UNIMPLEMENTED, "%s on GRADUS: %s", k->def->tf_op, "fused_ops other than BiasAdd[, Relu]");
+        goto done;
+    }
+    gdp_tensor av = kt_view(a), bv = kt_view(b), cv = kt_view(bias);
+    if (av.ndim != 2 || bv.ndim != 2 || cv.ndim != 1) {
+        kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: %s", k->def->tf_op, "a and b of two dims and a bias of one needed");
+        goto done;
+    }
+    if (k->ta) { /* x as the transposed view of a */
+        int64_t t = av.shape[0];
+        av.shape[0] = av.shape[1], av.shape[1] = t;
+        t = av.stride[0];
+        av.stride[0] = av.stride[1], av.stride[1] = t;
+    }
+    int64_t shape[2] = {av.shape[0], k->tb ? bv.shape[0] : bv.shape[1]};
+    TF_Tensor *y = kt_alloc(ctx, 0, TF_TensorType(a), 2, shape);
+    if (y != NULL) {
+        gdp_tensor yv = kt_view(y);
+        const gdp_tensor *in[3] = {&av, &bv, &cv}, *out[1] = {&yv};
+        gd_attr at[2] = {gd_attr_i("act", k->act ? GDP_ACT_RELU : GDP_ACT_NONE), gd_attr_i("weight_in_out", !k->tb)};
+        if (gdp_numel(&yv) > 0) kt_run(ctx, k, "linear_act", 3, in, 1, out, 2, at);
+        TF_DeleteTensor(y);
+    }
+done:
+    if (a != NULL) TF_DeleteTensor(a);
+    if (b != NULL) TF_DeleteTensor(b);
+    if (bias != NULL) TF_DeleteTensor(bias);
 }
 
 void kt_conv2d_grad_input(const kstate *k, TF_OpKernelContext *ctx)
@@ -171,7 +219,7 @@ void kt_conv2d_grad_input(const kstate *k, TF_OpKernelContext *ctx)
     gd_attr a[6];
     int na = win_attrs(&w, a, 1);
     a[na++] = gd_attr_is("input_shape", 4, tmp);
-    run_into(ctx, k, "conv2d_grad_input", 2, in, na, a, TF_TensorType(dy), tmp, is, nhwc);
+    run_into(ctx, k, "conv2d_grad_input", 2, in, na, a, TF_TensorType(dy), tmp, is, nhwc, "copy");
 done:
     if (sz != NULL) TF_DeleteTensor(sz);
     if (f != NULL) TF_DeleteTensor(f);
@@ -196,7 +244,7 @@ void kt_conv2d_grad_filter(const kstate *k, TF_OpKernelContext *ctx)
     gd_attr a[6];
     int na = win_attrs(&w, a, 1);
     a[na++] = gd_attr_is("weight_shape", 4, tmp);
-    run_into(ctx, k, "conv2d_grad_weight", 2, in, na, a, TF_TensorType(dy), tmp, fs, hwio);
+    run_into(ctx, k, "conv2d_grad_weight", 2, in, na, a, TF_TensorType(dy), tmp, fs, hwio, "copy");
 done:
     if (x != NULL) TF_DeleteTensor(x);
     if (sz != NULL) TF_DeleteTensor(sz);
@@ -233,7 +281,7 @@ static void pool(const kstate *k, TF_OpKernelContext *ctx, int avg)
         const gdp_tensor *in[1] = {&xn};
         gd_attr a[4];
         int na = win_attrs(&w, a, 0);
-        run_into(ctx, k, avg ? "avg_pool2d" : "max_pool2d", 1, in, na, a, TF_TensorType(x), tmp, outs, nhwc);
+        run_into(ctx, k, avg ? "avg_pool2d" : "max_pool2d", 1, in, na, a, TF_TensorType(x), tmp, outs, nhwc, "copy");
     }
     TF_DeleteTensor(x);
 }
@@ -253,7 +301,7 @@ void kt_max_pool_grad(const kstate *k, TF_OpKernelContext *ctx)
     const gdp_tensor *in[2] = {&dn, &xn};
     gd_attr a[4];
     int na = win_attrs(&w, a, 0);
-    run_into(ctx, k, "max_pool2d_grad", 2, in, na, a, TF_TensorType(dy), tmp, xv.shape, nhwc);
+    run_into(ctx, k, "max_pool2d_grad", 2, in, na, a, TF_TensorType(dy), tmp, xv.shape, nhwc, "copy");
 done:
     if (x != NULL) TF_DeleteTensor(x);
     if (y != NULL) TF_DeleteTensor(y);
@@ -279,7 +327,7 @@ void kt_avg_pool_grad(const kstate *k, TF_OpKernelContext *ctx)
     gd_attr a[5];
     int na = win_attrs(&w, a, 0);
     a[na++] = gd_attr_is("input_shape", 4, tmp);
-    run_into(ctx, k, "avg_pool2d_grad", 1, in, na, a, TF_TensorType(dy), tmp, is, nhwc);
+    run_into(ctx, k, "avg_pool2d_grad", 1, in, na, a, TF_TensorType(dy), tmp, is, nhwc, "copy");
 done:
     if (sz != NULL) TF_DeleteTensor(sz);
     if (dy != NULL) TF_DeleteTensor(dy);

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
-from gtf_load import DEVICE, LIBRARY, registered_kernels, tf  # noqa: E402
+from gtf_load import DEVICE, counts, registered_kernels, tf  # noqa: E402
 from tensorflow.python.framework import kernels as tf_kernels  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
@@ -98,7 +98,27 @@ CASES = {
                  lambda a, b, ax: raw.ConcatV2(values=[a, b], axis=ax), [0, 1]),
     "GatherV2": (lambda r: [uniform(r, (5, 4)), r.integers(0, 5, size=(2, 3)).astype(np.int32), np.array(0, np.int32)],
                  lambda p, i, ax: raw.GatherV2(params=p, indices=i, axis=ax), [0]),
+    # the fused ops come from the graph pass: each case is a tf.function whose chain it fuses
+    "_FusedMatMul": (lambda r: [uniform(r, (16, 24)), uniform(r, (24, 12)), uniform(r, (12,))],
+                     lambda x, w, b: graph_fn("dense")(x, w, b)),
+    "_FusedConv2D": (lambda r: [uniform(r, (2, 7, 7, 3)), uniform(r, (3, 3, 3, 4)), uniform(r, (4,))],
+                     lambda x, f, b: graph_fn("conv")(x, f, b)),
 }
+
+
+@tf.autograph.experimental.do_not_convert
+def dense_relu(x, w, b):
+    return tf.nn.relu(tf.nn.bias_add(tf.matmul(x, w), b))
+
+
+@tf.autograph.experimental.do_not_convert
+def conv_relu(x, f, b):
+    return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, f, 1, "SAME"), b))
+
+
+def graph_fn(name):
+    """A new tf.function of the chain each time: traced under the caller's device scope."""
+    return tf.function({"dense": dense_relu, "conv": conv_relu}[name])
 
 
 def maxpool_grad_inputs(r):
@@ -163,11 +183,14 @@ def one_case(op, dtype, case):
     for i, a in enumerate(args):
         if a.dtype == np.float32 and (floats is None or i in floats):
             args[i] = tf.cast(tf.constant(a), DTYPES[dtype]).numpy()
+    before = counts().get(op, (0, 0))[0]
     try:
         g1 = run_on(DEVICE, fn, args, kw)
         g2 = run_on(DEVICE, fn, args, kw)
     except tf.errors.OpError as e:
         return "failing", str(e).splitlines()[0][:160]
+    if counts().get(op, (0, 0))[0] - before != 2 and op not in TENSORFLOW_DEFAULT:
+        return "failing", f"the bridge's {op} kernel did not run (twice)"
     worst = 0.0
     tol = TOL[dtype] if "dst" not in kw else max(TOL[dtype], TOL[kw["dst"].name])
     note = ""
@@ -213,9 +236,15 @@ def registration_problems(regs):
         for k in tf_kernels.get_registered_kernels_for_op(op).kernel:
             if k.device_type != "GRADUS":
                 continue
+            allowed = {a.name: {tf.dtypes.as_dtype(t).name for t in a.allowed_values.list.type} for a in od.attr}
             for c in k.constraint:
                 if c.name not in attrs:
                     problems.append(f"{op}: a constraint on {c.name}, which the op does not have")
+                    continue
+                for t in c.allowed_values.list.type:
+                    name = tf.dtypes.as_dtype(t).name
+                    if allowed[c.name] and name not in allowed[c.name]:
+                        problems.append(f"{op}: a kernel for {c.name}={name}, which the op does not allow")
             for h in k.host_memory_arg:
                 if h not in inputs and h not in {a.name for a in od.output_arg}:
                     problems.append(f"{op}: host memory for {h}, which the op does not have")
