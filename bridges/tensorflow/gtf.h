@@ -41,4 +41,10 @@ typedef struct gtf_stream {
 /* Waits for the work on a gradus stream (caller holds the lock); GDP_OK or a message. */
 gdp_status gtf_sync_locked(void *gs, gdp_err *err);
 
+/* The profiler (prof.c): whether TensorFlow is profiling, the clock of its timeline, and a
+ * span of one gradus op a kernel ran (names are static strings). */
+int gtf_prof_on(void);
+uint64_t gtf_prof_now(void);
+void gtf_prof_span(const char *tf_op, const char *gd_op, uint64_t start_ns, uint64_t end_ns);
+
 #endif

@@ -276,15 +276,17 @@ int kt_run(TF_OpKernelContext *ctx, const kstate *k, const char *op, int n_in, c
     void *gs = TF_GetCode(st) == TF_OK && s != NULL ? ((gtf_stream *)(void *)s)->gs : gtf.stream;
     TF_DeleteStatus(st);
     pthread_mutex_lock(&gtf.lock);
-    int on = 0;
+    int on = 0, profiling = gtf_prof_on();
+    uint64_t t0 = profiling ? gtf_prof_now() : 0;
     gd_status r = gd_backend_run_op(gtf.ctx, gtf.backend, op, n_in, in, n_out, out, n_attr, attrs, gs, &on);
     if (r == GD_OK && !on) tl_all_on_backend = 0;
-    if (r == GD_OK && gtf.sync) {
+    if (r == GD_OK && (gtf.sync || profiling)) { /* a span ends when the device is done */
         gdp_err e = {.size = sizeof e};
         if (gtf_sync_locked(gs, &e) != GDP_OK) {
             r = gd_ctx_fail(gtf.ctx, GD_ERR_DEVICE, "%s", e.msg);
         }
     }
+    if (r == GD_OK && profiling) gtf_prof_span(k->def->tf_op, op, t0, gtf_prof_now());
     char msg[1024];
     if (r != GD_OK) snprintf(msg, sizeof msg, "%s", gd_ctx_error(gtf.ctx));
     pthread_mutex_unlock(&gtf.lock);
