@@ -8,6 +8,7 @@
  * copied out), which is what a backend without that op must still be able to do. In
  * strict mode the fallback is an error instead. Unlike a program, this allocates per call
  * (workspaces, host copies): a bridge's framework allocates per op anyway. */
+#include "checked.h"
 #include "core.h"
 
 #include <stdio.h>
@@ -34,15 +35,24 @@ gd_status gd_backend_device(gd_ctx *ctx, const char *name, const struct gdp_devi
     return GD_OK;
 }
 
-/* Elements from t->data to one past the last element t addresses (strides are never
- * negative, so that is the span a copy must cover). */
-static int64_t span_elems(const gdp_tensor *t)
+/* Bytes from t->data to the end of the last element t addresses (strides are never
+ * negative, so that is the span a copy must cover); -1 when that does not fit. */
+static int span_bytes(const gdp_tensor *t, size_t *out)
 {
-    int64_t n = gdp_numel(t);
-    if (n == 0) return 0;
-    int64_t last = 0;
-    for (int d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->stride[d];
-    return last + 1;
+    int64_t n = gdp_numel(t), last = 0, term;
+    if (n == 0) {
+        *out = 0;
+        return 0;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if (t->stride[d] < 0 || gd_mul_i64(t->shape[d] - 1, t->stride[d], &term) != 0 || gd_add_i64(last, term, &last) != 0)
+            return -1;
+    return gd_add_i64(last, 1, &last) != 0 ? -1 : gd_mul_size((size_t)last, gdp_dtype_size(t->dtype), out);
+}
+
+static int dense_bytes(const gdp_tensor *t, size_t *out)
+{
+    return gd_numel_bytes(t->ndim, t->shape, gdp_dtype_size(t->dtype), out);
 }
 
 /* Checks the call against the op: a scratch graph holds one node made from the operands'
@@ -122,7 +132,11 @@ static gd_status run_fallback(gd_ctx *ctx, gd_backend *b, const gd_op_def *op, g
         in[i] = *nd->in[i];
         inp[i] = &in[i];
         if (!b->has_dev) continue; /* host memory: run in place */
-        size_t bytes = (size_t)span_elems(&in[i]) * gdp_dtype_size(in[i].dtype);
+        size_t bytes;
+        if (span_bytes(&in[i], &bytes) != 0) {
+            st = gd_fail(ctx, GD_ERR_INVALID, "%s: input %d addresses more bytes than fit in memory", op->name, i);
+            goto done;
+        }
         void *h = gd_malloc(bytes ? bytes : 1);
         if (h == NULL) {
             st = gd_fail(ctx, GD_ERR_NOMEM, "%s: host copy of input %d (%zu bytes)", op->name, i, bytes);
@@ -149,7 +163,11 @@ static gd_status run_fallback(gd_ctx *ctx, gd_backend *b, const gd_op_def *op, g
             out[k].data = in[alias].data;
             continue;
         }
-        size_t bytes = (size_t)gdp_numel(&out[k]) * gdp_dtype_size(out[k].dtype);
+        size_t bytes;
+        if (dense_bytes(&out[k], &bytes) != 0) {
+            st = gd_fail(ctx, GD_ERR_INVALID, "%s: output %d is larger than fits in memory", op->name, k);
+            goto done;
+        }
         void *h = gd_malloc(bytes ? bytes : 1);
         if (h == NULL) {
             st = gd_fail(ctx, GD_ERR_NOMEM, "%s: host copy of output %d (%zu bytes)", op->name, k, bytes);
@@ -178,7 +196,8 @@ static gd_status run_fallback(gd_ctx *ctx, gd_backend *b, const gd_op_def *op, g
         goto done;
     }
     for (int k = 0; k < nd->n_out && b->has_dev; k++) {
-        size_t bytes = (size_t)gdp_numel(&out[k]) * gdp_dtype_size(out[k].dtype);
+        size_t bytes = 0;
+        dense_bytes(&out[k], &bytes); /* checked above */
         if (bytes == 0) continue;
         gdp_status s = b->dev.copy_h2d(b->plugin.backend, nd->out[k]->data, out[k].data, bytes, stream, &e);
         if (s != GDP_OK) {
@@ -224,7 +243,10 @@ gd_status gd_backend_run_op(gd_ctx *ctx, const char *backend, const char *op, in
             cin[i] = *in[i];
             cinp[i] = &cin[i];
             if (gdp_is_contiguous(in[i])) continue;
-            tmp_bytes[i] = (size_t)gdp_numel(in[i]) * gdp_dtype_size(in[i]->dtype);
+            if (dense_bytes(in[i], &tmp_bytes[i]) != 0) {
+                st = gd_fail(ctx, GD_ERR_INVALID, "%s: input %d is larger than fits in memory", op, i);
+                break;
+            }
             st = gd_backend_alloc(ctx, b, tmp_bytes[i], &tmp[i]);
             if (st != GD_OK) break;
             cin[i].data = tmp[i];
