@@ -183,14 +183,16 @@ def one_case(op, dtype, case):
     for i, a in enumerate(args):
         if a.dtype == np.float32 and (floats is None or i in floats):
             args[i] = tf.cast(tf.constant(a), DTYPES[dtype]).numpy()
-    before = counts().get(op, (0, 0))[0]
+    before_runs, before_on = counts().get(op, (0, 0))
     try:
         g1 = run_on(DEVICE, fn, args, kw)
         g2 = run_on(DEVICE, fn, args, kw)
     except tf.errors.OpError as e:
         return "failing", str(e).splitlines()[0][:160]
-    if counts().get(op, (0, 0))[0] - before != 2 and op not in TENSORFLOW_DEFAULT:
+    after_runs, after_on = counts().get(op, (0, 0))
+    if after_runs - before_runs != 2 and op not in TENSORFLOW_DEFAULT:
         return "failing", f"the bridge's {op} kernel did not run (twice)"
+    where = ("-" if op in TENSORFLOW_DEFAULT else "backend" if after_on - before_on == 2 else "reference")
     worst = 0.0
     tol = TOL[dtype] if "dst" not in kw else max(TOL[dtype], TOL[kw["dst"].name])
     note = ""
@@ -214,7 +216,7 @@ def one_case(op, dtype, case):
         worst = max(worst, nmse(c, a1))
     if worst > tol:
         return "failing", f"nmse {worst:.2e} > {tol:.0e}"
-    return "verified", f"nmse {worst:.1e}{note}"
+    return "verified", f"nmse {worst:.1e}{note}", where
 
 
 def registration_problems(regs):
@@ -282,21 +284,21 @@ def main():
     for op, dt, gop, _ in regs:
         case = CASES.get(op)
         if case is None:
-            rows.append((op, dt, gop, "failing", "no sweep case"))
+            rows.append((op, dt, gop, "failing", "no sweep case", ""))
             continue
-        st, note = one_case(op, dt, case)
-        rows.append((op, dt, gop, st, note))
+        st, note, *where = one_case(op, dt, case)
+        rows.append((op, dt, gop, st, note, where[0] if where else ""))
     for op, case in TENSORFLOW_DEFAULT.items():
         for dt in DTYPES:
-            st, note = one_case(op, dt, case)
-            rows.append((op, dt, "(TensorFlow's own kernel)", st, note))
+            st, note, *where = one_case(op, dt, case)
+            rows.append((op, dt, "(TensorFlow's own kernel)", st, note, where[0] if where else ""))
     missing_rows = []
     for op, (syms, why) in NEEDS_MISSING_C_API.items():
         lacking = missing_api(syms)
         if lacking:
             missing_rows.append((op, why, ", ".join(lacking)))
         else:
-            rows.append((op, "-", "-", "failing", "listed as needing a missing C API, but the symbols exist"))
+            rows.append((op, "-", "-", "failing", "listed as needing a missing C API, but the symbols exist", ""))
     problems = registration_problems(regs)
     covered = {r[0] for r in rows if r[3] == "verified"} | {m[0] for m in missing_rows}
     failing = [r for r in rows if r[3] != "verified"]
@@ -305,7 +307,7 @@ def main():
     unaccounted = len(failing) + len(absent) + len(problems)
 
     for r in rows:
-        print(f"{r[0]:<30} {r[1]:<9} {r[3]:<9} {r[4]}")
+        print(f"{r[0]:<30} {r[1]:<9} {r[3]:<9} {r[5]:<9} {r[4]}")
     for m in missing_rows:
         print(f"{m[0]:<30} {'-':<9} needs a missing C API: {m[2]}")
     for p in problems:
@@ -323,11 +325,13 @@ def main():
                     f"{tf.__version__}, backend {backend}). Each registered op and dtype runs on the GRADUS "
                     "device and on TensorFlow's CPU with the same inputs, soft placement off, twice on GRADUS "
                     "(the two results must be bitwise identical); the error is the normalized mean squared "
-                    "error against the CPU, allowed " + ", ".join(f"{k} {v:.0e}" for k, v in TOL.items()) + ".\n\n")
+                    "error against the CPU, allowed " + ", ".join(f"{k} {v:.0e}" for k, v in TOL.items()) + ". "
+                    "*gradus ran it on*: the backend's own kernels for every gradus op the TensorFlow op became, "
+                    "or (some of them) gradus's reference across copies — the staircase's fallback.\n\n")
             f.write(f"**{summary}.**\n\n")
-            f.write("| TensorFlow op | dtype | gradus op | result | |\n|---|---|---|---|---|\n")
+            f.write("| TensorFlow op | dtype | gradus op | result | gradus ran it on | |\n|---|---|---|---|---|---|\n")
             for r in rows:
-                f.write(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |\n")
+                f.write(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[5]} | {r[4]} |\n")
             if missing_rows:
                 f.write("\n## Ops that need a C API this TensorFlow lacks\n\nThey run on TensorFlow's CPU.\n\n")
                 f.write("| TensorFlow op | why | missing symbols |\n|---|---|---|\n")
