@@ -126,6 +126,23 @@ int main(void)
     ctx->strict = 0;
     gd_ctx_clear_error(ctx);
 
+    /* NULL where a pointer is taken: an error, with a message where there is a context */
+    const gdp_device *d0;
+    void *i0, *s0;
+    const gdp_tensor *none[1] = {NULL};
+    CHECK(gd_backend_device(NULL, "ref", &d0, &i0, &s0) == GD_ERR_INVALID, "device of a NULL context");
+    CHECK(gd_backend_device(ctx, NULL, &d0, &i0, &s0) == GD_ERR_INVALID, "device of a NULL name");
+    CHECK(gd_backend_device(ctx, "ref", NULL, &i0, &s0) == GD_ERR_INVALID, "device into NULL");
+    CHECK(gd_backend_run_op(NULL, "ref", "exp", 1, a1, 1, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "NULL context");
+    CHECK(gd_backend_run_op(ctx, NULL, "exp", 1, a1, 1, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "NULL backend");
+    CHECK(gd_backend_run_op(ctx, "testdev", NULL, 1, a1, 1, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "NULL op");
+    CHECK(gd_backend_run_op(ctx, "testdev", "exp", 1, NULL, 1, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "NULL inputs");
+    CHECK(gd_backend_run_op(ctx, "testdev", "exp", 1, none, 1, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "a NULL input");
+    CHECK(gd_backend_run_op(ctx, "testdev", "exp", 1, a1, 1, none, 0, NULL, NULL, &on) != GD_OK, "a NULL output");
+    CHECK(gd_backend_run_op(ctx, "testdev", "exp", 1, a1, 0, outc, 0, NULL, NULL, &on) == GD_ERR_INVALID, "no outputs");
+    CHECK(strstr(gd_ctx_error(ctx), "exp") != NULL, "the message names the op: %s", gd_ctx_error(ctx));
+    gd_ctx_clear_error(ctx);
+
     /* a host-memory backend: the reference runs in place */
     const gdp_device *hd = (const gdp_device *)1;
     void *hi, *hs;
