@@ -563,10 +563,39 @@ static void register_one(int i, TF_DataType dt, TF_DataType dst, TF_Status *st)
     TF_RegisterKernelBuilder(name, b, st); /* takes the builder */
 }
 
+/* Variables on a device whose memory the host cannot touch would be updated by TensorFlow's
+ * device-independent AssignAdd/AssignSub kernels, which run host code on the variable's
+ * buffer (a crash, or worse, on a real accelerator), and the kernel C API of this
+ * TensorFlow cannot reach a variable for the bridge to update it. So on such a backend
+ * creating a variable on GRADUS is refused with what to do instead. */
+static void *varhandle_create(TF_OpKernelConstruction *c)
+{
+    (void)c;
+    return NULL;
+}
+static void varhandle_refuse(void *k, TF_OpKernelContext *ctx)
+{
+    (void)k;
+    TF_Status *st = TF_NewStatus();
+    char m[600];
+    snprintf(m, sizeof m,
+             "VarHandleOp on GRADUS (gradus backend %s): variables cannot live on a device whose memory the host "
+             "cannot touch, since TensorFlow updates them with host code and its kernel C API cannot reach them; "
+             "create variables under tf.device('/CPU:0') and run the model on GRADUS",
+             gtf.backend);
+    TF_SetStatus(st, TF_UNIMPLEMENTED, m);
+    TF_OpKernelContext_Failure(ctx, st);
+    TF_DeleteStatus(st);
+}
+
 __attribute__((visibility("default"))) void TF_InitKernel(void)
 {
     if (gtf_init() != 0) return; /* disabled, or no backend: no device to register for */
     TF_Status *st = TF_NewStatus();
+    if (gtf.dev != NULL && !gtf.dev->host_visible) {
+        TF_KernelBuilder *b = TF_NewKernelBuilder("VarHandleOp", "GRADUS", varhandle_create, varhandle_refuse, NULL);
+        TF_RegisterKernelBuilder("GradusVarHandleOpRefused", b, st);
+    }
     for (int i = 0; i < N_DEFS; i++)
         for (int j = 0; j < N_DTYPES; j++)
             for (int m = 0; m < (defs[i].compute == kt_cast ? N_DTYPES : 1); m++)

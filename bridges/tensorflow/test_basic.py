@@ -65,6 +65,20 @@ try:
 except tf.errors.InvalidArgumentError:
     pass
 
+# variables: on a backend with host memory they live on GRADUS like any tensor; on a device
+# the host cannot touch (the test device) creating one there is refused with what to do,
+# instead of TensorFlow's AssignAdd writing device memory from the host
+backend = os.environ.get("GRADUS_TF_BACKEND")
+one = tf.ones((4,))
+try:
+    with tf.device(DEVICE):
+        v = tf.Variable(one)
+        v.assign_add(one)
+    check(backend != "testdev", "a variable on the test device should be refused")
+    check(np.array_equal(v.numpy(), np.full(4, 2.0, np.float32)), f"assign_add on GRADUS: {v.numpy()}")
+except tf.errors.OpError as e:
+    check(backend == "testdev" and "tf.device('/CPU:0')" in str(e), f"variable refused: {str(e)[:300]}")
+
 if os.environ.get("GTF_CHILD") is None:
     env = dict(os.environ, GRADUS_TF_DISABLE="1", GTF_CHILD="1")
     code = "import sys; sys.path.insert(0, %r); from gtf_load import tf; " \

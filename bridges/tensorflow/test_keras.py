@@ -72,6 +72,8 @@ def train(kind, device, d):
                   jit_compile=False)
         m.optimizer.build(m.trainable_variables)
     _, x, y, xt, yt = d
+    with tf.device("/CPU:0"):  # Keras makes its metrics' variables on first use: here, on the CPU
+        m.evaluate(x[:64], y[:64], verbose=0)
     with tf.device(device):
         t0 = time.time()
         h = m.fit(x, y, batch_size=64, epochs=1 if QUICK else 2, verbose=0, shuffle=False)
