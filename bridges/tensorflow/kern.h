@@ -68,6 +68,7 @@ void kt_sparse_xent(const kstate *k, TF_OpKernelContext *ctx);
 void kt_xent(const kstate *k, TF_OpKernelContext *ctx);
 void kt_fused_matmul(const kstate *k, TF_OpKernelContext *ctx);
 void kt_fused_conv2d(const kstate *k, TF_OpKernelContext *ctx);
+void kt_add_n(const kstate *k, TF_OpKernelContext *ctx);
 void kt_cast(const kstate *k, TF_OpKernelContext *ctx);
 void kt_transpose(const kstate *k, TF_OpKernelContext *ctx);
 void kt_concat(const kstate *k, TF_OpKernelContext *ctx);

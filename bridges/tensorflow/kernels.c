@@ -69,6 +69,7 @@ static const kdef defs[] = {
     {"Transpose", "copy", 0, "perm", NULL, kt_transpose, 0},
     {"ConcatV2", "concat", 0, "axis", NULL, kt_concat, 0},
     {"GatherV2", "index_select", 0, "axis", "Tparams", kt_gather, 0},
+    {"AddN", "add", 0, NULL, NULL, kt_add_n, 0},
     {"_FusedMatMul", "linear_act", 0, NULL, NULL, kt_fused_matmul, 0},
     {"_FusedConv2D", "conv2d", 0, NULL, NULL, kt_fused_conv2d, 1},
 };

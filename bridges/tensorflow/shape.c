@@ -28,6 +28,55 @@ void kt_cast(const kstate *k, TF_OpKernelContext *ctx)
     TF_DeleteTensor(x);
 }
 
+/* AddN: N - 1 adds, alternating between the output and one temporary so that the last
+ * lands in the output and no add reads the buffer it writes. (TensorFlow's own graph
+ * passes make AddN of chains of adds, and of gradients that meet.) */
+void kt_add_n(const kstate *k, TF_OpKernelContext *ctx)
+{
+    int n = TF_NumInputs(ctx);
+    TF_Tensor *xs[GDP_MAX_INPUTS] = {0}, *y = NULL, *tmp = NULL;
+    if (n < 1 || n > GDP_MAX_INPUTS) {
+        kt_fail(ctx, TF_UNIMPLEMENTED, "%s on GRADUS: %s", k->def->tf_op, "1 to 16 inputs");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if ((xs[i] = kt_input(ctx, i)) == NULL) goto done;
+    gdp_tensor v0 = kt_view(xs[0]);
+    for (int i = 1; i < n; i++) {
+        gdp_tensor v = kt_view(xs[i]);
+        int same = v.ndim == v0.ndim;
+        for (int d = 0; same && d < v.ndim; d++) same = v.shape[d] == v0.shape[d];
+        if (!same) {
+            kt_fail(ctx, TF_INVALID_ARGUMENT, "%s: %s", k->def->tf_op, "inputs of different shapes");
+            goto done;
+        }
+    }
+    y = kt_alloc(ctx, 0, TF_TensorType(xs[0]), v0.ndim, v0.shape);
+    if (y == NULL || gdp_numel(&v0) == 0) goto done;
+    gdp_tensor yv = kt_view(y), tv;
+    if (n == 1) {
+        kt_copy(ctx, k, &v0, &yv);
+        goto done;
+    }
+    if (n > 2) {
+        if ((tmp = kt_alloc(ctx, -1, TF_TensorType(xs[0]), v0.ndim, v0.shape)) == NULL) goto done;
+        tv = kt_view(tmp);
+    }
+    gdp_tensor acc = v0;
+    for (int i = 1; i < n; i++) {
+        gdp_tensor vi = kt_view(xs[i]);
+        gdp_tensor *dst = (n - 1 - i) % 2 == 0 ? &yv : &tv;
+        const gdp_tensor *in[2] = {&acc, &vi}, *out[1] = {dst};
+        if (kt_run(ctx, k, "add", 2, in, 1, out, 0, NULL) != 0) goto done;
+        acc = *dst;
+    }
+done:
+    for (int i = 0; i < n; i++)
+        if (xs[i] != NULL) TF_DeleteTensor(xs[i]);
+    if (y != NULL) TF_DeleteTensor(y);
+    if (tmp != NULL) TF_DeleteTensor(tmp);
+}
+
 void kt_transpose(const kstate *k, TF_OpKernelContext *ctx)
 {
     TF_Tensor *x = kt_input(ctx, 0), *p = x != NULL ? kt_input(ctx, 1) : NULL;

@@ -98,6 +98,8 @@ CASES = {
                  lambda a, b, ax: raw.ConcatV2(values=[a, b], axis=ax), [0, 1]),
     "GatherV2": (lambda r: [uniform(r, (5, 4)), r.integers(0, 5, size=(2, 3)).astype(np.int32), np.array(0, np.int32)],
                  lambda p, i, ax: raw.GatherV2(params=p, indices=i, axis=ax), [0]),
+    "AddN": (lambda r: [uniform(r, (3, 5)), uniform(r, (3, 5)), uniform(r, (3, 5)), uniform(r, (3, 5))],
+             lambda a, b, c, d: raw.AddN(inputs=[a, b, c, d])),
     # the fused ops come from the graph pass: each case is a tf.function whose chain it fuses
     "_FusedMatMul": (lambda r: [uniform(r, (16, 24)), uniform(r, (24, 12)), uniform(r, (12,))],
                      lambda x, w, b: graph_fn("dense")(x, w, b)),
