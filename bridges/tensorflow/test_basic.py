@@ -86,6 +86,19 @@ if os.environ.get("GTF_CHILD") is None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     check(out.returncode == 0 and "GRADUS" not in out.stdout and "CPU" in out.stdout,
           f"GRADUS_TF_DISABLE=1 hides the device: {out.stdout.strip()} {out.stderr[-300:]}")
+    # GRADUS_SYNC=1 (every op and copy waits for the device): the same bits
+    env = dict(os.environ, GRADUS_SYNC="1", GTF_CHILD="1")
+    code = "import sys, numpy as np; sys.path.insert(0, %r); from gtf_load import tf, DEVICE; " \
+           "a = np.random.default_rng(1).standard_normal((33, 17)).astype(np.float32); " \
+           "b = np.random.default_rng(2).standard_normal((17, 9)).astype(np.float32)\n" \
+           "with tf.device(DEVICE): y = tf.nn.relu(tf.matmul(a, b) + 0.5)\n" \
+           "sys.stdout.write(y.numpy().tobytes().hex())" % os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    b2 = np.random.default_rng(2).standard_normal((17, 9)).astype(np.float32)
+    a1 = np.random.default_rng(1).standard_normal((33, 17)).astype(np.float32)
+    with tf.device(DEVICE):
+        here = tf.nn.relu(tf.matmul(a1, b2) + 0.5).numpy().tobytes().hex()
+    check(out.returncode == 0 and out.stdout == here, f"GRADUS_SYNC=1 gives the same bits: {out.stderr[-300:]}")
 
 print(f"tf_basic on {os.environ.get('GRADUS_TF_BACKEND', 'the preferred backend')}:",
       "ok" if failures == 0 else f"{failures} check(s) failed")
