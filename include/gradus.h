@@ -377,6 +377,31 @@ void gd_profile_end(gd_ctx *ctx);
 /* A sample of counter `name` ("examples/s", "tokens/s") at the current time. */
 void gd_profile_counter(gd_ctx *ctx, const char *name, double value);
 
+/* ---- bridges: one op on buffers the caller owns ---------------------------------------- */
+
+/* For a framework bridge (bridges/tensorflow) that keeps tensors in a backend's memory
+ * itself. The types are those of gradus_plugin.h, which a bridge includes too. */
+struct gdp_device;
+struct gdp_tensor;
+
+/* The device module of backend `name` (NULL when its memory is host memory), the instance
+ * pointer every function of the module takes, and the stream gradus runs that backend's
+ * work on (NULL: its implicit one). Allocation through it never falls back: a bridge
+ * allocates, copies and orders its work with these, and nothing else. */
+gd_status gd_backend_device(gd_ctx *ctx, const char *name, const struct gdp_device **device, void **instance,
+                            void **stream);
+
+/* Runs op once on tensors in backend `name`'s memory: inputs any view, outputs contiguous
+ * (an output whose data is an input's is updated in place), on `stream` (NULL: the
+ * backend's own). The node is checked as gd_op checks one (attributes, shape rule; the
+ * outputs must be what the op makes of the inputs), then runs as the staircase says: the
+ * backend's kernel when one takes the node (*on_backend = 1), else the reference on host
+ * copies of the operands, copied in and out on `stream` (*on_backend = 0). In strict mode
+ * the fallback is GD_ERR_STRICT instead. on_backend may be NULL. Allocates per call. */
+gd_status gd_backend_run_op(gd_ctx *ctx, const char *backend, const char *op, int n_in,
+                            const struct gdp_tensor *const *in, int n_out, const struct gdp_tensor *const *out,
+                            int n_attr, const gd_attr *attrs, void *stream, int *on_backend);
+
 /* How gd_graph_init_params fills a parameter. */
 typedef enum gd_init {
     GD_INIT_NONE = 0,   /* left as written (zero until then) */
