@@ -49,8 +49,6 @@
 #define GCPU_NC (GCPU_NR * 64)
 #endif
 
-/* Below this many multiply-adds a GEMM runs on one thread: waking workers costs more. */
-#define GCPU_PARALLEL_MIN_FLOPS (96 * 96 * 96)
 
 /* ---- packing ---------------------------------------------------------------------------- */
 

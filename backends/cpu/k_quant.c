@@ -96,8 +96,15 @@ static q8_job job_of(const gdp_node *n)
     return j;
 }
 
-/* grain: output channels per thread at least, so that a small layer stays on one */
-static int64_t grain_of(const q8_job *j) { return 16384 / (j->in * (j->R > 0 ? j->R : 1) + 1) + 1; }
+/* Output channels per chunk: enough that a chunk reads ~64 KiB of weights, and all of them
+ * (one thread) for a product too small to repay waking the pool — as the f32 GEMV does. */
+static int64_t grain_of(const q8_job *j)
+{
+    if (gcpu_in_parallel() || (double)j->R * (double)j->out * (double)j->in < (double)GCPU_PARALLEL_MIN_FLOPS)
+        return j->out > 0 ? j->out : 1;
+    int64_t g = 65536 / (j->in > 0 ? j->in : 1);
+    return g < 16 ? 16 : g;
+}
 
 static gdp_status k_linear_q8(void *backend, const gdp_node *n, void *stream, gdp_err *err)
 {

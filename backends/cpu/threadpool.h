@@ -69,6 +69,10 @@ void gcpu_launch_end(void);
  * from inside a worker run inline (no nested parallelism). n <= 0 does nothing. */
 void gcpu_parallel_for(int64_t n, gcpu_range_fn fn, void *ctx);
 
+/* Below this many multiply-adds a product (a GEMM, a matrix-vector product) runs on one
+ * thread: waking workers costs more. */
+#define GCPU_PARALLEL_MIN_FLOPS (96 * 96 * 96)
+
 /* Like gcpu_parallel_for, but uses fewer threads when each would get less than `grain`
  * items (small work loses to the cost of waking workers). */
 void gcpu_parallel_for_grain(int64_t n, int64_t grain, gcpu_range_fn fn, void *ctx);
