@@ -44,10 +44,12 @@
 typedef struct rope_job {
     const float *x;
     float *y;
-    int64_t B, T, H, D, half, pos;
+    int64_t B, T, H, D, half;
+    const gdp_tensor *pos; /* NULL, a scalar, or one per batch row */
+    int per_row;           /* pos is a vector: a table row per (b, t), not per t */
     double theta, sign;
     int interleaved;
-    float *cs;    /* (T, half, 2): cos, sign * sin */
+    float *cs;    /* (T or B*T, half, 2): cos, sign * sin */
     double *freq; /* (half): theta^(-2i/D) */
 } rope_job;
 
@@ -56,9 +58,10 @@ static void rope_table(void *ctx, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     const rope_job *j = ctx;
-    for (int64_t t = begin; t < end; t++) {
-        double pos = (double)(t + j->pos);
-        float *cs = j->cs + t * 2 * j->half;
+    for (int64_t r = begin; r < end; r++) { /* table row r: step t of batch row b */
+        int64_t t = r % j->T, b = r / j->T;
+        double pos = (double)(t + (j->pos != NULL ? gcpu_index_at(j->pos, b) : 0));
+        float *cs = j->cs + r * 2 * j->half;
         for (int64_t i = 0; i < j->half; i++) {
             double angle = pos * j->freq[i];
             cs[2 * i] = (float)cos(angle);
@@ -74,7 +77,7 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int tid)
     const rope_job *j = ctx;
     const int64_t H = j->H, D = j->D, half = j->half;
     for (int64_t bt = begin; bt < end; bt++) {
-        const float *cs = j->cs + (bt % j->T) * 2 * half;
+        const float *cs = j->cs + (j->per_row ? bt : bt % j->T) * 2 * half;
         for (int64_t h = 0; h < H; h++) {
             const float *x = j->x + (bt * H + h) * D;
             float *y = j->y + (bt * H + h) * D;
@@ -100,8 +103,8 @@ static size_t ws_rope(void *be, const gdp_node *n)
 {
     (void)be;
     const gdp_tensor *x = n->in[0];
-    int64_t half = x->shape[3] / 2;
-    return gcpu_ws_piece(half, sizeof(double)) + gcpu_ws_piece(x->shape[1] * 2 * half, sizeof(float));
+    int64_t half = x->shape[3] / 2, rows = n->n_in > 1 && gdp_numel(n->in[1]) > 1 ? x->shape[0] * x->shape[1] : x->shape[1];
+    return gcpu_ws_piece(half, sizeof(double)) + gcpu_ws_piece(rows * 2 * half, sizeof(float));
 }
 
 // x (B, T, H, D) [, pos] -> y: pairs rotated by (t + pos) * theta^(-2i/D)
@@ -114,7 +117,8 @@ static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err
     j.half = j.D / 2;
     j.theta = gdp_attr_float(&n->attrs, "theta", 10000.0);
     j.interleaved = gdp_attr_int(&n->attrs, "interleaved", 1) != 0;
-    j.pos = n->n_in > 1 ? gcpu_index_scalar(n->in[1]) : 0;
+    j.pos = n->n_in > 1 ? n->in[1] : NULL;
+    j.per_row = j.pos != NULL && gdp_numel(j.pos) > 1;
     j.sign = gdp_attr_int(&n->attrs, "inverse", 0) ? -1.0 : 1.0;
     if (gdp_numel(x) == 0 || j.half == 0) return GDP_OK;
     if (n->workspace == NULL || n->workspace_bytes < ws_rope(be, n))
@@ -123,7 +127,7 @@ static gdp_status k_rope(void *be, const gdp_node *n, void *stream, gdp_err *err
     j.cs = (float *)(void *)((char *)n->workspace + gcpu_ws_piece(j.half, sizeof(double)));
     for (int64_t i = 0; i < j.half; i++) j.freq[i] = pow(j.theta, -2.0 * (double)i / (double)j.D);
     /* a cos and a sin in double cost some 50 ns */
-    gcpu_parallel_for_grain(j.T, GCPU_GRAIN_ELEMS / (8 * j.half) + 1, rope_table, &j);
+    gcpu_parallel_for_grain(j.per_row ? j.B * j.T : j.T, GCPU_GRAIN_ELEMS / (8 * j.half) + 1, rope_table, &j);
     gcpu_parallel_for_grain(j.B * j.T, GCPU_GRAIN_ELEMS / (j.H * j.D) + 1, rope_rows, &j);
     return GDP_OK;
 }
@@ -133,7 +137,7 @@ static int s_rope(void *be, const gdp_node *n)
     (void)be;
     const gdp_tensor *x = n->in[0];
     if (x->dtype != GDP_F32 || n->out[0]->dtype != GDP_F32 || x->ndim != 4 || x->shape[3] % 2 != 0) return 0;
-    return n->n_in == 1 || (n->n_in == 2 && gcpu_is_index_scalar(n->in[1]));
+    return n->n_in == 1 || (n->n_in == 2 && gcpu_is_index_per_row(n->in[1], x->shape[0]));
 }
 
 /* ---- shared by attention and attention_grad ------------------------------------------------- */
@@ -179,13 +183,22 @@ static gdp_status dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tens
     double scale = gdp_attr_float(&n->attrs, "scale", 0.0);
     if (!(scale > 0)) scale = 1.0 / sqrt((double)a->D);
     a->scale = (float)scale;
-    if (n->n_in > len_at) {
-        a->L = gcpu_index_scalar(n->in[len_at]);
-        if (a->L < 0 || a->L > a->S)
-            return gdp_fail(err, GDP_ERR_INVALID, "%s: kv_len = %lld is outside [0, %lld], the keys k has", n->op,
-                            (long long)a->L, (long long)a->S);
+    for (int64_t b = 0; n->n_in > len_at && b < a->B; b++) { /* a length for all rows, or one per row */
+        int64_t L = gcpu_index_at(n->in[len_at], b);
+        if (L < 0 || L > a->S)
+            return gdp_fail(err, GDP_ERR_INVALID, "%s: kv_len = %lld (batch row %lld) is outside [0, %lld], the keys k has",
+                            n->op, (long long)L, (long long)b, (long long)a->S);
+        if (b == 0) a->L = L;
     }
     return GDP_OK;
+}
+
+/* The dims as batch row b sees them: its own kv_len when input len_at gives one per row. */
+static attn_dims row_dims(const gdp_node *n, const attn_dims *a, int len_at, int64_t b)
+{
+    attn_dims r = *a;
+    if (n->n_in > len_at) r.L = gcpu_index_at(n->in[len_at], b);
+    return r;
 }
 
 /* How many keys query t sees: a prefix of the L valid keys. */
@@ -251,9 +264,8 @@ static void fail_status(attn_job *j, int st)
 }
 
 /* Rows of block starting at row r0 of a group run, and the most keys any of them sees. */
-static int64_t block_rows(const attn_job *j, int64_t r0, int64_t *nmax)
+static int64_t block_rows(const attn_job *j, const attn_dims *a, int64_t r0, int64_t *nmax)
 {
-    const attn_dims *a = &j->a;
     int64_t rows = a->group * a->T - r0 < j->qb ? a->group * a->T - r0 : j->qb, m = 0;
     for (int64_t i = 0; i < rows; i++) {
         int64_t nv = visible(a, (r0 + i) % a->T);
@@ -268,10 +280,9 @@ static int64_t block_rows(const attn_job *j, int64_t r0, int64_t *nmax)
  * that would pack all of k for a handful of rows. */
 #define DIRECT_ROWS 8
 
-static void attn_direct(const attn_job *j, int64_t r0, int64_t rows, int64_t nmax, const float *q, const float *k,
+static void attn_direct(const attn_dims *a, int64_t r0, int64_t rows, int64_t nmax, const float *q, const float *k,
                         const float *v, float *y, float *P)
 {
-    const attn_dims *a = &j->a;
     const int64_t D = a->D;
     for (int64_t s = 0; s < nmax; s++) {
         const float *ks = k + s * D;
@@ -318,7 +329,8 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     }
     for (int64_t it = begin; it < end; it++) {
         int64_t bkv = it / j->nqb, r0 = (it % j->nqb) * j->qb, nmax;
-        int64_t rows = block_rows(j, r0, &nmax);
+        attn_dims ab = row_dims(j->n, a, 3, bkv / a->Hkv); /* batch row b's cache length */
+        int64_t rows = block_rows(j, &ab, r0, &nmax);
         int64_t row0 = bkv * a->group * a->T + r0;           /* first row in q and y */
         const float *q = Q + row0 * D;                       // (rows, D)
         const float *k = K + bkv * a->S * D, *v = V + bkv * a->S * D; // (S, D)
@@ -328,13 +340,13 @@ static void attn_blocks(void *ctx, int64_t begin, int64_t end, int tid)
             continue;
         }
         if (rows < DIRECT_ROWS) {
-            attn_direct(j, r0, rows, nmax, q, k, v, y, P);
+            attn_direct(&ab, r0, rows, nmax, q, k, v, y, P);
             continue;
         }
         int st = gcpu_sgemm(0, 1, rows, nmax, D, a->scale, q, D, k, D, 0.0f, P, nmax);
         for (int64_t i = 0; i < rows && st == GDP_OK; i++) {
             float m, inv;
-            softmax_row(P + i * nmax, visible(a, (r0 + i) % a->T), nmax, &m, &inv);
+            softmax_row(P + i * nmax, visible(&ab, (r0 + i) % a->T), nmax, &m, &inv);
         }
         if (st == GDP_OK) st = gcpu_sgemm(0, 0, rows, D, nmax, 1.0f, P, nmax, v, D, 0.0f, y, D);
         fail_status(j, st);
@@ -392,7 +404,16 @@ static int attention_operands(const gdp_node *n, int nt)
         if (n->out[k]->dtype != GDP_F32) return 0;
     return n->n_in == nt || gcpu_is_index_scalar(n->in[nt]);
 }
-static int s_attention(void *be, const gdp_node *n) { (void)be; return attention_operands(n, 3); }
+static int s_attention(void *be, const gdp_node *n)
+{
+    (void)be;
+    if (n->n_in == 4 && n->in[0]->ndim == 4 && gcpu_is_index_per_row(n->in[3], n->in[0]->shape[0])) {
+        for (int i = 0; i < 3; i++) /* a cache length per batch row: the forward pass takes it */
+            if (n->in[i]->ndim != 4 || n->in[i]->dtype != GDP_F32) return 0;
+        return n->out[0]->dtype == GDP_F32;
+    }
+    return attention_operands(n, 3);
+}
 static int s_attention_grad(void *be, const gdp_node *n) { (void)be; return attention_operands(n, 4); }
 
 /* ---- attention_grad ------------------------------------------------------------------------- */
@@ -413,7 +434,8 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
     float *dP = P + j->qb * a->S;
     for (int64_t it = begin; it < end; it++) {
         int64_t bkv = it / j->nqb, r0 = (it % j->nqb) * j->qb, nmax;
-        int64_t rows = block_rows(j, r0, &nmax);
+        attn_dims ab = row_dims(j->n, a, 4, bkv / a->Hkv); /* batch row b's cache length */
+        int64_t rows = block_rows(j, &ab, r0, &nmax);
         int64_t row0 = bkv * a->group * a->T + r0;
         const float *q = Q + row0 * D, *dy = dY + row0 * D;            // (rows, D)
         const float *k = K + bkv * a->S * D, *v = V + bkv * a->S * D;  // (S, D)
@@ -428,7 +450,7 @@ static void grad_query_blocks(void *ctx, int64_t begin, int64_t end, int tid)
         if (st == GDP_OK) st = gcpu_sgemm(0, 1, rows, nmax, D, 1.0f, dy, D, v, D, 0.0f, dP, nmax);
         for (int64_t i = 0; i < rows && st == GDP_OK; i++) {
             float *p = P + i * nmax, *dp = dP + i * nmax;
-            int64_t nv = visible(a, (r0 + i) % a->T);
+            int64_t nv = visible(&ab, (r0 + i) % a->T);
             softmax_row(p, nv, nmax, &stat[3 * i], &stat[3 * i + 1]);
             double acc[8] = {0};
             int64_t s = 0;
@@ -467,8 +489,9 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
         float *dk = dK + (bkv * a->S + s0) * D, *dv = dV + (bkv * a->S + s0) * D;   // (kb, D)
         float beta = 0.0f;
         int st = GDP_OK;
+        attn_dims ab = row_dims(j->n, a, 4, bkv / a->Hkv);
         for (int64_t r0 = 0; r0 < a->group * a->T && st == GDP_OK; r0 += j->qb) {
-            int64_t nmax, rows = block_rows(j, r0, &nmax);
+            int64_t nmax, rows = block_rows(j, &ab, r0, &nmax);
             if (nmax <= s0) continue; /* no row of this block sees these keys */
             int64_t row0 = bkv * a->group * a->T + r0;
             const float *q = Q + row0 * D, *dy = dY + row0 * D; // (rows, D)
@@ -478,7 +501,7 @@ static void grad_key_blocks(void *ctx, int64_t begin, int64_t end, int tid)
             if (st != GDP_OK) break;
             for (int64_t i = 0; i < rows; i++) {
                 float *p = P + i * kb, *dp = dP + i * kb;
-                int64_t nv = visible(a, (r0 + i) % a->T) - s0; /* keys of this block row i sees */
+                int64_t nv = visible(&ab, (r0 + i) % a->T) - s0; /* keys of this block row i sees */
                 nv = nv < 0 ? 0 : nv > kb ? kb : nv;
                 const float m = stat[3 * i], inv = stat[3 * i + 1], pdp = stat[3 * i + 2];
                 for (int64_t s = 0; s < nv; s++) {
@@ -536,7 +559,9 @@ typedef struct cw_job {
     const char *x;
     char *y;
     size_t row;           /* bytes of x's (T, D) block */
-    int64_t S, T, D, pos;
+    int64_t S, T, D;
+    const gdp_tensor *pos; /* a scalar, or one per batch row (dim 0) */
+    int64_t per_b;         /* (T, D) blocks per batch row */
     size_t es;
 } cw_job;
 
@@ -545,7 +570,8 @@ static void cw_rows(void *ctx, int64_t begin, int64_t end, int tid)
     (void)tid;
     const cw_job *j = ctx;
     for (int64_t o = begin; o < end; o++)
-        memcpy(j->y + (size_t)((o * j->S + j->pos) * j->D) * j->es, j->x + (size_t)o * j->row, j->row);
+        memcpy(j->y + (size_t)((o * j->S + gcpu_index_at(j->pos, o / j->per_b)) * j->D) * j->es,
+               j->x + (size_t)o * j->row, j->row);
 }
 
 typedef struct bytes_job {
@@ -572,10 +598,14 @@ static gdp_status k_cache_write(void *be, const gdp_node *n, void *stream, gdp_e
     const gdp_tensor *c = n->in[0], *x = n->in[1], *y = n->out[0];
     int nd = y->ndim;
     cw_job j = {.x = x->data, .y = y->data, .S = y->shape[nd - 2], .T = x->shape[nd - 2], .D = y->shape[nd - 1],
-                .pos = gcpu_index_scalar(n->in[2]), .es = gdp_dtype_size(y->dtype)};
-    if (j.pos < 0 || j.pos > j.S - j.T)
-        return gdp_fail(err, GDP_ERR_INVALID, "cache_write: pos = %lld: steps [%lld, %lld) do not fit the cache's %lld",
-                        (long long)j.pos, (long long)j.pos, (long long)(j.pos + j.T), (long long)j.S);
+                .pos = n->in[2], .es = gdp_dtype_size(y->dtype)};
+    for (int64_t b = 0; b < y->shape[0]; b++) {
+        int64_t pos = gcpu_index_at(j.pos, b);
+        if (pos < 0 || pos > j.S - j.T)
+            return gdp_fail(err, GDP_ERR_INVALID,
+                            "cache_write: pos = %lld (batch row %lld): steps [%lld, %lld) do not fit the cache's %lld",
+                            (long long)pos, (long long)b, (long long)pos, (long long)(pos + j.T), (long long)j.S);
+    }
     if (y->data != c->data) { /* not in place: the cache first */
         bytes_job b = {.src = c->data, .dst = y->data, .n = (size_t)gdp_numel(y) * j.es};
         gcpu_parallel_for_grain(((int64_t)b.n + COPY_PIECE - 1) / COPY_PIECE, 16, bytes_task, &b);
@@ -583,6 +613,8 @@ static gdp_status k_cache_write(void *be, const gdp_node *n, void *stream, gdp_e
     j.row = (size_t)(j.T * j.D) * j.es;
     if (j.row == 0) return GDP_OK;
     int64_t outer = gdp_numel(x) / (j.T * j.D);
+    j.per_b = y->shape[0] > 0 ? outer / y->shape[0] : 1;
+    if (j.per_b < 1) j.per_b = 1;
     gcpu_parallel_for_grain(outer, (int64_t)(4 * GCPU_GRAIN_ELEMS / j.row) + 1, cw_rows, &j);
     return GDP_OK;
 }
@@ -590,7 +622,7 @@ static gdp_status k_cache_write(void *be, const gdp_node *n, void *stream, gdp_e
 static int s_cache_write(void *be, const gdp_node *n)
 {
     (void)be;
-    return n->in[0]->ndim >= 2 && gcpu_is_index_scalar(n->in[2]);
+    return n->in[0]->ndim >= 2 && gcpu_is_index_per_row(n->in[2], n->in[0]->shape[0]);
 }
 
 /* f16 and bf16: the f32 kernels on f32 copies, rounded back, as the reference does them */

@@ -125,6 +125,18 @@ static inline int gcpu_is_index_scalar(const gdp_tensor *t)
 {
     return gdp_is_index(t->dtype) && gdp_numel(t) == 1;
 }
+/* 1 when t is such a scalar or a vector of n of them (one per batch row: a decoder's batch
+ * whose sequences stand at different positions). */
+static inline int gcpu_is_index_per_row(const gdp_tensor *t, int64_t n)
+{
+    return gdp_is_index(t->dtype) && (gdp_numel(t) == 1 || (t->ndim == 1 && t->shape[0] == n));
+}
+/* Row b's value of such an input. */
+static inline int64_t gcpu_index_at(const gdp_tensor *t, int64_t b)
+{
+    int64_t i = gdp_numel(t) == 1 ? 0 : b * t->stride[0];
+    return t->dtype == GDP_I32 ? (int64_t)((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
+}
 
 /* Bytes of a workspace piece of n elements of `size` bytes, rounded up to a cache line
  * (pieces of one workspace are laid out one after the other). */
