@@ -1,13 +1,15 @@
 /* bench_decode.c — the inference engine's speed: prefill and greedy decoding.
  *
- *   bench_decode MODEL [--backend NAME] [--dtype T] [--quantize int8|w8a8] [--prompt N] [--new N] [--reps N]
+ *   bench_decode MODEL [--backend NAME] [--dtype T] [--quantize int8|w8a8] [--batch B] [--prompt N]
+ *                [--new N] [--reps N]
  *
  * Loads MODEL into the engine (a cache of prompt + new positions), then, after one
- * untimed round, times `reps` rounds of: prefill a prompt of N ids (fixed pseudo-random
- * ids), then `new` decode steps each fed the greedy pick of the last logits (read back to
- * the host every step, as a generating program does). Prints one JSON line with the median
- * prefill tokens/s and the median decode tokens/s (steps per second of the decode phase)
- * over the rounds, and the weight bytes read per decode step, for the bandwidth bound. */
+ * untimed round, times `reps` rounds of: prefill B copies of a prompt of N ids (fixed
+ * pseudo-random ids), then `new` decode steps, each token the greedy pick made inside the
+ * decode program (gd_lm_engine_next_batch: one id per sequence read back per step, as a
+ * generating program does). Prints one JSON line with the median prefill tokens/s and the
+ * median decode tokens/s (B x steps per second of the decode phase) over the rounds, and
+ * the weight bytes read per decode step, for the bandwidth bound. */
 #include "gradus_lm.h"
 
 #include <stdio.h>
@@ -51,7 +53,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *backend = NULL, *dtype = NULL, *quant = "none";
-    int64_t P = 16, N = 128, reps = 5;
+    int64_t P = 16, N = 128, reps = 5, B = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
         else if (strcmp(argv[i], "--dtype") == 0) dtype = argv[i + 1];
@@ -59,15 +61,16 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--prompt") == 0) P = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--new") == 0) N = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0) B = atoll(argv[i + 1]);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (P < 1 || N < 0 || reps < 1 || reps > 100) return 2;
+    if (P < 1 || N < 0 || reps < 1 || reps > 100 || B < 1 || B > 65536) return 2;
     if (gd_ctx_create(&ctx, NULL) != GD_OK) return 1;
     if (backend != NULL && gd_ctx_use_backend(ctx, backend) != GD_OK) return die("backend");
-    gd_lm_engine_config ec = {.max_len = P + N + 1};
+    gd_lm_engine_config ec = {.max_len = P + N + 1, .batch = B};
     if (dtype != NULL && !(ec.use_dtype = gd_dtype_parse(dtype, &ec.dtype))) return 2;
     ec.quantize = strcmp(quant, "int8") == 0 ? GD_LM_INT8 : strcmp(quant, "w8a8") == 0 ? GD_LM_W8A8 : GD_LM_FLOAT;
     double t_open = now_s();
@@ -84,16 +87,26 @@ int main(int argc, char **argv)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         prompt[i] = (int32_t)(x % (uint64_t)V);
     }
+    const int32_t **prompts = malloc(sizeof *prompts * (size_t)B);
+    int64_t *lens = malloc(sizeof *lens * (size_t)B);
+    int32_t *cur = malloc(sizeof *cur * (size_t)B), *next = malloc(sizeof *next * (size_t)B);
+    if (prompts == NULL || lens == NULL || cur == NULL || next == NULL) return 1;
+    for (int64_t b = 0; b < B; b++) prompts[b] = prompt, lens[b] = P;
+    const gd_sample_config greedy = {0};
     int32_t last = 0;
     for (int64_t r = -1; r < reps; r++) {
         const float *lg = NULL;
         double t0 = now_s();
-        if (gd_lm_engine_prefill(e, prompt, P, &lg) != GD_OK) return die("prefill");
+        if (gd_lm_engine_prefill_batch(e, prompts, lens, &lg) != GD_OK) return die("prefill");
         double t1 = now_s();
-        for (int64_t i = 0; i < N; i++)
-            if (gd_lm_engine_step(e, last = argmax(lg, V), &lg) != GD_OK) return die("step");
+        for (int64_t b = 0; b < B; b++) cur[b] = argmax(lg + b * V, V);
+        for (int64_t i = 0; i < N; i++) {
+            if (gd_lm_engine_next_batch(e, cur, &greedy, next) != GD_OK) return die("step");
+            memcpy(cur, next, sizeof *cur * (size_t)B);
+        }
+        last = cur[0];
         double t2 = now_s();
-        if (r >= 0) pre[r] = (double)P / (t1 - t0), dec[r] = (double)N / (t2 - t1);
+        if (r >= 0) pre[r] = (double)(B * P) / (t1 - t0), dec[r] = (double)(B * N) / (t2 - t1);
     }
     qsort(pre, (size_t)reps, sizeof *pre, cmp_double);
     qsort(dec, (size_t)reps, sizeof *dec, cmp_double);
@@ -107,13 +120,14 @@ int main(int argc, char **argv)
     int64_t es = (int64_t)gd_dtype_size(dt), layers = cfg->n_layers * per_layer;
     /* quantized, the projections' weights are a byte each (their scales are negligible) */
     int64_t bytes = (weights - layers) * es + layers * (ec.quantize != GD_LM_FLOAT ? 1 : es);
-    printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":1,"
+    printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":%lld,"
            "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
            "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d}\n",
-           argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), quant, (long long)P, (long long)N,
+           argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), quant, (long long)B, (long long)P, (long long)N,
            (long long)reps, pre[reps / 2], dec[reps / 2], (long long)bytes, t_open,
            (int)last);
     gd_lm_engine_free(e);
+    free(prompts), free(lens), free(cur), free(next);
     free(prompt);
     free(pre);
     free(dec);

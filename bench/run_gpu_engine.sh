@@ -49,6 +49,10 @@ EOF
   done
   timeout 120 $B/bench_decode "$WORK/stories110m" --backend cuda --dtype f32 --prompt 16 --new 256 --reps 5 |
     tee -a "$OUT/engine-speed.jsonl"
+  for m in stories110m qwen3-0.6b-shape; do # throughput at batch 64
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --batch 64 --prompt 16 --new 128 --reps 3 |
+      tee -a "$OUT/engine-speed.jsonl"
+  done
 fi
 if has peer; then
   log peer
