@@ -446,6 +446,14 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
             char name[512];
             snprintf(name, sizeof name, "%s.%s", gd_tensor_name(p), *suf);
             gd_tensor *t = gd_graph_find(g, name);
+            /* gradient accumulators are zero at every checkpoint: a run that had none (no
+             * accumulation, or several ranks) resumes into one that has them */
+            gd_dtype dt;
+            int nd;
+            int64_t shp[GD_MAX_DIMS];
+            const void *data;
+            size_t bytes;
+            if (t != NULL && strcmp(*suf, "grad_acc") == 0 && !gd_st_find(f, name, &dt, &nd, shp, &data, &bytes)) continue;
             if (t != NULL) s = load_tensor(ctx, f, path, name, t);
         }
     }
