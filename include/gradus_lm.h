@@ -283,6 +283,8 @@ typedef struct gd_lm_train_result {
     size_t grad_bytes;           /* gradient buffers beyond the backward pass's (accumulation, exchange) */
     size_t optimizer_bytes;      /* AdamW's moments kept by this rank */
     int ranks;                   /* processes that trained (1 without dist) */
+    char summed_on[32];          /* with dist: where the ranks' gradients were summed: "host", or the
+                                    backend whose collective module did it ("cuda") */
 } gd_lm_train_result;
 
 /* Trains with AdamW, a linear warmup and a cosine decay (the learning rate is a runtime

@@ -446,8 +446,10 @@ int cmd_train_lm(int argc, char **argv)
     printf("trained %lld steps at %.1fk tokens/s; activation memory %.1f MB on %s\n", (long long)r.steps,
            r.tokens_per_s / 1000, (double)r.activation_bytes / 1e6, gd_ctx_backend(ctx));
     if (dist != NULL)
-        printf("memory of rank 0 of %d: parameters %.2f MB, gradient buffers %.2f MB, optimizer moments %.2f MB\n",
-               r.ranks, (double)r.param_bytes / 1e6, (double)r.grad_bytes / 1e6, (double)r.optimizer_bytes / 1e6);
+        printf("memory of rank 0 of %d: parameters %.2f MB, gradient buffers %.2f MB, optimizer moments %.2f MB; "
+               "gradients summed on %s\n",
+               r.ranks, (double)r.param_bytes / 1e6, (double)r.grad_bytes / 1e6, (double)r.optimizer_bytes / 1e6,
+               r.summed_on);
     if (!isnan(r.val_loss))
         printf("validation loss %.4f nats/token = %.3f bits/byte\n", r.val_loss, r.val_loss / log(2) / cs.bytes_per_token);
     else if (!isnan(r.val_loss))

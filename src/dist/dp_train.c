@@ -12,10 +12,17 @@
  * ZeRO-1: parameters are dealt to ranks (whole tensors, each to the rank holding the
  * fewest bytes so far, in parameter order); a rank's AdamW updates its own and keeps
  * their moments only, then each parameter is broadcast from its owner. The update is the
- * same arithmetic on the same values wherever it runs, so the bits do not change. */
+ * same arithmetic on the same values wherever it runs, so the bits do not change.
+ *
+ * Device collectives: when the preferred backend has a collective module (the CUDA
+ * plugin's NCCL), the ranks' sums are written to the grad_sum states as they are and the
+ * device adds them there, in its own (run-to-run reproducible) order; the host buffer is
+ * then only this rank's part. GRADUS_DEVICE_COLLECTIVE=0 keeps the sum on the host. */
 #include "dist/dp_train.h"
 
 #include "alloc.h"
+#include "collective.h"
+#include "dist/dist_impl.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +45,7 @@ struct gd_dp {
     float *gathered_data;
     char *gathered_names;      /* 512 bytes an entry */
     int n_gathered;
+    gd_collective *coll;       /* the device's collective, or NULL: sums through gd_dist */
 };
 
 static gd_status fail_after(gd_ctx *ctx, const char *what)
@@ -57,8 +65,28 @@ void gd_dp_free(gd_dp *dp)
     gd_free(dp->gathered);
     gd_free(dp->gathered_data);
     gd_free(dp->gathered_names);
+    gd_collective_close(dp->coll);
     gd_free(dp);
 }
+
+/* Joins the device collective when the backend has one: rank 0 makes the id and every
+ * rank gets it through gd_dist. */
+static gd_status open_collective(gd_dp *dp)
+{
+    size_t idn = gd_collective_id_bytes(dp->ctx);
+    if (idn == 0) return GD_OK;
+    void *id = gd_calloc(1, idn);
+    if (id == NULL) return gd_ctx_fail(dp->ctx, GD_ERR_NOMEM, "out of memory");
+    gd_status st = gd_dist_rank(dp->d) == 0 ? gd_collective_unique_id(dp->ctx, id) : GD_OK;
+    /* a rank 0 that failed sends zeros, so the others do not wait: their open fails too */
+    gd_status bs = gd_dist_broadcast(dp->d, id, idn, 0, "the device collective's id");
+    if (st == GD_OK) st = bs;
+    if (st == GD_OK) st = gd_collective_open(dp->ctx, id, gd_dist_rank(dp->d), gd_dist_size(dp->d), &dp->coll);
+    gd_free(id);
+    return st;
+}
+
+const char *gd_dp_summed_on(const gd_dp *dp) { return dp->coll != NULL ? gd_collective_backend(dp->coll) : "host"; }
 
 gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const gd_adamw_config *oc, int zero1,
                       gd_tensor **norm, gd_dp **out)
@@ -142,6 +170,7 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
         if (dp->buf == NULL || dp->tmp == NULL)
             st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory for %zu gradients", dp->total);
     }
+    if (st == GD_OK) st = open_collective(dp);
 done:
     gd_free(grads);
     gd_free(mine);
@@ -175,6 +204,15 @@ gd_status gd_dp_reduce(gd_dp *dp, int64_t step)
 {
     char what[64];
     snprintf(what, sizeof what, "the gradients of step %lld", (long long)step);
+    if (dp->coll != NULL) {
+        gd_status st = GD_OK;
+        for (int i = 0; i < dp->n && st == GD_OK; i++)
+            st = gd_tensor_write(dp->ps[i].sum, dp->buf + dp->ps[i].off, dp->ps[i].n * sizeof(float));
+        for (int i = 0; i < dp->n && st == GD_OK; i++) st = gd_collective_allreduce(dp->coll, dp->ps[i].sum);
+        if (st == GD_OK) st = gd_collective_finish(dp->coll, dp->d->timeout_s);
+        if (st != GD_OK) gd_dist_set_broken(dp->d);
+        return st;
+    }
     gd_status st = gd_dist_allreduce_f32(dp->d, dp->buf, dp->total, what);
     for (int i = 0; i < dp->n && st == GD_OK; i++)
         st = gd_tensor_write(dp->ps[i].sum, dp->buf + dp->ps[i].off, dp->ps[i].n * sizeof(float));

@@ -34,6 +34,8 @@ gd_status gd_dp_gather_moments(gd_dp *dp, const gd_st_entry **entries, int *n);
 /* Memory this rank holds: parameters, gradient buffers of its own (host and states),
  * optimizer moments. */
 void gd_dp_memory(const gd_dp *dp, size_t *param_bytes, size_t *grad_bytes, size_t *optimizer_bytes);
+/* Where the ranks' gradients are summed: "host", or the backend whose collective does it. */
+const char *gd_dp_summed_on(const gd_dp *dp);
 void gd_dp_free(gd_dp *dp);
 
 #endif

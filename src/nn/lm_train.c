@@ -238,6 +238,7 @@ static void memory(trainer *t, gd_lm_train_result *out)
     out->ranks = gd_dist_size(t->c.dist);
     if (t->dp != NULL) {
         gd_dp_memory(t->dp, &out->param_bytes, &out->grad_bytes, &out->optimizer_bytes);
+        snprintf(out->summed_on, sizeof out->summed_on, "%s", gd_dp_summed_on(t->dp));
         return;
     }
     size_t p = 0;
