@@ -3,7 +3,7 @@
  * A backend is a shared object that exports one symbol, GDP_INIT_SYMBOL, with the
  * signature gdp_init_fn. The host passes a gdp_host (services it offers) and an empty
  * gdp_plugin the backend fills: a name, a priority and optional modules (device, kernels,
- * executor, profiler, graph pass). Plain C; depends on nothing but the C standard library
+ * executor, profiler, graph pass, collective). Plain C; depends on nothing but the C standard library
  * and gradus_semantics.h (dtypes, half conversions, attribute numbering, Philox).
  *
  * Rules that keep old plugins and new hosts (and the reverse) working:
