@@ -311,6 +311,12 @@ int cmd_train_lm(int argc, char **argv)
         }
     }
     int rank = gd_dist_rank(dist);
+    /* each rank its own trace: FILE for rank 0, FILE.rank<r> for the others */
+    char rank_profile[4200];
+    if (profile != NULL && rank != 0) {
+        snprintf(rank_profile, sizeof rank_profile, "%s.rank%d", profile, rank);
+        profile = rank_profile;
+    }
     if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
     /* a trace that cannot be written costs the trace, never the training */
     cli_profile_start(ctx, "train lm", profile);
