@@ -228,7 +228,7 @@ gd_status gd_lm_checkpoint_save_with(gd_ctx *ctx, gd_graph *g, const gd_lm_confi
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         /* states kept elsewhere (another rank's share of a sharded optimizer) join the graph's */
         gd_st_entry *all = n_extra > 0 ? gd_malloc(sizeof *all * (size_t)(optim.n + n_extra)) : optim.e;
-        if (all == NULL) {
+        if (all == NULL && n_extra > 0) {
             s = gd_ctx_fail(ctx, GD_ERR_NOMEM, "checkpoint: out of memory");
         } else {
             if (n_extra > 0) {
