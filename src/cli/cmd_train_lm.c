@@ -317,6 +317,12 @@ int cmd_train_lm(int argc, char **argv)
         snprintf(rank_profile, sizeof rank_profile, "%s.rank%d", profile, rank);
         profile = rank_profile;
     }
+    /* ranks sharing a machine share its cores, unless told otherwise */
+    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE") ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE")
+                                                                  : getenv("LOCAL_WORLD_SIZE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 0 && dist != NULL && local_size != NULL && atoi(local_size) > 1 && cores > 0)
+        threads = cores / atoi(local_size) > 0 ? cores / atoi(local_size) : 1;
     if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
     /* a trace that cannot be written costs the trace, never the training */
     cli_profile_start(ctx, "train lm", profile);
