@@ -15,8 +15,6 @@ checks=0
 skipped=""
 # CI runs as root on 2 cores
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# under LeakSanitizer, what Open MPI keeps until exit is not gradus's
-export LSAN_OPTIONS="suppressions=$S/tests/lsan-mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 run() { "$@" > "$T/out" 2>&1 < /dev/null; rc=$?; }
 check() { # check NAME WANT_RC PATTERN... (grep -E over stdout+stderr)
     name=$1; want=$2; shift 2
@@ -88,14 +86,20 @@ fi
 if ! command -v mpirun > /dev/null 2>&1; then
     skipped="no mpirun"
 elif "$G" train lm --help | grep -q "mpirun" && ! OMPI_COMM_WORLD_SIZE=2 "$G" train lm $C --out "$T/probe" 2>&1 | grep -q "built without MPI"; then
-    mpi() { run mpirun -n 2 "$G" train lm "$@"; }
+    # Open MPI's components are unloaded at exit, so LeakSanitizer cannot name (nor a
+    # suppression match) what they keep: leaks are checked on the TCP runs above, which
+    # share all of gradus's data-parallel code but the MPI transport
+    nolsan="${LSAN_OPTIONS:+$LSAN_OPTIONS:}detect_leaks=0"
+    mpi() { run env LSAN_OPTIONS="$nolsan" mpirun -n 2 "$G" train lm "$@"; }
     mpi $C --batch 2 --out "$T/mpi"
     check "2 ranks over MPI" 0 "data parallel: 2 ranks over mpi, global batch 4 x 32" "step 6/6" "memory of rank 0 of 2"
     must "MPI: the weights of accumulation, bit for bit" same one mpi
     must "MPI: the losses of accumulation" test "$(losses one)" = "$(losses mpi)"
     must "MPI: the losses of a batch of 4, within 1e-4" close mpi big 1e-4
-    mpi $C --batch 2 --out "$T/mpi2"
-    must "MPI: a rerun repeats bit for bit" same mpi mpi2
+    if [ -z "${GRADUS_TEST_QUICK:-}" ]; then
+        mpi $C --batch 2 --out "$T/mpi2"
+        must "MPI: a rerun repeats bit for bit" same mpi mpi2
+    fi
     must "MPI and TCP agree bit for bit" same mpi tcp
 
     # resume on another rank count: 2 ranks to step 3, then one process (2 micro-batches)
@@ -124,9 +128,10 @@ elif "$G" train lm --help | grep -q "mpirun" && ! OMPI_COMM_WORLD_SIZE=2 "$G" tr
     must "ZeRO-1: rank 0 keeps fewer moments ($mom MB of $full MB)" awk -v a="$mom" -v b="$full" 'BEGIN { exit !(a > 0 && a < 0.75 * b) }'
 
     # faults: rank 1 stops (SIGSTOP) after the checkpoint of step 2; rank 0 gives up within
-    # the timeout, naming what it waited for, and the checkpoint loads
+    # the timeout (5 s: long enough for rank 0's checkpoints under the sanitizers, which
+    # rank 1 waits through), naming what it waited for, and the checkpoint loads
     rm -rf "$T/f"
-    mpirun -n 2 "$G" train lm $C --steps 400 --batch 2 --ckpt-every 2 --dist-timeout 2 --out "$T/f" > "$T/out" 2>&1 < /dev/null &
+    env LSAN_OPTIONS="$nolsan" mpirun -n 2 "$G" train lm $C --steps 400 --batch 2 --ckpt-every 2 --dist-timeout 5 --out "$T/f" > "$T/out" 2>&1 < /dev/null &
     mp=$!
     i=0
     while [ ! -e "$T/f/latest" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
@@ -140,7 +145,7 @@ elif "$G" train lm --help | grep -q "mpirun" && ! OMPI_COMM_WORLD_SIZE=2 "$G" tr
     rc=$?
     took=$(($(date +%s) - start))
     [ "$rc" != 0 ] && rc=1
-    check "MPI: a rank that hangs stops the job" 1 "rank 0 of 2: the [a-z ]+( of step [0-9]+)?: no answer from the other ranks within 2 s"
+    check "MPI: a rank that hangs stops the job" 1 "rank 0 of 2: the [a-z ]+( of step [0-9]+)?: no answer from the other ranks within 5 s"
     must "MPI: ... within the timeout (took ${took} s)" test "$took" -le 30
     run "$G" generate --model "$T/f" --prompt-ids 1,2 --max-tokens 2
     check "MPI: the checkpoint written before the fault loads" 0 "decode: 2 tokens"
