@@ -323,6 +323,10 @@ typedef struct gd_sgd_config {
 typedef struct gd_adamw_config {
     double lr, beta1, beta2, eps, weight_decay; /* zeros take defaults 1e-3, .9, .999, 1e-8, 0 */
     double clip_norm;
+    /* Update only these parameters (and keep moments for them alone), NULL: every one with
+     * a gradient. Clipping then sees only their gradients. (A rank of a sharded optimizer.) */
+    int n_params;
+    gd_tensor *const *params;
 } gd_adamw_config;
 gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg);
 gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg);

@@ -271,6 +271,16 @@ typedef struct gd_lm_train_config {
     double report_every_s;       /* 0: 1 */
     void (*progress)(void *user, const gd_lm_progress *p);
     void *user;
+    /* Data parallelism (gradus_dist.h): this process's membership in a job of N ranks, or
+     * NULL for one process. Each rank trains `grad_accum` micro-batches of `batch` per
+     * step, rank r taking the r-th slice of the global batch of N x grad_accum x batch
+     * windows, and the ranks sum their gradients before the update: the losses are those
+     * of one process accumulating N x grad_accum micro-batches (bit for bit when
+     * grad_accum is 1). Rank 0 alone writes checkpoints and metrics; every rank calls
+     * `progress` with the same figures. */
+    struct gd_dist *dist;
+    int zero1;                   /* with dist: each rank keeps AdamW's moments of about 1/N of the
+                                    parameters (ZeRO stage 1) and sends the others what it updated */
 } gd_lm_train_config;
 
 typedef struct gd_lm_train_result {
@@ -281,6 +291,13 @@ typedef struct gd_lm_train_result {
     size_t activation_bytes;     /* the training step's planned memory on the preferred backend */
     char checkpoint[1024];       /* the last checkpoint written, "" if none */
     char metrics[1024];          /* the metrics log, "" if none */
+    /* memory this rank holds for training, besides activations (bytes) */
+    size_t param_bytes;          /* the model's parameters */
+    size_t grad_bytes;           /* gradient buffers beyond the backward pass's (accumulation, exchange) */
+    size_t optimizer_bytes;      /* AdamW's moments kept by this rank */
+    int ranks;                   /* processes that trained (1 without dist) */
+    char summed_on[32];          /* with dist: where the ranks' gradients were summed: "host", or the
+                                    backend whose collective module did it ("cuda") */
 } gd_lm_train_result;
 
 /* Trains with AdamW, a linear warmup and a cosine decay (the learning rate is a runtime

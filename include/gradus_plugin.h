@@ -3,7 +3,7 @@
  * A backend is a shared object that exports one symbol, GDP_INIT_SYMBOL, with the
  * signature gdp_init_fn. The host passes a gdp_host (services it offers) and an empty
  * gdp_plugin the backend fills: a name, a priority and optional modules (device, kernels,
- * executor, profiler, graph pass). Plain C; depends on nothing but the C standard library
+ * executor, profiler, graph pass, collective). Plain C; depends on nothing but the C standard library
  * and gradus_semantics.h (dtypes, half conversions, attribute numbering, Philox).
  *
  * Rules that keep old plugins and new hosts (and the reverse) working:
@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define GDP_ABI_MAJOR 2
-#define GDP_ABI_MINOR 1
+#define GDP_ABI_MINOR 2
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
 #define GDP_MAX_DIMS 8
@@ -409,6 +409,34 @@ typedef struct gdp_graph_pass {
     gdp_status (*run)(void *backend, gdp_graph_view *graph, gdp_err *err);
 } gdp_graph_pass;
 
+/* ---- the collective module (ABI 2.2) ------------------------------------------------- */
+
+/* Sums across processes on the device itself, for data-parallel training: one process
+ * (a rank) per device, the host's gradient buffers summed in place in device memory (the
+ * CUDA plugin fills it with NCCL). The host shares the id that rank 0 makes with every
+ * rank through its own channel (MPI, a TCP rendezvous), then each rank opens the
+ * communicator. Without the module (NULL), the host sums through host memory.
+ *
+ * Results must be bitwise identical run to run for the same inputs and rank count; the
+ * order of additions is the plugin's. */
+typedef struct gdp_collective {
+    size_t size;
+    size_t id_bytes;       /* the size of the job's id: what unique_id writes */
+    /* On rank 0: makes the id of a new job. */
+    gdp_status (*unique_id)(void *backend, void *id, gdp_err *err);
+    /* This device joins job `id` as rank `rank` of `size`; *comm is passed back below. */
+    gdp_status (*comm_open)(void *backend, const void *id, int32_t rank, int32_t size, void **comm, gdp_err *err);
+    /* Replaces `count` elements of `dtype` at `data` (this backend's memory) by their sum
+     * over the ranks, ordered on `stream`; may return before the work is done. */
+    gdp_status (*allreduce_sum)(void *backend, void *comm, void *data, int64_t count, int32_t dtype, void *stream,
+                                gdp_err *err);
+    /* Waits until the collectives queued on `stream` are done, at most timeout_s seconds.
+     * Past it, or when a peer failed, the communicator is aborted (nothing of it waits any
+     * more) and the call fails saying why; the host then closes it. */
+    gdp_status (*finish)(void *backend, void *comm, void *stream, double timeout_s, gdp_err *err);
+    void (*comm_close)(void *backend, void *comm);
+} gdp_collective;
+
 /* ---- what the host offers the plugin ------------------------------------------------ */
 
 /* The gdp_host given to init stays valid, at the same address, until the plugin's
@@ -451,6 +479,8 @@ typedef struct gdp_plugin {
     /* A setting from the application (key "threads": how many host threads the backend
      * may use, 0 for its default). Default when NULL, or for an unknown key: ignored. */
     gdp_status (*configure)(void *backend, const char *key, int64_t value, gdp_err *err);
+    /* ABI 2.2, optional: sums across processes on the device (data parallelism). */
+    const gdp_collective *collective;
 } gdp_plugin;
 
 /* The exported entry point. Returns GDP_OK, GDP_ERR_NODEVICE to decline quietly, or

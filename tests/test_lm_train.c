@@ -4,6 +4,7 @@
  * losses of an uninterrupted run bit for bit, with gradient accumulation too; a process
  * killed while it writes checkpoints leaves one that loads; bad inputs are refused by
  * name; generation from the checkpoint continues the text. */
+#include "gradus_dist.h"
 #include "gradus_lm.h"
 #include "testutil.h"
 
@@ -144,6 +145,24 @@ int main(void)
     same = g1.n == 8 && g2.n == 8;
     for (int i = 0; i < 8; i++) same &= g1.v[i] == g2.v[i];
     CHECK(same, "accumulated losses differ after resuming");
+
+    /* 3b. a data-parallel job of one rank (gradients summed through gd_dist, the update a
+     * program of its own) trains as one process does, bit for bit, accumulation included */
+    gd_dist *job = NULL;
+    CHECK(gd_dist_open(ctx, NULL, &job) == GD_OK && gd_dist_size(job) == 1, "a job of one: %s", gd_ctx_error(ctx));
+    losses g3 = {0};
+    c = base(&m, d, tok, &g3);
+    c.grad_accum = 2;
+    c.steps = 8;
+    c.dist = job;
+    c.out_dir = path_of("run-job");
+    CHECK(gd_lm_train(ctx, &c, &rg) == GD_OK && rg.ranks == 1 && strcmp(rg.summed_on, "host") == 0 &&
+              rg.optimizer_bytes == 2 * rg.param_bytes,
+          "a job of one: %s (%d ranks, summed on %s)", gd_ctx_error(ctx), rg.ranks, rg.summed_on);
+    same = g3.n == 8;
+    for (int i = 0; i < 8; i++) same &= g1.v[i] == g3.v[i];
+    CHECK(same, "a job of one: losses differ from one process's: step 8 %.9g vs %.9g", g1.v[7], g3.v[7]);
+    gd_dist_close(job);
 
     /* 4. killed while writing checkpoints: the one `latest` names always loads */
     for (int k = 0; k < 8; k++) {

@@ -285,6 +285,11 @@ static inline int cu_axis(int64_t axis, int ndim)
 extern const gdp_device cu_device_module;
 extern const gdp_profiler cu_profiler_module;
 extern const gdp_executor cu_executor_module;
+#ifdef GRADUS_HAVE_NCCL
+/* collective.cu: NCCL, opened at run time; the module is offered only when it loaded */
+extern "C" const gdp_collective cu_collective_module;
+extern "C" int cu_nccl_available(const gdp_host *host);
+#endif
 
 gdp_status cu_device_open(cu_backend *be, gdp_err *err);
 void cu_device_close(cu_backend *be);

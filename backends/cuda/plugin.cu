@@ -237,6 +237,9 @@ extern "C" __attribute__((visibility("default"))) gdp_status gradus_plugin_init(
     plugin->register_kernels = register_kernels;
     plugin->shutdown = shutdown_backend;
     if (GDP_HAS_FIELD(plugin, gdp_plugin, executor)) plugin->executor = &cu_executor_module;
+#ifdef GRADUS_HAVE_NCCL
+    if (GDP_HAS_FIELD(plugin, gdp_plugin, collective) && cu_nccl_available(host)) plugin->collective = &cu_collective_module;
+#endif
 
     /* `gradus devices` shows the device; the log only mentions the debugging modes, so a
      * normal start stays quiet. The host prefixes the backend's name. */

@@ -822,6 +822,67 @@ static void td_shutdown(void *be)
     free(d);
 }
 
+/* ---- collective (ABI 2.2): sums across processes ------------------------------------- */
+
+/* The test device lives in one process, so it joins jobs of one rank, where a sum is the
+ * value itself. What it checks is the host's side of the contract: the id it made comes
+ * back, the sums are of this device's memory, and a finish follows them. */
+typedef struct td_comm {
+    uint64_t id;
+    int64_t pending; /* sums queued since the last finish */
+} td_comm;
+
+static uint64_t td_job_id(const void *be) { return 0x7464636f6c6c0000ull ^ (uint64_t)(uintptr_t)be; }
+
+static gdp_status td_coll_id(void *be, void *id, gdp_err *err)
+{
+    uint64_t v = td_job_id(be);
+    memcpy(id, &v, sizeof v);
+    return GDP_OK;
+}
+
+static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t size, void **comm, gdp_err *err)
+{
+    uint64_t v;
+    memcpy(&v, id, sizeof v);
+    if (size != 1 || rank != 0)
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: sums within one process only, not as rank %d of %d", rank,
+                        size);
+    if (v != td_job_id(be)) return gdp_fail(err, GDP_ERR_INVALID, "testdev: collective id %016llx is not the one it made", (unsigned long long)v);
+    td_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
+    c->id = v;
+    *comm = c;
+    return GDP_OK;
+}
+
+static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, int32_t dtype, void *stream, gdp_err *err)
+{
+    td_comm *c = comm;
+    /* the host waits (finish) before the next step: sums queued twice without it are a bug */
+    if (c->pending > 100000) return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld sums queued and never finished", (long long)c->pending);
+    if (data == NULL || count < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: sum of %lld elements at %p: not memory of this device",
+                        (long long)count, data);
+    c->pending++;
+    return GDP_OK;
+}
+
+static gdp_status td_coll_finish(void *be, void *comm, void *stream, double timeout_s, gdp_err *err)
+{
+    td_comm *c = comm;
+    if (!(timeout_s > 0)) return gdp_fail(err, GDP_ERR_INVALID, "testdev: finish with a timeout of %g s", timeout_s);
+    c->pending = 0;
+    return GDP_OK;
+}
+
+static void td_coll_close(void *be, void *comm) { free(comm); }
+
+static const gdp_collective td_collective = {.size = sizeof(gdp_collective), .id_bytes = sizeof(uint64_t),
+                                             .unique_id = td_coll_id, .comm_open = td_coll_open,
+                                             .allreduce_sum = td_coll_sum, .finish = td_coll_finish,
+                                             .comm_close = td_coll_close};
+
 __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err)
 {
 #ifdef TESTDEV_EARLY_FAIL
@@ -861,5 +922,6 @@ __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_h
     plugin->register_kernels = td_register;
     plugin->configure = td_configure;
     plugin->shutdown = td_shutdown;
+    if (GDP_HAS_FIELD(plugin, gdp_plugin, collective)) plugin->collective = &td_collective;
     return GDP_OK;
 }

@@ -5,8 +5,13 @@
  * tokenizer file or a token file is given; a resumed run reuses them. Progress goes to
  * stdout a line a second (rewritten in place on a terminal); the end prints the
  * validation loss beside the corpus's unigram entropy, both in bits per byte, and where
- * the checkpoint and the metrics log are. */
+ * the checkpoint and the metrics log are.
+ *
+ * Launched as several ranks (`mpirun -n N`, or RANK/WORLD_SIZE and a rendezvous), each
+ * rank trains its slice of every global batch (gradus_dist.h): rank 0 prepares the data
+ * and the tokenizer while the others wait, and rank 0 alone prints. */
 #include "cli.h"
+#include "gradus_dist.h"
 #include "gradus_lm.h"
 
 #include <errno.h>
@@ -46,9 +51,16 @@ static void help(FILE *f)
             "  --dtype T         f32, or bf16 (activations; the weights stay f32) (default: bf16 on a GPU)\n"
             "  --stop-at N       end this run after step N (resume it later)\n"
             "  --seed N          initialization and data order (default 1)\n"
+            "  --zero1           with several ranks: shard AdamW's moments over them (ZeRO stage 1)\n"
+            "  --dist-timeout S  with several ranks: seconds a rank waits for the others (default 300)\n"
+            "  --bucket-mb N     with several ranks: gradients are summed in buckets of N MB (default 4)\n"
             "  --backend NAME    run on this backend (default: the highest-priority one)\n"
             "  --threads N       threads for the CPU backends\n"
-            "  --profile FILE    record a Chrome trace of the run (gradus profile FILE summarizes it)\n");
+            "  --profile FILE    record a Chrome trace of the run (gradus profile FILE summarizes it)\n"
+            "\n"
+            "Data parallelism: `mpirun -n N gradus train lm ...`, or N processes with RANK, WORLD_SIZE,\n"
+            "LOCAL_RANK, MASTER_ADDR and MASTER_PORT set. Each rank trains --batch x --accum windows of\n"
+            "every step (the global batch is N times that); rank 0 writes checkpoints and prints.\n");
 }
 
 static int takes_value(const char *a)
@@ -57,7 +69,7 @@ static int takes_value(const char *a)
                                          "--steps", "--batch", "--seq", "--accum", "--lr", "--min-lr",
                                          "--warmup", "--weight-decay", "--clip", "--val-every", "--val-batches",
                                          "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at",
-                                         "--profile", NULL};
+                                         "--profile", "--dist-timeout", "--bucket-mb", NULL};
     return cli_is_one_of(a, valued);
 }
 
@@ -203,13 +215,18 @@ int cmd_train_lm(int argc, char **argv)
     int n_data = 0;
     int64_t steps = 200, batch = 8, seq = 0, accum = 1, warmup = -1, val_every = -1, val_batches = 8, ckpt_every = 0;
     int64_t seed = 1, threads = -1, stop_at = 0;
-    double lr = 1e-3, min_lr = 0, wd = 0.1, clip = 1.0;
+    double lr = 1e-3, min_lr = 0, wd = 0.1, clip = 1.0, dist_timeout = 0, bucket_mb = 0;
+    int zero1 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int ok = 1;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             help(stdout);
             return 0;
+        }
+        if (strcmp(a, "--zero1") == 0) {
+            zero1 = 1;
+            continue;
         }
         if (!takes_value(a)) return cli_unknown("train lm", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
@@ -242,6 +259,8 @@ int cmd_train_lm(int argc, char **argv)
         else if (strcmp(a, "--min-lr") == 0) ok = cli_double(a, v, 0, 10, &min_lr);
         else if (strcmp(a, "--weight-decay") == 0) ok = cli_double(a, v, 0, 10, &wd);
         else if (strcmp(a, "--clip") == 0) ok = cli_double(a, v, 0, 1e9, &clip);
+        else if (strcmp(a, "--dist-timeout") == 0) ok = cli_double(a, v, 0.001, 1e7, &dist_timeout);
+        else if (strcmp(a, "--bucket-mb") == 0) ok = cli_double(a, v, 0.001, 1 << 20, &bucket_mb);
         if (!ok) return 2;
     }
     if (preset != NULL && config != NULL) {
@@ -271,8 +290,39 @@ int cmd_train_lm(int argc, char **argv)
             out = resume;
         }
     }
+    /* one rank per GPU: the launcher's local rank picks it, unless the launcher did */
+    const char *lr_env = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK") : getenv("LOCAL_RANK");
+    if (gd_dist_launched() && lr_env != NULL && getenv("CUDA_VISIBLE_DEVICES") == NULL)
+        setenv("CUDA_VISIBLE_DEVICES", lr_env, 1);
     gd_ctx *ctx = cli_ctx(backend);
     if (ctx == NULL) return 1;
+    gd_dist *dist = NULL;
+    if (gd_dist_launched()) {
+        gd_dist_options dopt = {.size = sizeof dopt, .timeout_s = dist_timeout,
+                                .bucket_bytes = (size_t)(bucket_mb * 1024 * 1024)};
+        if (gd_dist_open(ctx, &dopt, &dist) != GD_OK) {
+            fprintf(stderr, "gradus train lm: %s\n", gd_ctx_error(ctx));
+            gd_ctx_free(ctx);
+            return 1;
+        }
+        /* the other ranks' output would repeat rank 0's; their errors still reach stderr */
+        if (gd_dist_rank(dist) != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+            fprintf(stderr, "gradus train lm: rank %d: cannot silence its output\n", gd_dist_rank(dist));
+        }
+    }
+    int rank = gd_dist_rank(dist);
+    /* each rank its own trace: FILE for rank 0, FILE.rank<r> for the others */
+    char rank_profile[4200];
+    if (profile != NULL && rank != 0) {
+        snprintf(rank_profile, sizeof rank_profile, "%s.rank%d", profile, rank);
+        profile = rank_profile;
+    }
+    /* ranks sharing a machine share its cores, unless told otherwise */
+    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE") ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE")
+                                                                  : getenv("LOCAL_WORLD_SIZE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 0 && dist != NULL && local_size != NULL && atoi(local_size) > 1 && cores > 0)
+        threads = cores / atoi(local_size) > 0 ? cores / atoi(local_size) : 1;
     if (threads >= 0) gd_ctx_set_threads(ctx, (int)threads);
     /* a trace that cannot be written costs the trace, never the training */
     cli_profile_start(ctx, "train lm", profile);
@@ -307,6 +357,13 @@ int cmd_train_lm(int argc, char **argv)
     }
     if (!cli_mkdirs("train lm", out)) goto done;
 
+    /* with ranks: rank 0 prepares OUT's data and tokenizer, then the others use them as a
+     * resumed run does */
+    if (rank != 0) {
+        if (gd_dist_barrier(dist, "waiting for rank 0 to prepare the data") != GD_OK) goto fail;
+        n_data = 0;
+        tokfile = NULL;
+    }
     /* the data: a token file, or text encoded into OUT/data.tok once */
     const char *tokens = NULL;
     if (n_data == 1 && ends_with(data[0], ".tok")) tokens = data[0];
@@ -358,6 +415,7 @@ int cmd_train_lm(int argc, char **argv)
                (double)info.bytes / 1e6, (long long)info.tokens, data_path);
         tokens = data_path;
     }
+    if (rank == 0 && dist != NULL && gd_dist_barrier(dist, "the data prepared by rank 0") != GD_OK) goto fail;
     if ((st = gd_token_data_open(ctx, tokens, 0.05, &td)) != GD_OK) goto fail;
     corpus_stats cs = {.bytes_per_token = NAN, .byte_entropy = NAN, .token_entropy_bpb = NAN};
     if (smp.len == 0 && tok != NULL && !sample_tokens(ctx, td, tok, &smp)) goto done;
@@ -374,7 +432,8 @@ int cmd_train_lm(int argc, char **argv)
         .grad_accum = accum, .lr = lr, .min_lr = min_lr, .warmup = warmup >= 0 ? warmup : steps / 20,
         .weight_decay = wd, .clip = clip, .val_every = val_every >= 0 ? val_every : (steps >= 10 ? steps / 10 : 0),
         .val_batches = val_batches, .ckpt_every = ckpt_every, .out_dir = out, .resume_dir = resume, .dtype = dt,
-        .seed = (uint64_t)seed, .report_every_s = po.tty ? 0.25 : 1.0, .progress = progress, .user = &po};
+        .seed = (uint64_t)seed, .report_every_s = po.tty ? 0.25 : 1.0, .progress = progress, .user = &po,
+        .dist = dist, .zero1 = zero1};
     printf("model %s: %s, dim %lld, %lld layers, %lld heads (%lld kv), vocab %lld\n",
            config != NULL ? config : resume != NULL ? "resumed" : preset != NULL ? preset : "tiny",
            m.arch == GD_LM_GPT2 ? "GPT-2" : "llama", (long long)m.dim, (long long)m.n_layers, (long long)m.n_heads,
@@ -382,6 +441,11 @@ int cmd_train_lm(int argc, char **argv)
     printf("backend %s, %s, batch %lld x %lld tokens%s, %lld steps, AdamW lr %g, %s\n", gd_ctx_backend(ctx),
            gd_dtype_name(dt), (long long)batch, (long long)seq, accum > 1 ? " (accumulated)" : "", (long long)steps,
            lr, resume != NULL ? "resumed" : "from scratch");
+    if (dist != NULL)
+        printf("data parallel: %d ranks over %s, global batch %lld x %lld tokens, gradients in buckets of %.1f MB%s\n",
+               gd_dist_size(dist), gd_dist_transport(dist), (long long)(batch * accum * gd_dist_size(dist)),
+               (long long)seq, (double)gd_dist_bucket_bytes(dist) / (1024.0 * 1024.0),
+               zero1 ? ", optimizer sharded (ZeRO-1)" : "");
     fflush(stdout);
     gd_lm_train_result r;
     st = gd_lm_train(ctx, &c, &r);
@@ -393,6 +457,11 @@ int cmd_train_lm(int argc, char **argv)
     }
     printf("trained %lld steps at %.1fk tokens/s; activation memory %.1f MB on %s\n", (long long)r.steps,
            r.tokens_per_s / 1000, (double)r.activation_bytes / 1e6, gd_ctx_backend(ctx));
+    if (dist != NULL)
+        printf("memory of rank 0 of %d: parameters %.2f MB, gradient buffers %.2f MB, optimizer moments %.2f MB; "
+               "gradients summed on %s\n",
+               r.ranks, (double)r.param_bytes / 1e6, (double)r.grad_bytes / 1e6, (double)r.optimizer_bytes / 1e6,
+               r.summed_on);
     if (!isnan(r.val_loss))
         printf("validation loss %.4f nats/token = %.3f bits/byte\n", r.val_loss, r.val_loss / log(2) / cs.bytes_per_token);
     else if (!isnan(r.val_loss))
@@ -407,10 +476,13 @@ int cmd_train_lm(int argc, char **argv)
 fail:
     fprintf(stderr, "gradus train lm: %s\n", gd_ctx_error(ctx));
 done:
+    /* a rank that stops early leaves without waiting for the others to agree */
+    if (rc != 0) gd_dist_set_broken(dist);
     if (!cli_profile_finish(ctx, "train lm") && rc == 0) rc = 1;
     free(smp.buf);
     gd_token_data_close(td);
     gd_tokenizer_free(tok);
+    gd_dist_close(dist);
     gd_ctx_free(ctx);
     return rc;
 }

@@ -194,6 +194,8 @@ struct gd_backend {
     size_t dev_bytes;          /* device memory allocated through the device module */
     gdp_profiler prof_mod;     /* zero-extended copy of the profiler module */
     int has_prof;
+    gdp_collective coll;       /* zero-extended copy of the collective module (ABI 2.2) */
+    int has_coll;
     /* What the plugin was given at init: valid until shutdown, as the ABI promises. */
     gdp_host host;
     struct gd_host_ctx { gd_ctx *ctx; gd_backend *b; } host_ctx; /* gdp_host.host */

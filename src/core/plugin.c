@@ -254,6 +254,12 @@ static gd_status load_from_init(gd_ctx *ctx, const char *name, const char *path,
         memcpy(&b->exec, pl.executor, n);
         b->has_exec = b->exec.prepare != NULL && b->exec.run != NULL;
     }
+    if (GDP_HAS_FIELD(&pl, gdp_plugin, collective) && pl.collective != NULL && pl.collective->size >= sizeof(size_t)) {
+        size_t n = pl.collective->size < sizeof b->coll ? pl.collective->size : sizeof b->coll;
+        memcpy(&b->coll, pl.collective, n);
+        b->has_coll = b->coll.unique_id != NULL && b->coll.comm_open != NULL && b->coll.allreduce_sum != NULL &&
+                      b->coll.comm_close != NULL && b->coll.id_bytes > 0;
+    }
     const char *sync = getenv("GRADUS_SYNC");
     b->sync_every_kernel = sync != NULL && sync[0] != '\0' && strcmp(sync, "0") != 0;
     b->index = ctx->n_backends;

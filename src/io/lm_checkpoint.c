@@ -183,6 +183,13 @@ static gd_status write_trainer_json(gd_ctx *ctx, const char *path, const gd_lm_s
 gd_status gd_lm_checkpoint_save(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const gd_tokenizer *tok,
                              const gd_lm_state *st, const char *out_dir, char *written, size_t cap)
 {
+    return gd_lm_checkpoint_save_with(ctx, g, cfg, tok, st, out_dir, NULL, 0, written, cap);
+}
+
+gd_status gd_lm_checkpoint_save_with(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cfg, const gd_tokenizer *tok,
+                                     const gd_lm_state *st, const char *out_dir, const gd_st_entry *extra, int n_extra,
+                                     char *written, size_t cap)
+{
     char dir[1024], tmp[1100], path[1200];
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) return fail(ctx, GD_ERR_IO, out_dir, strerror(errno));
     /* A name no directory has: `latest` may name an existing ckpt-<step> (a run restarted
@@ -219,7 +226,18 @@ gd_status gd_lm_checkpoint_save(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
     }
     if (s == GD_OK) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        s = gd_st_write(ctx, path, optim.e, optim.n, NULL, NULL, 0);
+        /* states kept elsewhere (another rank's share of a sharded optimizer) join the graph's */
+        gd_st_entry *all = n_extra > 0 ? gd_malloc(sizeof *all * (size_t)(optim.n + n_extra)) : optim.e;
+        if (all == NULL && n_extra > 0) {
+            s = gd_ctx_fail(ctx, GD_ERR_NOMEM, "checkpoint: out of memory");
+        } else {
+            if (n_extra > 0) {
+                if (optim.n > 0) memcpy(all, optim.e, sizeof *all * (size_t)optim.n);
+                memcpy(all + optim.n, extra, sizeof *all * (size_t)n_extra);
+            }
+            s = gd_st_write(ctx, path, all, optim.n + n_extra, NULL, NULL, 0);
+            if (all != optim.e) gd_free(all);
+        }
     }
     set_free(&model);
     set_free(&optim);
@@ -446,6 +464,14 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
             char name[512];
             snprintf(name, sizeof name, "%s.%s", gd_tensor_name(p), *suf);
             gd_tensor *t = gd_graph_find(g, name);
+            /* gradient accumulators are zero at every checkpoint: a run that had none (no
+             * accumulation, or several ranks) resumes into one that has them */
+            gd_dtype dt;
+            int nd;
+            int64_t shp[GD_MAX_DIMS];
+            const void *data;
+            size_t bytes;
+            if (t != NULL && strcmp(*suf, "grad_acc") == 0 && !gd_st_find(f, name, &dt, &nd, shp, &data, &bytes)) continue;
             if (t != NULL) s = load_tensor(ctx, f, path, name, t);
         }
     }

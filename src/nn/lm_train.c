@@ -9,8 +9,15 @@
  *   micro  the other micro-batches (with --accum > 1): loss, gradients, accumulation
  *   eval   the loss alone, for validation
  * Accumulation: acc <- acc + grad each micro-batch; the optimizer updates with acc / k;
- * then acc <- 0. The losses printed are means over a step's micro-batches. */
+ * then acc <- 0. The losses printed are means over a step's micro-batches.
+ *
+ * With several ranks (cfg->dist), src/dist/dp_train.c builds the gradient exchange
+ * instead of the accumulators: micro runs every micro-batch, the ranks sum the gradients,
+ * and step is the update alone (see there). */
 #include "gradus_lm.h"
+#include "gradus_dist.h"
+#include "dist/dp_train.h"
+#include "io/lm_checkpoint.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -43,6 +50,8 @@ typedef struct trainer {
     gd_program *step, *micro, *eval;
     int32_t *x, *y;          /* a batch on the host */
     FILE *metrics;
+    gd_dp *dp;               /* data parallelism, when cfg->dist */
+    double *losses;          /* per micro-batch of a global step, then per validation batch */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -51,6 +60,8 @@ static void trainer_free(trainer *t)
     gd_program_free(t->micro);
     gd_program_free(t->eval);
     gd_graph_free(t->g);
+    gd_dp_free(t->dp);
+    free(t->losses);
     free(t->x);
     if (t->metrics != NULL) fclose(t->metrics);
 }
@@ -61,6 +72,29 @@ static double schedule(const gd_lm_train_config *c, int64_t step)
     int64_t span = c->steps - c->warmup;
     double frac = span > 1 ? (double)(step - c->warmup) / (double)(span - 1) : 1.0;
     return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * frac));
+}
+
+/* With ranks: the micro program computes the loss and every gradient; the step program
+ * only updates, from the summed gradients (src/dist/dp_train.c). */
+static gd_status build_dp(trainer *t)
+{
+    gd_ctx *ctx = t->ctx;
+    const gd_lm_train_config *c = &t->c;
+    gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
+                          .weight_decay = c->weight_decay};
+    gd_status st = gd_dp_build(t->g, c->dist, c->grad_accum, c->clip, &oc, c->zero1, &t->norm, &t->dp);
+    if (st != GD_OK) return st;
+    int n = gd_dp_grad_count(t->dp);
+    gd_tensor **targets = calloc((size_t)n + 1, sizeof *targets);
+    if (targets == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
+    targets[0] = t->loss;
+    for (int i = 0; i < n; i++) targets[i + 1] = gd_dp_grad(t->dp, i);
+    if ((t->micro = gd_compile(t->g, n + 1, targets, 0)) == NULL) st = failed(ctx, "compiling the gradient step");
+    free(targets);
+    if (st == GD_OK && (t->step = gd_compile(t->g, 1, &t->norm, GD_COMPILE_UPDATES)) == NULL)
+        st = failed(ctx, "compiling the update");
+    if (st == GD_OK && (t->eval = gd_compile(t->g, 1, &t->loss, 0)) == NULL) st = failed(ctx, "compiling the evaluation");
+    return st;
 }
 
 static gd_status build(trainer *t)
@@ -75,6 +109,7 @@ static gd_status build(trainer *t)
     t->loss = gd_lm_loss(gd_lm_forward(g, &c->model, t->ids, NULL, c->dtype), t->targets);
     if (t->loss == NULL) return failed(ctx, "building the model");
     if (gd_backward(g, t->loss) != GD_OK) return failed(ctx, "the backward pass");
+    if (c->dist != NULL) return build_dp(t);
 
     int np = gd_graph_param_count(g);
     gd_tensor **grads = calloc((size_t)np + 1, sizeof *grads), **acc1 = calloc((size_t)np + 1, sizeof *acc1);
@@ -147,16 +182,70 @@ static gd_status run_batch(trainer *t, gd_program *p, int split, gd_data_pos *po
 /* Mean loss over val_batches batches of the validation split (the same ones every time). */
 static gd_status validate(trainer *t, double *out)
 {
-    double sum = 0;
+    /* with ranks, rank r measures batches r, r + N, ...; the others' slots stay 0, so the
+     * sum over ranks gives every batch's loss exactly, added up below in batch order */
+    int ranks = gd_dist_size(t->c.dist), me = gd_dist_rank(t->c.dist);
     for (int64_t i = 0; i < t->c.val_batches; i++) {
-        float l;
+        float l = 0;
         gd_data_pos pos = {.index = i}; /* validation batch i: the same windows every time */
-        gd_status st = run_batch(t, t->eval, GD_SPLIT_VAL, &pos, &l);
-        if (st != GD_OK) return st;
-        sum += l;
+        if (i % ranks == me) {
+            gd_status st = run_batch(t, t->eval, GD_SPLIT_VAL, &pos, &l);
+            if (st != GD_OK) return st;
+        }
+        t->losses[i] = l;
     }
+    if (ranks > 1) {
+        gd_status st = gd_dist_allreduce_f64(t->c.dist, t->losses, (size_t)t->c.val_batches, "the validation losses");
+        if (st != GD_OK) return st;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < t->c.val_batches; i++) sum += t->losses[i];
     *out = sum / (double)t->c.val_batches;
     return GD_OK;
+}
+
+/* One step with ranks: rank r trains micro-batches [r K, r K + K) of the step's N K (and
+ * skips the others' windows, so every rank's data position stays the global one); then
+ * the losses and the gradients are summed over the ranks and the update runs. */
+static gd_status dp_step(trainer *t, int64_t step, gd_data_pos *pos, double *loss_sum, float *norm)
+{
+    const gd_lm_train_config *c = &t->c;
+    int me = gd_dist_rank(c->dist);
+    int64_t K = c->grad_accum, all = K * gd_dist_size(c->dist);
+    gd_status st = GD_OK;
+    for (int64_t j = 0; j < all && st == GD_OK; j++) {
+        float l = 0;
+        if (j / K != me) st = gd_token_data_batch(c->data, GD_SPLIT_TRAIN, c->batch, c->seq, pos, t->x, t->y);
+        else if ((st = run_batch(t, t->micro, GD_SPLIT_TRAIN, pos, &l)) == GD_OK)
+            st = gd_dp_accumulate(t->dp, j % K == 0);
+        t->losses[j] = l;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "the losses of step %lld", (long long)step);
+    if (st == GD_OK) st = gd_dist_allreduce_f64(c->dist, t->losses, (size_t)all, what);
+    if (st == GD_OK) st = gd_dp_reduce(t->dp, step);
+    if (st == GD_OK) st = gd_program_run(t->step);
+    if (st == GD_OK) st = gd_tensor_read(t->norm, norm, sizeof *norm);
+    if (st == GD_OK) st = gd_dp_after_update(t->dp, step);
+    *loss_sum = 0;
+    for (int64_t j = 0; j < all; j++) *loss_sum += t->losses[j]; /* the order one process adds them in */
+    return st;
+}
+
+/* What this rank holds for training besides activations. */
+static void memory(trainer *t, gd_lm_train_result *out)
+{
+    out->ranks = gd_dist_size(t->c.dist);
+    if (t->dp != NULL) {
+        gd_dp_memory(t->dp, &out->param_bytes, &out->grad_bytes, &out->optimizer_bytes);
+        snprintf(out->summed_on, sizeof out->summed_on, "%s", gd_dp_summed_on(t->dp));
+        return;
+    }
+    size_t p = 0;
+    for (int i = 0; i < gd_graph_param_count(t->g); i++) p += (size_t)gd_tensor_numel(gd_graph_param(t->g, i)) * sizeof(float);
+    out->param_bytes = p;
+    out->grad_bytes = t->c.grad_accum > 1 ? p : 0;
+    out->optimizer_bytes = 2 * p;
 }
 
 static void metric(trainer *t, const gd_lm_progress *p)
@@ -246,8 +335,16 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
     t.x = malloc(2 * n * sizeof(int32_t));
     if (t.x == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory for a batch");
     t.y = t.x + n;
+    int ranks = gd_dist_size(c->dist), rank0 = gd_dist_rank(c->dist) == 0;
+    int64_t per_step = c->grad_accum * ranks;
+    t.losses = calloc((size_t)(per_step > c->val_batches ? per_step : c->val_batches), sizeof *t.losses);
+    if (t.losses == NULL) {
+        st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if ((st = build(&t)) != GD_OK) goto done;
-    out->activation_bytes = gd_program_planned_bytes(t.step, gd_ctx_backend(ctx));
+    out->activation_bytes = gd_program_planned_bytes(t.dp != NULL ? t.micro : t.step, gd_ctx_backend(ctx));
+    memory(&t, out);
 
     gd_lm_state state = {.step = 0, .pos = {.seed = c->seed}, .seed = c->seed};
     if (c->resume_dir != NULL) {
@@ -256,12 +353,12 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
         st = failed(ctx, "initializing parameters");
         goto done;
     }
-    if (c->out_dir != NULL && (st = open_metrics(&t, c->resume_dir != NULL ? state.step : -1, out->metrics,
+    if (c->out_dir != NULL && rank0 && (st = open_metrics(&t, c->resume_dir != NULL ? state.step : -1, out->metrics,
                                                  sizeof out->metrics)) != GD_OK)
         goto done;
 
     double t0 = now_s(), last_report = 0;
-    int64_t first = state.step, tokens_per_step = c->batch * c->seq * c->grad_accum;
+    int64_t first = state.step, tokens_per_step = c->batch * c->seq * per_step;
     int64_t end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     for (int64_t s = state.step; s < end; s++) {
         double lr = schedule(c, s);
@@ -269,20 +366,24 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
         double loss_sum = 0;
         float l = 0, norm = 0;
         gd_profile_begin(ctx, "train step");
-        for (int64_t m = 0; m + 1 < c->grad_accum && st == GD_OK; m++) {
-            st = run_batch(&t, t.micro, GD_SPLIT_TRAIN, &state.pos, &l);
+        if (t.dp != NULL) {
+            st = dp_step(&t, s + 1, &state.pos, &loss_sum, &norm);
+        } else {
+            for (int64_t m = 0; m + 1 < c->grad_accum && st == GD_OK; m++) {
+                st = run_batch(&t, t.micro, GD_SPLIT_TRAIN, &state.pos, &l);
+                loss_sum += l;
+            }
+            if (st == GD_OK) st = run_batch(&t, t.step, GD_SPLIT_TRAIN, &state.pos, &l);
+            if (st == GD_OK) st = gd_tensor_read(t.norm, &norm, sizeof norm);
             loss_sum += l;
         }
-        if (st == GD_OK) st = run_batch(&t, t.step, GD_SPLIT_TRAIN, &state.pos, &l);
-        if (st == GD_OK) st = gd_tensor_read(t.norm, &norm, sizeof norm);
         gd_profile_end(ctx);
         if (st != GD_OK) {
             st = failed(ctx, "a training step");
             break;
         }
-        loss_sum += l;
         state.step = s + 1;
-        double loss = loss_sum / (double)c->grad_accum;
+        double loss = loss_sum / (double)per_step;
         out->steps = state.step;
         out->train_loss = loss;
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -314,8 +415,13 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
             last_report = el;
         }
         if (c->out_dir != NULL && (last || (c->ckpt_every > 0 && state.step % c->ckpt_every == 0))) {
-            st = gd_lm_checkpoint_save(ctx, t.g, &c->model, c->tokenizer, &state, c->out_dir, out->checkpoint,
-                                       sizeof out->checkpoint);
+            /* rank 0 writes; a sharded optimizer's other moments are sent to it first */
+            const gd_st_entry *extra = NULL;
+            int n_extra = 0;
+            if (t.dp != NULL) st = gd_dp_gather_moments(t.dp, &extra, &n_extra);
+            if (st == GD_OK && rank0)
+                st = gd_lm_checkpoint_save_with(ctx, t.g, &c->model, c->tokenizer, &state, c->out_dir, extra, n_extra,
+                                                out->checkpoint, sizeof out->checkpoint);
             if (st != GD_OK) break;
         }
     }

@@ -31,7 +31,7 @@ static void trainable_free(trainable *t)
 
 /* Checks that an optimizer can be added and collects parameters with their gradients.
  * Nothing is added to the graph until everything has been checked. */
-static gd_status collect(gd_graph *g, const char *who, trainable *t)
+static gd_status collect(gd_graph *g, const char *who, trainable *t, int n_only, gd_tensor *const *only)
 {
     t->n = 0;
     t->p = t->g = NULL;
@@ -47,6 +47,9 @@ static gd_status collect(gd_graph *g, const char *who, trainable *t)
     for (int i = 0; i < np; i++) {
         gd_tensor *p = gd_graph_param(g, i), *gr = gd_grad(g, p);
         if (gr == NULL) continue;
+        int wanted = only == NULL;
+        for (int k = 0; k < n_only && !wanted; k++) wanted = only[k] == p;
+        if (!wanted) continue;
         if (gd_tensor_dtype(p) != GD_F32) {
             char b[64];
             trainable_free(t);
@@ -133,7 +136,7 @@ gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg)
         return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: nesterov needs momentum > 0", who);
 
     trainable t;
-    gd_status s = collect(g, who, &t);
+    gd_status s = collect(g, who, &t, 0, NULL);
     if (s != GD_OK) return s;
     gd_tensor *lr = lr_state(g, cfg->lr);
     if (lr == NULL) s = fail_after(g, who, "learning-rate state", NULL);
@@ -164,8 +167,11 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
     if (!(b1 > 0 && b1 < 1) || !(b2 > 0 && b2 < 1))
         return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: beta1 %g, beta2 %g: betas must be in (0, 1)", who, b1, b2);
 
+    if (cfg->n_params < 0 || (cfg->n_params > 0 && cfg->params == NULL))
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: %d parameters listed at %p", who, cfg->n_params,
+                           (const void *)cfg->params);
     trainable t;
-    gd_status s = collect(g, who, &t);
+    gd_status s = collect(g, who, &t, cfg->n_params, cfg->params);
     if (s != GD_OK) return s;
     gd_tensor *lrs = lr_state(g, lr);
     // step <- step + 1 before the updates, which read the new value: the first run is t = 1
