@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The one-rank NCCL check of data-parallel training on the GPU machine (after bench/run_gpu.sh
+# built build-gpu): the tiny preset trained 20 steps on cuda as a plain run and as a job of one
+# rank (RANK=0 WORLD_SIZE=1), in f32 and bf16; the job's gradients are summed through the CUDA
+# plugin's collective module (NCCL). Expect "gradients summed on cuda", equal losses and
+# bitwise-equal weights. Logs go to $OUT.
+#
+#   bench/run_gpu_dist.sh          (BE=cpu B=build runs the same check on the CPU backend)
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+G=${B:-build-gpu}/gradus
+mkdir -p "$OUT"
+$G devices | grep -i "${BE:-cuda}"
+$G tokenize --data docs --out "$OUT/tok" --vocab 2048 >/dev/null || exit 1
+C=(--preset tiny --seq 128 --batch 8 --steps 20 --warmup 2 --val-every 10 --backend "${BE:-cuda}"
+   --data "$OUT/tok/data.tok" --tokenizer "$OUT/tok/tokenizer.json")
+rc=0
+for dt in f32 bf16; do
+  $G train lm "${C[@]}" --dtype $dt --out "$OUT/plain-$dt" >"$OUT/plain-$dt.log" 2>&1 || { tail "$OUT/plain-$dt.log"; exit 1; }
+  env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 $G train lm "${C[@]}" --dtype $dt --out "$OUT/dp1-$dt" >"$OUT/dp1-$dt.log" 2>&1 ||
+    { tail "$OUT/dp1-$dt.log"; exit 1; }
+  grep -h "data parallel\|summed on" "$OUT/dp1-$dt.log"
+  for r in plain dp1; do sed 's/,"tokens_per_s.*//' "$OUT/$r-$dt/metrics.jsonl" >"$OUT/$r-$dt.loss"; done
+  if cmp -s "$OUT/plain-$dt.loss" "$OUT/dp1-$dt.loss"; then echo "$dt: losses equal"; else echo "$dt: LOSSES DIFFER"; rc=1; fi
+  if cmp -s "$OUT/plain-$dt/ckpt-00000020/model.safetensors" "$OUT/dp1-$dt/ckpt-00000020/model.safetensors"; then
+    echo "$dt: weights bitwise equal"
+  else
+    echo "$dt: WEIGHTS DIFFER"
+    rc=1
+  fi
+done
+exit $rc
