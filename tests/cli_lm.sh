@@ -139,7 +139,7 @@ check "generate: id outside the vocabulary" 1 "prompt token 0 is id 999999, outs
 run "$G" generate --model "$T/run"
 check "generate: no prompt" 2 "give --prompt or --prompt-ids"
 run "$G" generate --model "$T/run" --prompt-ids 1 --dtype i8
-check "generate: a dtype it cannot compute in" 2 "--dtype i8: f32, bf16 or f16"
+check "generate: a dtype it cannot compute in" 2 'bad value "i8" for --dtype \(want f32, bf16 or f16\)'
 run "$G" tokenize --data "$S/docs/ops.md" --out "$T/deep/er/tok" --vocab 300
 check "tokenize: --out and its parents made" 0 "$T/deep/er/tok/data.tok"
 run "$G" train lm --data "$S/docs" --out "$T/notjson.json/run"

@@ -39,6 +39,8 @@ int cli_generate_batch(gd_ctx *ctx, const char *dir, const gd_tokenizer *tok, co
                        int64_t n, int64_t B, const gd_lm_generate_config *gc, int print_ids);
 /* --quantize: "int8" (weights) or "w8a8" (weights and activations). */
 int cli_quantize(const char *opt, const char *value, gd_lm_quant *out);
+/* A compute dtype: "f32", "bf16" or "f16". */
+int cli_float_dtype(const char *opt, const char *value, gd_dtype *out);
 /* For options with an argument: returns argv[*i + 1] and advances *i, or prints
  * "option --x needs a value" and returns NULL. */
 const char *cli_value(int argc, char **argv, int *i);

@@ -35,6 +35,7 @@ static void help(FILE *f)
 int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *tokenizer = NULL, *backend = NULL, *dtype = "f32";
+    gd_dtype dt = GD_F32;
     int64_t seq = 0, batch = 0, max_tokens = 0;
     gd_lm_quant quant = GD_LM_FLOAT;
     for (int i = 1; i < argc; i++) {
@@ -52,18 +53,16 @@ int cmd_eval(int argc, char **argv)
         else if (strcmp(a, "--data") == 0) data = v;
         else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
-        else if (strcmp(a, "--dtype") == 0) dtype = v;
+        else if (strcmp(a, "--dtype") == 0) ok = cli_float_dtype(a, dtype = v, &dt);
         else if (strcmp(a, "--seq") == 0) ok = cli_int(a, v, 1, 1 << 20, &seq);
         else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 1 << 16, &batch);
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, INT64_MAX, &max_tokens);
         else if (strcmp(a, "--quantize") == 0) ok = cli_quantize(a, v, &quant);
         if (!ok) return 2;
     }
-    gd_dtype dt = strcmp(dtype, "f32") == 0 ? GD_F32 : strcmp(dtype, "bf16") == 0 ? GD_BF16 : strcmp(dtype, "f16") == 0 ? GD_F16 : -1;
-    if (model == NULL || data == NULL || (int)dt < 0) {
+    if (model == NULL || data == NULL) {
         fprintf(stderr, "gradus eval: %s\n\n",
-                model == NULL ? "which model? (--model PATH)" : data == NULL ? "which text? (--data FILE)"
-                                                                : "--dtype: f32, bf16 or f16");
+                model == NULL ? "which model? (--model PATH)" : "which text? (--data FILE)");
         help(stderr);
         return 2;
     }

@@ -80,7 +80,7 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL, *backend = NULL, *profile = NULL, *tokenizer = NULL;
-    const char *dtype_name = NULL;
+    int dtype_given = 0;
     gd_dtype dt = GD_F32;
     gd_lm_quant quant = GD_LM_FLOAT;
     int64_t max_tokens = 64, top_k = 0, seed = 1, batch = 1;
@@ -98,9 +98,9 @@ int cmd_generate(int argc, char **argv)
             else recompute = 1;
             continue;
         }
-        static const char *const valued[] = {"--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature",
-                                             "--top-k", "--top-p", "--seed", "--backend", "--profile", "--tokenizer", "--dtype", "--quantize", "--batch",
-                                             NULL};
+        static const char *const valued[] = {"--model",   "--prompt",  "--prompt-ids", "--max-tokens", "--temperature",
+                                             "--top-k",   "--top-p",   "--seed",       "--backend",    "--profile",
+                                             "--tokenizer", "--dtype", "--quantize",   "--batch",      NULL};
         if (!cli_is_one_of(a, valued)) return cli_unknown("generate", a);
         if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
         if (strcmp(a, "--model") == 0) model = v;
@@ -109,7 +109,7 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--profile") == 0) profile = v;
         else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
-        else if (strcmp(a, "--dtype") == 0) dtype_name = v;
+        else if (strcmp(a, "--dtype") == 0) ok = dtype_given = cli_float_dtype(a, v, &dt);
         else if (strcmp(a, "--quantize") == 0) ok = cli_quantize(a, v, &quant);
         else if (strcmp(a, "--batch") == 0) ok = cli_int(a, v, 1, 65536, &batch);
         else if (strcmp(a, "--max-tokens") == 0) ok = cli_int(a, v, 1, 1 << 20, &max_tokens);
@@ -118,10 +118,6 @@ int cmd_generate(int argc, char **argv)
         else if (strcmp(a, "--temperature") == 0) ok = cli_double(a, v, 0, 100, &temperature);
         else if (strcmp(a, "--top-p") == 0) ok = cli_double(a, v, 0, 1, &top_p);
         if (!ok) return 2;
-    }
-    if (dtype_name != NULL && (!gd_dtype_parse(dtype_name, &dt) || (dt != GD_F32 && dt != GD_BF16 && dt != GD_F16))) {
-        fprintf(stderr, "gradus generate: --dtype %s: f32, bf16 or f16\n", dtype_name);
-        return 2;
     }
     if (batch > 1 && recompute) {
         fprintf(stderr, "gradus generate: --batch decodes through the KV cache; it does not go with --recompute\n");
@@ -161,7 +157,7 @@ int cmd_generate(int argc, char **argv)
         goto fail;
     }
     if (batch > 1) {
-        gd_lm_generate_config bc = {.max_tokens = max_tokens, .use_dtype = dtype_name != NULL, .dtype = dt,
+        gd_lm_generate_config bc = {.max_tokens = max_tokens, .use_dtype = dtype_given, .dtype = dt,
                                     .quantize = quant,
                                     .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p,
                                                .seed = (uint64_t)seed}};
@@ -173,7 +169,7 @@ int cmd_generate(int argc, char **argv)
     stream s = {.tok = tok, .ids = print_ids || tok == NULL};
     if (!s.ids) fwrite(prompt != NULL ? prompt : "", 1, prompt != NULL ? strlen(prompt) : 0, stdout);
     fflush(stdout);
-    gd_lm_generate_config gc = {.max_tokens = max_tokens, .use_dtype = dtype_name != NULL, .dtype = dt,
+    gd_lm_generate_config gc = {.max_tokens = max_tokens, .use_dtype = dtype_given, .dtype = dt,
                                 .quantize = quant,
                                 .sample = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = (uint64_t)seed},
                                 .on_token = on_token, .user = &s, .recompute = recompute};

@@ -67,6 +67,17 @@ int cli_quantize(const char *opt, const char *value, gd_lm_quant *out)
     return 1;
 }
 
+int cli_float_dtype(const char *opt, const char *value, gd_dtype *out)
+{
+    gd_dtype dt;
+    if (!gd_dtype_parse(value, &dt) || (dt != GD_F32 && dt != GD_BF16 && dt != GD_F16)) {
+        fprintf(stderr, "gradus: bad value \"%s\" for %s (want f32, bf16 or f16)\n", value, opt);
+        return 0;
+    }
+    *out = dt;
+    return 1;
+}
+
 const char *cli_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc) {
