@@ -118,8 +118,9 @@ int main(int argc, char **argv)
     gd_dtype dt = ec.use_dtype ? ec.dtype : GD_F32;
     if (!ec.use_dtype) gd_lm_model_dtype(ctx, argv[1], &dt);
     int64_t es = (int64_t)gd_dtype_size(dt), layers = cfg->n_layers * per_layer;
-    /* quantized, the projections' weights are a byte each (their scales are negligible) */
-    int64_t bytes = (weights - layers) * es + layers * (ec.quantize != GD_LM_FLOAT ? 1 : es);
+    /* quantized (llama), the projections' and the head's weights are a byte each (their scales
+     * are negligible) and the embedding is read a row at a time */
+    int64_t bytes = ec.quantize != GD_LM_FLOAT && cfg->arch == GD_LM_LLAMA ? layers + V * D : weights * es;
     printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":%lld,"
            "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
            "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d}\n",

@@ -222,15 +222,17 @@ gd_tensor *gd_lm_forward(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, g
  * (no f32 master weights): a bf16 model's weights are read at their own width. */
 gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos,
                                 gd_tensor *kv_len, int64_t cache_len, gd_dtype dtype);
-/* Weights of the projections for inference: as stored, int8 with one f32 scale per
- * output channel (GD_LM_INT8), or that with each token's activations quantized to int8 too
- * (GD_LM_W8A8); embeddings, norms and the output head stay in the compute dtype. */
+/* Weights of the projections (and of a llama's output head) for inference: as stored,
+ * int8 with one f32 scale per output channel (GD_LM_INT8), or that with each token's
+ * activations quantized to int8 too (GD_LM_W8A8); embeddings and norms stay in the compute
+ * dtype. */
 typedef enum gd_lm_quant { GD_LM_FLOAT = 0, GD_LM_INT8 = 1, GD_LM_W8A8 = 2 } gd_lm_quant;
 /* gd_lm_forward_cached (cache_len 0: no cache) with the projections quantized: each is an
  * i8 parameter under the weight's name, beside a state "<name>.q8_scale" (out) f32, which
  * gd_lm_checkpoint_load fills by quantizing the stored float weights row by row
  * (gradus_semantics.h); GPT-2's Conv1D weights, stored (in, out), are quantized per
- * output channel too, their scales named "<name>.q8_scale_in_out". */
+ * output channel too, their scales named "<name>.q8_scale_in_out". A llama's head is the i8
+ * parameter lm_head.weight, loaded from the embedding when the two are tied. */
 gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
                                int64_t cache_len, gd_dtype dtype, gd_lm_quant quant);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */

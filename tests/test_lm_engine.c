@@ -442,6 +442,12 @@ int main(void)
     check_llama3_rope(dirs[0]);
     check_quantized(dirs[0], names[0]);
     check_quantized(dirs[1], names[1]);
+    /* a tied llama: its quantized head is loaded from the embedding */
+    gd_lm_config tied = cfg[0];
+    tied.tied_embeddings = 1;
+    char tdir[300];
+    snprintf(tdir, sizeof tdir, "%s/tied", tmpl);
+    if (gd_lm_config_check(ctx, &tied) == GD_OK && save_model(&tied, tdir, 29)) check_quantized(tdir, "llama, tied");
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);

@@ -23,7 +23,7 @@ static void help(FILE *f)
                "  --seq T            positions per window (default: the model's, at most 256)\n"
                "  --batch B          windows per run (default 8)\n"
                "  --dtype T          f32 (default), bf16 or f16 activations\n"
-               "  --quantize Q       int8: the projections' weights in int8 (one scale per output\n"
+               "  --quantize Q       int8: projection and head weights in int8 (one scale per output\n"
                "                     channel); w8a8: each token's activations in int8 too\n"
                "  --max-tokens N     stop after about N predicted tokens\n"
                "  --backend NAME     run on this backend\n");

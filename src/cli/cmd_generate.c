@@ -27,7 +27,7 @@ static void help(FILE *f)
                "  --print-ids        print token ids instead of text\n"
                "  --recompute        no KV cache: recompute the whole window for each token\n"
                "  --dtype T          compute in f32, bf16 or f16 (default: as the weights are stored)\n"
-               "  --quantize Q       int8: the projections' weights in int8 (one scale per output\n"
+               "  --quantize Q       int8: projection and head weights in int8 (one scale per output\n"
                "                     channel); w8a8: each token's activations in int8 too\n"
                "  --batch B          B continuations decoded together, printed one per line at the end\n"
                "  --backend NAME     run on this backend\n"

@@ -451,7 +451,11 @@ gd_status gd_lm_checkpoint_load(gd_ctx *ctx, gd_graph *g, const gd_lm_config *cf
     if ((s = gd_hf_weights_open(ctx, dir, &w)) != GD_OK) return s;
     for (int i = 0; i < gd_graph_param_count(g) && s == GD_OK; i++) {
         gd_tensor *p = gd_graph_param(g, i);
-        s = gd_hf_weights_load(ctx, w, gd_tensor_name(p), p);
+        const char *name = gd_tensor_name(p);
+        /* a tied model's head, kept apart (quantized for inference), is its embedding */
+        if (cfg->tied_embeddings && cfg->arch == GD_LM_LLAMA && strcmp(name, "lm_head.weight") == 0)
+            name = "model.embed_tokens.weight";
+        s = gd_hf_weights_load(ctx, w, name, p);
     }
     gd_hf_weights_close(w);
     if (s != GD_OK || !with_optimizer) return s;

@@ -313,6 +313,10 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         if (x == NULL && !b->failed) b->failed = 1;
     }
     gd_tensor *h = gd_rms_norm(x, vec(b, "model", "norm.weight", D, GD_INIT_ONES), eps);
+    /* quantized, the output head is int8 too, under lm_head.weight even when tied (the
+     * loader fills it from the embedding): decoding reads the head whole every token, the
+     * embedding only a row */
+    if (b->quant) return gd_label(dense(b, h, "lm_head", "weight", V, D, std, NULL), "lm_head");
     gd_tensor *w = c->tied_embeddings ? emb : mat(b, "", "lm_head.weight", V, D, std);
     return gd_label(gd_linear(h, use(b, w), NULL), "lm_head"); // (B, T, V)
 }
