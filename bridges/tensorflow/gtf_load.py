@@ -38,3 +38,20 @@ def counts():
         op, n, on = line.split()
         out[op] = (int(n), int(on))
     return out
+
+
+failures = 0
+
+
+def check(cond, what):
+    """Counts and prints a failed check; the test goes on."""
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", what)
+
+
+def finish(label):
+    """Prints the test's verdict and exits 1 when a check failed."""
+    print(label, "ok" if failures == 0 else f"{failures} check(s) failed")
+    sys.exit(1 if failures else 0)

@@ -7,17 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
-from gtf_load import DEVICE, tf  # noqa: E402
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-
+from gtf_load import DEVICE, check, finish, tf  # noqa: E402
 
 devs = [d.device_type for d in tf.config.list_physical_devices()]
 check("GRADUS" in devs, f"GRADUS listed: {devs}")
@@ -100,6 +90,4 @@ if os.environ.get("GTF_CHILD") is None:
         here = tf.nn.relu(tf.matmul(a1, b2) + 0.5).numpy().tobytes().hex()
     check(out.returncode == 0 and out.stdout == here, f"GRADUS_SYNC=1 gives the same bits: {out.stderr[-300:]}")
 
-print(f"tf_basic on {os.environ.get('GRADUS_TF_BACKEND', 'the preferred backend')}:",
-      "ok" if failures == 0 else f"{failures} check(s) failed")
-sys.exit(1 if failures else 0)
+finish(f"tf_basic on {os.environ.get('GRADUS_TF_BACKEND', 'the preferred backend')}:")

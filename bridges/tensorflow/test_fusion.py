@@ -7,17 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
-from gtf_load import DEVICE, counts, tf  # noqa: E402
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-
+from gtf_load import DEVICE, check, counts, finish, tf  # noqa: E402
 
 rng = np.random.default_rng(5)
 x = rng.uniform(-1, 1, (16, 24)).astype(np.float32)
@@ -67,5 +57,4 @@ for name, fn, args, fused in cases:
               f"{name}: the Relu left alone ({ran})")
     print(name, {k: v for k, v in ran.items() if v})
 
-print("tf_fusion:", "ok" if failures == 0 else f"{failures} check(s) failed")
-sys.exit(1 if failures else 0)
+finish("tf_fusion:")

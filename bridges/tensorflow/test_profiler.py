@@ -10,18 +10,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
-from gtf_load import DEVICE, tf  # noqa: E402
+from gtf_load import DEVICE, check, finish, tf  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
-
 
 a = tf.constant(np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32))
 with tf.device(DEVICE):  # warm up outside the profile
@@ -53,5 +43,4 @@ if planes:
     # TensorFlow writes times relative to the start of the profile, as for its own planes
     check(all(0 <= t <= t1 - t0 for _, t, _ in events), "spans inside the profiled interval")
     check(all(d > 0 for _, _, d in events), "spans have durations")
-print("tf_profiler:", "ok" if failures == 0 else f"{failures} check(s) failed")
-sys.exit(1 if failures else 0)
+finish("tf_profiler:")
