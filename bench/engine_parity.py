@@ -9,7 +9,8 @@ random weights (a wider spread than its default, so that greedy picks are clear)
 it. gradus (BUILD_DIR/engine_logits, on each backend named) prefills every prefix of a
 16-token prompt and then decodes 64 tokens greedily, writing the logits after every token.
 transformers computes the logits of that whole sequence in one forward pass and continues
-the prompt greedily with generate(). Prints a JSON line per model and backend with the
+the prompt greedily (the argmax at each step, through its KV cache; whether generate() picks
+the same tokens is reported beside). Prints a JSON line per model and backend with the
 worst per-position NMSE and whether the greedy continuations are identical, and
 "engine parity: ok" when every NMSE is <= 1e-6 and every continuation identical."""
 import json, os, subprocess, sys, tempfile
@@ -55,6 +56,21 @@ def nmse(ref, got):
     return float(((ref - got) ** 2).sum() / max((ref ** 2).sum(), 1e-30))
 
 
+def greedy(model, prompt):
+    """transformers' greedy continuation of the prompt: the argmax of its logits at each step,
+    the keys and values kept in its cache, no logits processor between."""
+    ids = torch.from_numpy(prompt).long()[None]
+    out, past, step = list(prompt), None, ids
+    with torch.no_grad():
+        for _ in range(NEW):
+            r = model(input_ids=step, past_key_values=past, use_cache=True)
+            past = r.past_key_values
+            nxt = int(r.logits[0, -1].argmax())
+            out.append(nxt)
+            step = torch.tensor([[nxt]])
+    return np.array(out, np.int64)
+
+
 def main():
     build = sys.argv[1]
     backends = sys.argv[2:] or ["cpu"]
@@ -80,9 +96,11 @@ def main():
                 dirs.append((name + "-noprefix", d2))
             V = model.config.vocab_size
             prompt = rng.integers(0, V, PROMPT)
-            with torch.no_grad():
-                ref_gen = model.generate(torch.from_numpy(prompt).long()[None], max_new_tokens=NEW, min_new_tokens=NEW,
-                                         do_sample=False, pad_token_id=0)[0].numpy()
+            ref_gen = greedy(model, prompt)
+            with torch.no_grad():  # generate() too: its greedy search may apply processors of its own
+                gen = model.generate(torch.from_numpy(prompt).long()[None], max_new_tokens=NEW, min_new_tokens=NEW,
+                                     do_sample=False, pad_token_id=0)[0].numpy()
+            generate_agrees = bool(np.array_equal(gen, ref_gen))
             for label, mdir in dirs:
                 for be in backends:
                     out = os.path.join(tmp, f"{label}-{be}.safetensors")
@@ -101,7 +119,8 @@ def main():
                     same = bool(np.array_equal(ids, ref_gen[:len(ids)]))
                     first_diff = None if same else int(np.argmax(ids != ref_gen[:len(ids)]))
                     row = {"model": label, "backend": be, "positions": len(ids), "prefill_worst_nmse": max(per_pos[:PROMPT]),
-                           "decode_worst_nmse": max(per_pos[PROMPT:]), "greedy_identical": same}
+                           "decode_worst_nmse": max(per_pos[PROMPT:]), "greedy_identical": same,
+                           "generate_agrees": generate_agrees}
                     if not same:  # how close the two top logits were where they parted
                         row["first_difference_at"] = first_diff
                         top = np.sort(ref[first_diff - 1])[-2:]

@@ -8,7 +8,9 @@
 #
 #   bench/run_gpu_engine.sh PEER_DIR
 #
-# STEPS picks parts: parity,speed,peer (default all).
+# STEPS picks parts: parity,speed,peer (default all), and profile: where a decode step's time
+# goes on stories110m (the plan with its segments and fallbacks, GRADUS_TRACE=1; Chrome
+# traces with CUDA graphs on and off, GRADUS_PROFILE) at batch 1 and 64.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 PEER=${1:-.peers}
@@ -25,8 +27,8 @@ if has parity; then
   log parity
   timeout 400 python3 bench/engine_parity.py $B cpu cuda 2>&1 | grep -v Warning | tee "$OUT/engine-parity.jsonl" | cut -c1-300
 fi
-if has speed; then
-  log speed
+# Models of the Stories110M and Qwen3-0.6B shapes, random weights, saved in bf16 (once).
+make_models() {
   python3 - "$PEER" "$WORK" <<'EOF' 2>&1 | grep -v Warning
 import os, sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -43,6 +45,11 @@ for name, c in (("stories110m", STORIES110M), ("qwen3-0.6b-shape", QWEN3_06B)):
     m.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     print("saved", name, sum(p.numel() for p in m.parameters()), "parameters (bf16)")
 EOF
+}
+
+if has speed; then
+  log speed
+  make_models
   for m in stories110m qwen3-0.6b-shape; do
     timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 16 --new 256 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
     timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 1024 --new 0 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
@@ -57,4 +64,15 @@ fi
 if has peer; then
   log peer
   timeout 500 python3 "$PEER/torch_peer.py" decode 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+fi
+if has profile; then
+  log profile
+  make_models
+  M="$WORK/stories110m"
+  GRADUS_TRACE=1 $B/bench_decode "$M" --backend cuda --prompt 4 --new 2 --reps 1 2>"$OUT/plan-b1.log" >/dev/null
+  GRADUS_TRACE=1 $B/bench_decode "$M" --backend cuda --batch 64 --prompt 4 --new 2 --reps 1 2>"$OUT/plan-b64.log" >/dev/null
+  grep -c fallback "$OUT/plan-b1.log" "$OUT/plan-b64.log"
+  GRADUS_PROFILE="$OUT/prof-graphs.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
+  GRADUS_CUDA_GRAPHS=0 GRADUS_PROFILE="$OUT/prof-nodes.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
+  GRADUS_CUDA_GRAPHS=0 $B/bench_decode "$M" --backend cuda --prompt 16 --new 128 --reps 3
 fi
