@@ -8,7 +8,8 @@
 #
 #   bench/run_gpu_engine.sh PEER_DIR
 #
-# STEPS picks parts: parity,speed,peer (default all), and profile: where a decode step's time
+# STEPS picks parts: parity,speed,peer (default all); peerfast: the graphed PyTorch decoders and
+# transformers eager only (about half of peer's time); profile: where a decode step's time
 # goes on stories110m (the plan with its segments and fallbacks, GRADUS_TRACE=1; Chrome
 # traces with CUDA graphs on and off, GRADUS_PROFILE) at batch 1 and 64.
 set -uo pipefail
@@ -50,20 +51,37 @@ EOF
 if has speed; then
   log speed
   make_models
+  R=${REPS:-3}
   for m in stories110m qwen3-0.6b-shape; do
-    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 16 --new 256 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
-    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 1024 --new 0 --reps 5 | tee -a "$OUT/engine-speed.jsonl"
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 16 --new 256 --reps $R | tee -a "$OUT/engine-speed.jsonl"
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --prompt 1024 --new 0 --reps $R | tee -a "$OUT/engine-speed.jsonl"
+    for q in int8 w8a8; do
+      timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --quantize $q --prompt 16 --new 256 --reps $R |
+        tee -a "$OUT/engine-speed.jsonl"
+    done
   done
-  timeout 120 $B/bench_decode "$WORK/stories110m" --backend cuda --dtype f32 --prompt 16 --new 256 --reps 5 |
+  timeout 120 $B/bench_decode "$WORK/stories110m" --backend cuda --dtype f32 --prompt 16 --new 256 --reps $R |
     tee -a "$OUT/engine-speed.jsonl"
   for m in stories110m qwen3-0.6b-shape; do # throughput at batch 64
-    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --batch 64 --prompt 16 --new 128 --reps 3 |
+    timeout 200 $B/bench_decode "$WORK/$m" --backend cuda --batch 64 --prompt 16 --new 128 --reps $R |
       tee -a "$OUT/engine-speed.jsonl"
   done
 fi
 if has peer; then
   log peer
   timeout 500 python3 "$PEER/torch_peer.py" decode 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+fi
+if has peerfast; then # the strongest peers only: the graphed PyTorch decoders, and transformers eager
+  log peerfast
+  timeout 300 python3 - "$PEER" <<'EOF' 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch_peer as t
+for name, c in (("stories110M", t.STORIES110M), ("qwen3-0.6B-shape", t.QWEN3_06B)):
+    for comp in (False, True):
+        t.decode_graphed(name, c, compiled=comp)
+t.decode("stories110M", t.STORIES110M)
+EOF
 fi
 if has profile; then
   log profile

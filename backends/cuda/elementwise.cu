@@ -17,6 +17,7 @@
  * a slice, an expand with stride 0). Each input is read through its own strides, the way
  * broadcasting already was, so a view costs an index computation instead of a copy.
  */
+#include "cu_act.h"
 #include "cu_vec.h"
 #include "cuda_internal.h"
 
@@ -33,18 +34,7 @@ enum {
 enum { G_ABS, G_CLAMP, G_RELU, G_GELU, G_GELU_TANH, G_SILU, G_SIGMOID, G_TANH };
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MIN, B_MAX };
 
-#define SQRT1_2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
-#define SQRT_2_OVER_PI 0.79788456080286535588
-#define GELU_C 0.044715
-
-/* Same branches as the reference: never exp of a large positive number. */
-static __device__ __forceinline__ double d_sigmoid(double x)
-{
-    if (x >= 0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
 
 static __device__ __forceinline__ double unary_f(int op, double x, double k0, double k1)
 {
@@ -59,10 +49,10 @@ static __device__ __forceinline__ double unary_f(int op, double x, double k0, do
     case U_CLAMP: { double v = x < k0 ? k0 : x; return v > k1 ? k1 : v; }
     case U_SCALE: return x * k0 + k1;
     case U_RELU: return x < 0 ? 0.0 : x;
-    case U_GELU: return 0.5 * x * (1.0 + erf(x * SQRT1_2));
-    case U_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
-    case U_SILU: return x * d_sigmoid(x);
-    case U_SIGMOID: return d_sigmoid(x);
+    case U_GELU: return cu_gelu_d(x);
+    case U_GELU_TANH: return cu_gelu_tanh_d(x);
+    case U_SILU: return cu_silu_d(x);
+    case U_SIGMOID: return cu_sigmoid_d(x);
     case U_TANH: return tanh(x);
     default: return x;
     }
@@ -75,12 +65,12 @@ static __device__ __forceinline__ double grad_f(int op, double g, double v, doub
     case G_ABS: return v > 0 ? g : v < 0 ? -g : 0.0;
     case G_CLAMP: return v >= k0 && v <= k1 ? g : 0.0;
     case G_RELU: return g * (v > 0 ? 1.0 : 0.0);
-    case G_GELU: return g * (0.5 * (1.0 + erf(v * SQRT1_2)) + v * INV_SQRT_2PI * exp(-0.5 * v * v));
+    case G_GELU: return g * (0.5 * (1.0 + erf(v * CU_SQRT1_2)) + v * INV_SQRT_2PI * exp(-0.5 * v * v));
     case G_GELU_TANH: {
-        double t = tanh(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
-        return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v));
+        double t = tanh(CU_SQRT_2_OVER_PI * (v + CU_GELU_C * v * v * v));
+        return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * CU_SQRT_2_OVER_PI * (1.0 + 3.0 * CU_GELU_C * v * v));
     }
-    case G_SILU: { double s = d_sigmoid(v); return g * (s * (1.0 + v * (1.0 - s))); }
+    case G_SILU: { double s = cu_sigmoid_d(v); return g * (s * (1.0 + v * (1.0 - s))); }
     case G_SIGMOID: return g * (v * (1.0 - v));
     case G_TANH: return g * (1.0 - v * v);
     default: return g;

@@ -24,6 +24,9 @@
  *
  * Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, so the
  * steady state of a training step makes no heuristic queries.
+ *
+ * linear and linear_act over a few rows (a decode step: one token per sequence) go to
+ * gemv.cu instead, which reads W once with the whole machine; cuBLASLt tiles for many rows.
  */
 #include "cuda_internal.h"
 
@@ -34,6 +37,9 @@
 /* elementwise.cu: y = act(y) in place, the activations of linear_act that no cuBLASLt
  * epilogue computes exactly as the reference does. */
 gdp_status cu_act_inplace(cu_backend *be, cudaStream_t s, int32_t dtype, void *y, int64_t n, int act, gdp_err *err);
+/* gemv.cu: linear and linear_act over a few rows (a decode step), W read once */
+int cu_gemv_takes(const gdp_node *n);
+gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err);
 
 #define MM_CACHE 64
 #define MM_LIMIT ((int64_t)INT32_MAX)      /* dims, leading dims and batch counts we hand over */
@@ -466,6 +472,7 @@ static gdp_status linear_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
     int64_t R = gdp_numel(x) / in;
     if (R == 0 || out == 0) return GDP_OK;
+    if (cu_gemv_takes(node)) return cu_gemv_linear(be, node, s, err);
     mm_ws ws;
     gdp_status st = mm_workspace(node, &ws, err);
     if (st != GDP_OK) return st;

@@ -153,6 +153,8 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
         if (e->out[k] == NULL) st = status_or(ctx, GD_ERR_INVALID);
     }
     if (st == GD_OK) st = gd_lm_checkpoint_load(ctx, e->g, &e->cfg, model_dir, 0, NULL);
+    /* written once here, then only by steps that sample with a temperature */
+    if (st == GD_OK) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
     /* Without GD_COMPILE_UPDATES: each program runs the cache writes its logits need (its
      * own), not the other programs'. */
     for (int k = 0; k < e->n_pass && st == GD_OK; k++)
@@ -373,7 +375,8 @@ gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_
     if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
     if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
     if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    /* greedy picks read no draw number: a copy less each step */
+    if (st == GD_OK && c->temperature > 0) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
     if (st == GD_OK) st = gd_program_run(e->samplers[k].prog);
     if (st == GD_OK) st = gd_tensor_read(e->samplers[k].tok, next, sizeof *next * B);
     if (st == GD_OK) {

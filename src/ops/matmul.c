@@ -404,6 +404,12 @@ static const char *const linear_cases[] = {
     "f[1,1] f[1,1] f[1]",
     "f[2,2,3,7] f[6,7]",
     "f[2,37] f[29,37] f[29]", /* a few rows, K past a backend's vector width: matrix-vector paths */
+    /* decode-step shapes: a few rows, K in whole 16-byte pieces (the vector paths) */
+    "f[1,64] f[48,64] f[48]",
+    "f[3,128] f[40,128]",
+    "f[8,96] f[33,96] f[33]",
+    "f[5,64] f[20,64]",
+    "f[2,1,256] f[9,256] f[9]",
     NULL,
 };
 
@@ -416,6 +422,10 @@ static const char *const linear_act_cases[] = {
     "f[2,3,5] f[5,4] f[4] | act=2 weight_in_out=1",
     "f[6,5] f[3,5] | act=4",
     "f[5] f[5,3] | act=1 weight_in_out=1",
+    "n[1,64] f[40,64] f[40] | act=4",
+    "n[3,128] f[24,128] | act=2",
+    "n[2,64] f[40,64] f[40] | act=3",
+    "n[6,64] f[17,64] f[17] | act=1",
     NULL,
 };
 
