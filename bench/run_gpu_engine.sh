@@ -11,7 +11,8 @@
 # STEPS picks parts: parity,speed,peer (default all); peerfast: the graphed PyTorch decoders and
 # transformers eager only (about half of peer's time); profile: where a decode step's time
 # goes on stories110m (the plan with its segments and fallbacks, GRADUS_TRACE=1; Chrome
-# traces with CUDA graphs on and off, GRADUS_PROFILE) at batch 1 and 64.
+# traces with CUDA graphs on and off, GRADUS_PROFILE) at batch 1 and 64; cpu: stories15m decoded
+# on the CPU backend with every host core and with 2.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 PEER=${1:-.peers}
@@ -93,4 +94,26 @@ if has profile; then
   GRADUS_PROFILE="$OUT/prof-graphs.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
   GRADUS_CUDA_GRAPHS=0 GRADUS_PROFILE="$OUT/prof-nodes.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
   GRADUS_CUDA_GRAPHS=0 $B/bench_decode "$M" --backend cuda --prompt 16 --new 128 --reps 3
+fi
+if has cpu; then # stories15m decoding on the host's cores, all of them and 2
+  log cpu
+  python3 - "$PEER" "$WORK" <<'EOF' 2>&1 | grep -v Warning
+import os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from torch_peer import STORIES15M as c
+from transformers import LlamaConfig, LlamaForCausalLM
+d = os.path.join(sys.argv[2], "stories15m")
+if not os.path.exists(os.path.join(d, "config.json")):
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["hidden"],
+                                 num_hidden_layers=c["layers"], num_attention_heads=c["heads"], num_key_value_heads=c["kv"],
+                                 max_position_embeddings=c["seq"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
+                                 tie_word_embeddings=True)).save_pretrained(d, safe_serialization=True)
+EOF
+  for t in $(nproc) 2; do
+    for q in none int8 w8a8; do
+      GRADUS_THREADS=$t timeout 100 $B/bench_decode "$WORK/stories15m" --backend cpu --quantize $q --prompt 16 --new 128 \
+        --reps 3 | sed "s/}\$/,\"threads\":$t}/" | tee -a "$OUT/engine-cpu.jsonl"
+    done
+  done
 fi
