@@ -3,19 +3,39 @@
  * cache_write (a KV cache updated in place).
  *
  * Shapes: q (B, H, T, D), k and v (B, Hkv, S, D), H a multiple of Hkv (grouped-query heads:
- * query head h reads kv head h / (H / Hkv)). The optional kv_len input L (an i32/i64
- * scalar, default S) says how many keys are valid. Query t sees keys s < n_t, with
- * n_t = L, or with causal n_t = clamp(t + L - T + 1, 0, L): the last query lines up with
- * the last valid key (a decoder whose cache holds L keys), and a row that sees no key has
- * output and gradients zero.
+ * query head h reads kv head h / (H / Hkv)). The optional kv_len input L (i32/i64, a
+ * scalar or one per batch row; default S) says how many keys are valid. Query t sees keys
+ * s < n_t, with n_t = L, or with causal n_t = clamp(t + L - T + 1, 0, L): the last query
+ * lines up with the last valid key (a decoder whose cache holds L keys), and a row that
+ * sees no key has output and gradients zero.
  *
  * Runtime values (kv_len, rope's pos, cache_write's pos) are read by the kernels from
  * device memory, never by the host: a decoder moves them between runs of one captured
- * graph. A kv_len outside [0, S] or a pos that does not fit the cache is reported as bad
- * data (baddata.cu); kv_len is then clamped, and the cache is left as it was.
+ * graph. Each may be a scalar or one per batch row (dim 0: a batch whose sequences stand
+ * at different lengths); a kernel reads row b's at b * step (step 0 for a scalar). A
+ * kv_len outside [0, S] or a pos that does not fit the cache is reported as bad data
+ * (baddata.cu); kv_len is then clamped, and the batch row's cache is left as it was.
  *
- * Work split. A block owns BQ = 16 consecutive query rows of one head: 4 warps of R = 4
- * rows. Keys stream through shared memory in tiles of BK = 32, one key per lane:
+ * Decoding (T <= DEC_MAXT = 4 query rows: attn_decode_kernel). Tiling 16 query rows per
+ * block would leave 15/16 of each block idle and B * H blocks for the whole machine, so
+ * the keys are split instead:
+ *   - a block (4 warps) per (b, h, split), the S keys cut into splits of `chunk` keys (a
+ *     multiple of 32, at least 128), as many as give about two blocks per SM (one split
+ *     when B * H does); blocks of splits past kv_len find nothing to do;
+ *   - within a split, warp w takes the 32-key tiles w, w + 4, ...: copied to the warp's
+ *     shared memory 16 bytes at a time (cp.async) when the rows are aligned, then lane j
+ *     scores key j against all the query rows (16-byte chunks of its K row from shared
+ *     memory, rows an odd number of chunks apart: no bank conflicts), and the warp keeps
+ *     an online softmax per query row as below;
+ *   - the 4 warps' (m, l, o) are combined in warp order; with one split the block writes
+ *     y, else its (m, l, o) per query row go to the workspace and
+ *     attn_decode_combine_kernel combines the splits in split order (one thread per
+ *     output element).
+ * q, k and v may be views whose rows are contiguous (a decode step's q is a transpose).
+ *
+ * Work split of the general forward. A block owns BQ = 16 consecutive query rows of one
+ * head: 4 warps of R = 4 rows. Keys stream through shared memory in tiles of BK = 32, one
+ * key per lane:
  *   - lane j computes the score of key j for the warp's row (a dot product over D read
  *     from shared memory: the key rows are stored with an odd stride, so the 32 lanes hit
  *     32 different banks);
@@ -36,8 +56,12 @@
  *        dv[s] = sum_t P[t,s] dy[t],  dk[s] = scale sum_t P[t,s] (dy[t].v[s] - delta[t]) q[t].
  * Each output element is written by exactly one lane, summed in one fixed order.
  *
- * f16 and bf16 problems with heads of 64 or 128 go to the tensor-core kernels of
- * attention_tc.cu instead (cu_attn_tc_ok says which).
+ * f16 and bf16 problems with heads of 64 or 128 and at least 16 query rows go to the
+ * tensor-core kernels of attention_tc.cu instead (cu_attn_tc_ok says which).
+ *
+ * rope is one launch, a thread per rotated pair, the angle's cosine and sine computed in
+ * double with the reference's expressions. cache_write is one launch too: x's rows into
+ * the cache in place, or (not in place) every element of the output from x or the cache.
  */
 #include "attention.h"
 #include "cu_vec.h"
