@@ -3,19 +3,39 @@
  * cache_write (a KV cache updated in place).
  *
  * Shapes: q (B, H, T, D), k and v (B, Hkv, S, D), H a multiple of Hkv (grouped-query heads:
- * query head h reads kv head h / (H / Hkv)). The optional kv_len input L (an i32/i64
- * scalar, default S) says how many keys are valid. Query t sees keys s < n_t, with
- * n_t = L, or with causal n_t = clamp(t + L - T + 1, 0, L): the last query lines up with
- * the last valid key (a decoder whose cache holds L keys), and a row that sees no key has
- * output and gradients zero.
+ * query head h reads kv head h / (H / Hkv)). The optional kv_len input L (i32/i64, a
+ * scalar or one per batch row; default S) says how many keys are valid. Query t sees keys
+ * s < n_t, with n_t = L, or with causal n_t = clamp(t + L - T + 1, 0, L): the last query
+ * lines up with the last valid key (a decoder whose cache holds L keys), and a row that
+ * sees no key has output and gradients zero.
  *
  * Runtime values (kv_len, rope's pos, cache_write's pos) are read by the kernels from
  * device memory, never by the host: a decoder moves them between runs of one captured
- * graph. A kv_len outside [0, S] or a pos that does not fit the cache is reported as bad
- * data (baddata.cu); kv_len is then clamped, and the cache is left as it was.
+ * graph. Each may be a scalar or one per batch row (dim 0: a batch whose sequences stand
+ * at different lengths); a kernel reads row b's at b * step (step 0 for a scalar). A
+ * kv_len outside [0, S] or a pos that does not fit the cache is reported as bad data
+ * (baddata.cu); kv_len is then clamped, and the batch row's cache is left as it was.
  *
- * Work split. A block owns BQ = 16 consecutive query rows of one head: 4 warps of R = 4
- * rows. Keys stream through shared memory in tiles of BK = 32, one key per lane:
+ * Decoding (T <= DEC_MAXT = 4 query rows: attn_decode_kernel). Tiling 16 query rows per
+ * block would leave 15/16 of each block idle and B * H blocks for the whole machine, so
+ * the keys are split instead:
+ *   - a block (4 warps) per (b, h, split), the S keys cut into splits of `chunk` keys (a
+ *     multiple of 32, at least 128), as many as give about two blocks per SM (one split
+ *     when B * H does); blocks of splits past kv_len find nothing to do;
+ *   - within a split, warp w takes the 32-key tiles w, w + 4, ...: copied to the warp's
+ *     shared memory 16 bytes at a time (cp.async) when the rows are aligned, then lane j
+ *     scores key j against all the query rows (16-byte chunks of its K row from shared
+ *     memory, rows an odd number of chunks apart: no bank conflicts), and the warp keeps
+ *     an online softmax per query row as below;
+ *   - the 4 warps' (m, l, o) are combined in warp order; with one split the block writes
+ *     y, else its (m, l, o) per query row go to the workspace and
+ *     attn_decode_combine_kernel combines the splits in split order (one thread per
+ *     output element).
+ * q, k and v may be views whose rows are contiguous (a decode step's q is a transpose).
+ *
+ * Work split of the general forward. A block owns BQ = 16 consecutive query rows of one
+ * head: 4 warps of R = 4 rows. Keys stream through shared memory in tiles of BK = 32, one
+ * key per lane:
  *   - lane j computes the score of key j for the warp's row (a dot product over D read
  *     from shared memory: the key rows are stored with an odd stride, so the 32 lanes hit
  *     32 different banks);
@@ -36,8 +56,12 @@
  *        dv[s] = sum_t P[t,s] dy[t],  dk[s] = scale sum_t P[t,s] (dy[t].v[s] - delta[t]) q[t].
  * Each output element is written by exactly one lane, summed in one fixed order.
  *
- * f16 and bf16 problems with heads of 64 or 128 go to the tensor-core kernels of
- * attention_tc.cu instead (cu_attn_tc_ok says which).
+ * f16 and bf16 problems with heads of 64 or 128 and at least 16 query rows go to the
+ * tensor-core kernels of attention_tc.cu instead (cu_attn_tc_ok says which).
+ *
+ * rope is one launch, a thread per rotated pair, the angle's cosine and sine computed in
+ * double with the reference's expressions. cache_write is one launch too: x's rows into
+ * the cache in place, or (not in place) every element of the output from x or the cache.
  */
 #include "attention.h"
 #include "cu_vec.h"
@@ -81,11 +105,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
                                                                float *lse, float *delta, att_dims a, cu_bad bad)
 {
     extern __shared__ float att_smem[];
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        int64_t raw = att_len_raw(a);
-        if (raw < 0 || raw > a.S) cu_report(bad, raw, 0);
-    }
-    a.L = att_len(a);
+    att_check_len(a, bad);
     const int D = (int)a.D, KS = D | 1;
     float *Ks = att_smem, *Vs = Ks + ATT_BK * KS, *Qs = Vs + ATT_BK * D;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -94,6 +114,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * ATT_BQ; // bh = b * H + h
         const int64_t qbase = bh * a.T * a.D;                              // q[b, h, 0, 0]
         const int64_t kvbase = ((bh / a.H) * a.Hkv + (bh % a.H) / group) * a.S * a.D;
+        a.L = att_len(a, bh / a.H);
         const int64_t t_last = (t0 + ATT_BQ < a.T ? t0 + ATT_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last); /* n_t grows with t */
         __syncthreads(); /* the previous tile's readers are done with Qs */
@@ -162,6 +183,227 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
     }
 }
 
+/* ---- decode: a few query rows against a long cache ----------------------------------------- */
+
+#define DEC_MAXT 4                          /* query rows the decode kernel takes */
+#define DEC_WARPS 4
+#define DEC_THREADS (32 * DEC_WARPS)
+#define DEC_BK 32                           /* keys per warp tile: one per lane */
+#define DEC_MIN_KEYS (DEC_BK * DEC_WARPS)   /* the fewest keys a split is given: a tile per warp */
+
+/* Shared memory of the decode kernel for head size D and elements of es bytes: per warp
+ * a K tile and a V tile of DEC_BK rows in the input dtype, rows LD elements apart; then
+ * the query rows as floats (QD apart) and each warp's (m, l, o) per query row. A row holds
+ * C = ceil(D / N) 16-byte chunks (N elements each); LD = (C | 1) N makes the row stride an
+ * odd number of chunks, so the 8 lanes of each quarter-warp reading chunk c of their own
+ * rows hit 8 different groups of 4 banks. */
+static __host__ __device__ __forceinline__ int dec_ld(int64_t D, int N) { return (int)((((D + N - 1) / N) | 1) * N); }
+static size_t dec_smem(int64_t D, size_t es)
+{
+    const int N = (int)(16 / es);
+    const int64_t QD = (D + N - 1) / N * N;
+    return (size_t)(DEC_WARPS * 2 * DEC_BK * dec_ld(D, N)) * es +
+           (size_t)(DEC_MAXT * QD + 2 * DEC_WARPS * DEC_MAXT + DEC_WARPS * DEC_MAXT * D) * sizeof(float);
+}
+
+/* A 16-byte copy from global to shared memory that bypasses the registers (sm_80+), so all
+ * of a tile's loads are in flight at once; dec_wait_copies waits for this thread's. */
+static __device__ __forceinline__ void dec_copy16(void *dst, const void *src)
+{
+    const unsigned sh = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sh), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void dec_wait_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Rows [first, first + rows) of a (len, D) matrix whose rows lie rs elements apart into a
+ * warp's tile (rows LD apart): 16 bytes at a time, consecutive lanes on consecutive chunks,
+ * when `vec` (rows 16-byte aligned, D a multiple of N); else element by element. Columns
+ * [D, LD) are left alone. The caller waits and syncs the warp. */
+template <typename T>
+static __device__ __forceinline__ void dec_load_tile(const T *src, int64_t rs, int64_t first, int rows, int D, T *sh,
+                                                     int LD, bool vec)
+{
+    const int lane = threadIdx.x & 31;
+    if (vec) {
+        constexpr int N = 16 / (int)sizeof(T);
+        const int C = D / N;
+        for (int i = lane; i < rows * C; i += 32) {
+            const int r = i / C, c = i - r * C;
+            dec_copy16(sh + r * LD + c * N, src + (first + r) * rs + c * N);
+        }
+        return;
+    }
+    for (int i = lane; i < rows * D; i += 32) {
+        const int r = i / D, d = i - r * D;
+        sh[r * LD + d] = src[(first + r) * rs + d];
+    }
+}
+
+/* Query rows t < T <= NT of one (b, h) against the keys [k0, k1) of one split of the cache,
+ * k0 = split * chunk. The block's 4 warps take the split's tiles of 32 keys in turn (warp w
+ * tiles w, w + 4, ...); each keeps its own online softmax (m, l, o) per query row: lane j
+ * scores key j of the tile (16-byte chunks of its K row from shared memory against the
+ * query rows, broadcast from shared memory), and o is held as in attn_fwd_kernel (lane
+ * owns columns lane + 32 i). The warps' states are then combined in warp order. With one
+ * split the block writes y; with more it writes its unnormalized (m, l, o) per query row
+ * to the workspace (part (bh * nsplit + split) * T + t) for attn_decode_combine_kernel. */
+template <typename T, int DV, int NT>
+__global__ void __launch_bounds__(DEC_THREADS)
+    attn_decode_kernel(const T *q, const T *k, const T *v, T *y, float *po, float *pm, float *pl, att_dims a,
+                       att_views w, int64_t chunk, int nsplit, cu_bad bad)
+{
+    extern __shared__ __align__(16) unsigned char dec_smem_raw[];
+    att_check_len(a, bad);
+    constexpr int N = 16 / (int)sizeof(T);
+    const int D = (int)a.D, C = (D + N - 1) / N, QD = C * N, LD = dec_ld(D, N);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    T *Kw = (T *)dec_smem_raw + (size_t)warp * 2 * DEC_BK * LD, *Vw = Kw + DEC_BK * LD;
+    float *Qs = (float *)(dec_smem_raw + (size_t)DEC_WARPS * 2 * DEC_BK * LD * sizeof(T));
+    float *Cm = Qs + DEC_MAXT * QD, *Cl = Cm + DEC_WARPS * DEC_MAXT, *Co = Cl + DEC_WARPS * DEC_MAXT;
+    const bool kvec = w.k.vec && D % N == 0, vvec = w.v.vec && D % N == 0;
+    /* K columns [D, QD) enter the dot products (as do the queries', zero too) but are
+     * never loaded: zeros, once */
+    for (int i = lane; i < DEC_BK * (QD - D); i += 32) {
+        const int r = i / (QD - D), c = i - r * (QD - D);
+        cu_st(Kw, r * LD + D + c, 0.0f);
+    }
+    const int64_t group = a.H / a.Hkv, items = a.B * a.H * nsplit;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const int64_t bh = item / nsplit, sp = item % nsplit, b = bh / a.H, h = bh % a.H;
+        a.L = att_len(a, b);
+        const int64_t k0 = sp * chunk, k1 = k0 + chunk < a.S ? k0 + chunk : a.S;
+        int64_t n_eff[NT], n_hi = 0; /* keys below n_eff[t] that query t sees: [k0, n_eff[t]) */
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int64_t n = t < a.T ? att_visible(a, t) : 0;
+            n_eff[t] = n < k1 ? n : k1;
+            n_hi = n_eff[t] > n_hi ? n_eff[t] : n_hi;
+        }
+        const T *qb = q + b * w.q.b + h * w.q.h;
+        const T *kb = k + b * w.k.b + (h / group) * w.k.h, *vb = v + b * w.v.b + (h / group) * w.v.h;
+        __syncthreads(); /* the previous item's readers of Qs and Co are done */
+        for (int i = threadIdx.x; i < DEC_MAXT * QD; i += DEC_THREADS) {
+            const int t = i / QD, d = i - t * QD;
+            Qs[i] = t < a.T && d < D ? cu_ld(qb, t * w.q.t + d) : 0.0f;
+        }
+        __syncthreads();
+        float m[NT], l[NT], o[NT][DV];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            m[t] = -INFINITY, l[t] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DV; i++) o[t][i] = 0.0f;
+        }
+        for (int64_t kt = k0 + (int64_t)DEC_BK * warp; kt < n_hi; kt += (int64_t)DEC_BK * DEC_WARPS) {
+            const int rows = n_hi - kt < DEC_BK ? (int)(n_hi - kt) : DEC_BK;
+            __syncwarp(); /* every lane is done with the previous tile */
+            dec_load_tile(kb, w.k.t, kt, rows, D, Kw, LD, kvec);
+            dec_load_tile(vb, w.v.t, kt, rows, D, Vw, LD, vvec);
+            dec_wait_copies();
+            __syncwarp();
+            /* lane's key row against each query row, d ascending; rows past `rows` hold
+             * stale data and are masked below */
+            float acc[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+            const T *kr = Kw + lane * LD;
+            for (int c = 0; c < C; c++) {
+                const uint4 u = *(const uint4 *)(kr + c * N);
+                const T *e = (const T *)&u;
+#pragma unroll
+                for (int x = 0; x < N; x++) {
+                    const float kx = cu_ld(e, x);
+#pragma unroll
+                    for (int t = 0; t < NT; t++) acc[t] = fmaf(Qs[t * QD + c * N + x], kx, acc[t]);
+                }
+            }
+            float p[NT];
+            int jm[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                p[t] = 0.0f, jm[t] = 0;
+                if (kt >= n_eff[t]) continue; /* uniform across the warp */
+                const bool valid = kt + lane < n_eff[t];
+                const float sc = valid ? acc[t] * a.scale : -INFINITY;
+                /* lane 0's key is visible (kt < n_eff[t]), so m_new is finite */
+                const float m_new = fmaxf(m[t], cu_warp_max_f(sc));
+                const float alpha = expf(m[t] - m_new); /* 0 on the row's first tile */
+                p[t] = valid ? expf(sc - m_new) : 0.0f;
+                l[t] = l[t] * alpha + cu_warp_sum_f(p[t]);
+                m[t] = m_new;
+                jm[t] = n_eff[t] - kt < DEC_BK ? (int)(n_eff[t] - kt) : DEC_BK;
+#pragma unroll
+                for (int i = 0; i < DV; i++) o[t][i] *= alpha;
+            }
+            for (int j = 0; j < rows; j++) {
+                float pj[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++) pj[t] = __shfl_sync(CU_FULL_MASK, p[t], j);
+#pragma unroll
+                for (int i = 0; i < DV; i++) {
+                    const int d = lane + 32 * i;
+                    if (d >= D) continue;
+                    const float vx = cu_ld(Vw, j * LD + d);
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (j < jm[t]) o[t][i] = fmaf(pj[t], vx, o[t][i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int c = warp * DEC_MAXT + t;
+            if (lane == 0) Cm[c] = m[t], Cl[c] = l[t];
+#pragma unroll
+            for (int i = 0; i < DV; i++) {
+                const int d = lane + 32 * i;
+                if (d < D) Co[c * D + d] = o[t][i];
+            }
+        }
+        __syncthreads();
+        /* the warps' states, in warp order: rescaled to the largest maximum and summed */
+        for (int i = threadIdx.x; i < a.T * D; i += DEC_THREADS) {
+            const int t = i / D, d = i - t * D;
+            float M = -INFINITY, L = 0.0f, O = 0.0f;
+            for (int ww = 0; ww < DEC_WARPS; ww++) M = fmaxf(M, Cm[ww * DEC_MAXT + t]);
+            for (int ww = 0; ww < DEC_WARPS; ww++) {
+                const int c = ww * DEC_MAXT + t;
+                if (Cm[c] == -INFINITY) continue; /* a warp that saw no key of this row */
+                const float f = expf(Cm[c] - M);
+                L = fmaf(Cl[c], f, L);
+                O = fmaf(Co[c * D + d], f, O);
+            }
+            if (po == NULL) {
+                cu_st(y, (bh * a.T + t) * a.D + d, L > 0.0f ? O / L : 0.0f); /* no visible key: zeros */
+            } else {
+                const int64_t part = (bh * nsplit + sp) * a.T + t;
+                po[part * a.D + d] = O;
+                if (d == 0) pm[part] = M, pl[part] = L;
+            }
+        }
+    }
+}
+
+/* y[bh, t, :] from the splits' (m, l, o) of that query row, in split order. */
+template <typename T>
+__global__ void attn_decode_combine_kernel(const float *po, const float *pm, const float *pl, T *y, int64_t rows,
+                                           int64_t T_, int64_t D, int nsplit)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * D; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / D, d = e % D, bh = r / T_, t = r % T_; // r = bh * T + t
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int sp = 0; sp < nsplit; sp++) M = fmaxf(M, pm[(bh * nsplit + sp) * T_ + t]);
+        for (int sp = 0; sp < nsplit; sp++) {
+            const int64_t part = (bh * nsplit + sp) * T_ + t;
+            if (pm[part] == -INFINITY) continue; /* a split whose keys the row does not see */
+            const float f = expf(pm[part] - M);
+            L = fmaf(pl[part], f, L);
+            O = fmaf(po[part * D + d], f, O);
+        }
+        cu_st(y, e, L > 0.0f ? O / L : 0.0f);
+    }
+}
+
 /* ---- backward pass 2: dq ------------------------------------------------------------------ */
 
 /* Shared memory: Ks (BK, KS), Vs (BK, KS), Qs (BQ, D), Ys (BQ, D). */
@@ -170,7 +412,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dq_kernel(const T *dy, const
                                                               const float *lse, const float *delta, T *dq, att_dims a)
 {
     extern __shared__ float att_smem[];
-    a.L = att_len(a);
     const int D = (int)a.D, KS = D | 1;
     float *Ks = att_smem, *Vs = Ks + ATT_BK * KS, *Qs = Vs + ATT_BK * KS, *Ys = Qs + ATT_BQ * D;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -179,6 +420,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dq_kernel(const T *dy, const
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * ATT_BQ;
         const int64_t qbase = bh * a.T * a.D;
         const int64_t kvbase = ((bh / a.H) * a.Hkv + (bh % a.H) / group) * a.S * a.D;
+        a.L = att_len(a, bh / a.H);
         const int64_t t_last = (t0 + ATT_BQ < a.T ? t0 + ATT_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last);
         __syncthreads();
@@ -241,7 +483,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
                                                                 att_dims a)
 {
     extern __shared__ float att_smem[];
-    a.L = att_len(a);
     const int D = (int)a.D, KS = D | 1;
     float *Kr = att_smem, *Vr = Kr + ATT_BQ * D, *Qs = Vr + ATT_BQ * D, *Ys = Qs + ATT_BK * KS;
     float *Ls = Ys + ATT_BK * KS, *Ds = Ls + ATT_BK;
@@ -250,6 +491,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
         const int64_t bk = tile / stiles, s0 = (tile % stiles) * ATT_BQ; // bk = b * Hkv + hk
         const int64_t kvbase = bk * a.S * a.D, b = bk / a.Hkv, hk = bk % a.Hkv;
+        a.L = att_len(a, b);
         /* queries before t_first see none of this block's keys (s >= s0); keys past L
          * are seen by none (their gradients stay zero) */
         int64_t t_first = a.causal ? s0 + a.T - a.L : 0;
@@ -348,6 +590,8 @@ static void opt_in_dv(size_t cap)
     opt_in((const void *)attn_fwd_kernel<T, DV>, fwd_smem(D), cap);
     opt_in((const void *)attn_dq_kernel<T, DV>, dq_smem(D), cap);
     opt_in((const void *)attn_dkdv_kernel<T, DV>, dkdv_smem(D), cap);
+    opt_in((const void *)attn_decode_kernel<T, DV, 1>, dec_smem(D, sizeof(T)), cap);
+    opt_in((const void *)attn_decode_kernel<T, DV, DEC_MAXT>, dec_smem(D, sizeof(T)), cap);
 }
 
 template <typename T>
@@ -383,13 +627,31 @@ static int qkv_ok(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k
     return need <= (size_t)48 * 1024 || need <= be->smem_optin;
 }
 
-static int index_scalar(const gdp_tensor *t) { return gdp_is_index(t->dtype) && gdp_numel(t) == 1; }
+/* A position or length input: an integer scalar, or one per batch row (rows of them). */
+static int index_per_row(const gdp_tensor *t, int64_t rows)
+{
+    return gdp_is_index(t->dtype) && (gdp_numel(t) == 1 || (t->ndim == 1 && t->shape[0] == rows));
+}
+
+/* Elements between batch rows' values of such an input: 0 for a scalar. */
+static int64_t index_step(const gdp_tensor *t) { return gdp_numel(t) == 1 ? 0 : t->stride[0]; }
 
 /* The dims; kv_len is input `len_at` when the node has it. */
 static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at);
 
-/* Views (strided inputs) only for the tensor-core kernels; the others read contiguous
- * inputs, which the host makes when supports() declines a view. */
+/* Whether the decode kernel takes the forward: at most DEC_MAXT query rows, the rows of q,
+ * k and v contiguous (the tensors any views), its shared memory granted. */
+static int decode_ok(const cu_backend *be, const att_dims &a, const gdp_tensor *const *in)
+{
+    if (a.T < 1 || a.T > DEC_MAXT || a.D < 1 || a.D > 32 * ATT_MAX_DV) return 0;
+    for (int i = 0; i < 3; i++)
+        if (in[i]->ndim != 4 || (in[i]->stride[3] != 1 && in[i]->shape[3] != 1)) return 0;
+    size_t need = dec_smem(a.D, gdp_dtype_size(in[0]->dtype));
+    return need <= (size_t)48 * 1024 || need <= be->smem_optin;
+}
+
+/* Views (strided inputs) only for the tensor-core and decode kernels; the others read
+ * contiguous inputs, which the host makes when supports() declines a view. */
 static int views_ok(const cu_backend *be, const gdp_node *n, int first, int backward)
 {
     const gdp_tensor *const *in = n->in + first;
@@ -397,6 +659,7 @@ static int views_ok(const cu_backend *be, const gdp_node *n, int first, int back
     for (int i = 0; i < (backward ? 4 : 3); i++) contiguous &= gdp_is_contiguous(n->in[i]);
     if (contiguous) return 1;
     att_dims a = att_dims_of(n, n->in[first], n->in[first + 1], backward ? 4 : 3);
+    if (!backward && decode_ok(be, a, in)) return 1;
     const gdp_tensor *views[4] = {in[0], in[1], in[2], backward ? n->in[0] : NULL};
     return cu_attn_tc_ok(be, n->in[first]->dtype, a, backward, views, backward ? 4 : 3);
 }
@@ -405,7 +668,7 @@ static int attention_supports(void *b, const gdp_node *n)
 {
     if (n->n_in < 3 || n->n_in > 4 || n->n_out != 1) return 0;
     if (!qkv_ok((const cu_backend *)b, n->in[0], n->in[1], n->in[2], 0)) return 0;
-    if (n->n_in == 4 && !index_scalar(n->in[3])) return 0;
+    if (n->n_in == 4 && !index_per_row(n->in[3], n->in[0]->shape[0])) return 0;
     if (!views_ok((const cu_backend *)b, n, 0, 0)) return 0;
     return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype;
 }
@@ -414,7 +677,7 @@ static int attention_grad_supports(void *b, const gdp_node *n)
 {
     if (n->n_in < 4 || n->n_in > 5 || n->n_out != 3) return 0;
     if (!qkv_ok((const cu_backend *)b, n->in[1], n->in[2], n->in[3], 1)) return 0;
-    if (n->n_in == 5 && !index_scalar(n->in[4])) return 0;
+    if (n->n_in == 5 && !index_per_row(n->in[4], n->in[1]->shape[0])) return 0;
     if (!views_ok((const cu_backend *)b, n, 1, 1)) return 0;
     for (int i = 0; i < 3; i++)
         if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != n->in[1]->dtype) return 0;
@@ -431,6 +694,7 @@ static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_te
     a.L = a.S;
     if (n->n_in > len_at) {
         a.kvlen = n->in[len_at]->data;
+        a.kvstep = index_step(n->in[len_at]);
         a.kvlen64 = n->in[len_at]->dtype == GDP_I64;
     }
     a.causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
@@ -455,6 +719,62 @@ static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
     attn_fwd_kernel<T, DV><<<att_grid(be, tiles), ATT_THREADS, fwd_smem(a.D), s>>>(
         (const T *)node->in[0]->data, (const T *)node->in[1]->data, (const T *)node->in[2]->data, (T *)node->out[0]->data,
         (const T *)NULL, (float *)NULL, (float *)NULL, a, bad);
+    return GDP_OK;
+}
+
+/* How the decode kernel splits the keys: nsplit splits of *chunk keys (a multiple of DEC_BK,
+ * at least DEC_MIN_KEYS), enough (b, h, split) blocks to give every SM two, or one split
+ * when the heads alone do. Only the shapes and the device decide, so reruns are bitwise
+ * equal. The key range is split by S, not by kv_len (a runtime value): splits past kv_len
+ * find no key and cost a block each. */
+static int dec_splits(const cu_backend *be, const att_dims &a, int64_t *chunk)
+{
+    const int64_t heads = a.B * a.H, target = 2 * (int64_t)(be->sm_count > 0 ? be->sm_count : 80);
+    const int64_t want = heads > 0 ? (target + heads - 1) / heads : 1;
+    int64_t c = a.S;
+    if (want > 1) {
+        c = ((a.S + want - 1) / want + DEC_BK - 1) / DEC_BK * DEC_BK;
+        if (c < DEC_MIN_KEYS) c = DEC_MIN_KEYS;
+    }
+    if (c < 1) c = 1;
+    *chunk = c;
+    const int64_t n = (a.S + c - 1) / c;
+    return n > 1 ? (int)n : 1;
+}
+
+/* The splits' (m, l, o) per query row: o (D floats), then m, then l. */
+static size_t dec_scratch(const att_dims &a, int nsplit)
+{
+    return nsplit > 1 ? (size_t)(a.B * a.H * nsplit * a.T * (a.D + 2)) * sizeof(float) : 0;
+}
+
+template <typename T, int DV>
+static gdp_status attn_decode_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a,
+                                     const att_views &w, cu_bad bad, gdp_err *err)
+{
+    int64_t chunk = 0;
+    const int nsplit = dec_splits(be, a, &chunk);
+    const int64_t items = a.B * a.H * nsplit, parts = items * a.T;
+    if (items == 0) return GDP_OK;
+    float *po = NULL, *pm = NULL, *pl = NULL;
+    if (nsplit > 1) {
+        char *ws = NULL;
+        gdp_status st = cu_ws(node, dec_scratch(a, nsplit), &ws, err);
+        if (st != GDP_OK) return st;
+        po = (float *)ws, pm = po + parts * a.D, pl = pm + parts;
+    }
+    const T *q = (const T *)node->in[0]->data, *k = (const T *)node->in[1]->data, *v = (const T *)node->in[2]->data;
+    T *y = (T *)node->out[0]->data;
+    const size_t smem = dec_smem(a.D, sizeof(T));
+    if (a.T == 1)
+        attn_decode_kernel<T, DV, 1><<<att_grid(be, items), DEC_THREADS, smem, s>>>(q, k, v, y, po, pm, pl, a, w, chunk,
+                                                                                  nsplit, bad);
+    else
+        attn_decode_kernel<T, DV, DEC_MAXT><<<att_grid(be, items), DEC_THREADS, smem, s>>>(q, k, v, y, po, pm, pl, a, w,
+                                                                                         chunk, nsplit, bad);
+    if (nsplit > 1)
+        attn_decode_combine_kernel<T><<<cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s>>>(
+            po, pm, pl, y, a.B * a.H * a.T, a.T, a.D, nsplit);
     return GDP_OK;
 }
 
@@ -493,17 +813,32 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     const int32_t dt = node->in[0]->dtype;
     const gdp_tensor *in[3] = {node->in[0], node->in[1], node->in[2]};
+    const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
+    gdp_status st = GDP_OK;
+    if (decode_ok(be, a, in)) {
+        CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_decode_launch<T, DV>(be, s, node, a, w, bad, err))));
+        return st;
+    }
     if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
-        att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
         cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, NULL, NULL, a, w,
                        bad);
         return GDP_OK;
     }
-    gdp_status st = GDP_OK;
     CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, bad))));
     return st;
 }
 CU_LAUNCHER(attention_run)
+
+/* The decode kernel's splits, when it takes the node and splits the keys. */
+static size_t attention_workspace(void *b, const gdp_node *n)
+{
+    const cu_backend *be = (const cu_backend *)b;
+    if (n->n_in < 3) return 0;
+    att_dims a = att_dims_of(n, n->in[0], n->in[1], 3);
+    if (!decode_ok(be, a, n->in)) return 0;
+    int64_t chunk = 0;
+    return cu_ws_declare(dec_scratch(a, dec_splits(be, a, &chunk)));
+}
 
 /* lse and delta per query row. */
 static size_t attention_grad_scratch(const gdp_node *n)
@@ -544,35 +879,26 @@ CU_LAUNCHER(attention_grad_run)
 
 /* ---- rope ------------------------------------------------------------------------------------- */
 
-/* cs[t * half + i] = (cos a, sign * sin a), a = (t + pos) * theta^(-2i/D): computed once
- * per (t, i) in double, exactly as rope_ref writes it, then shared by every (b, h). pos is
- * read here, on the device. */
-__global__ void rope_table_kernel(double2 *cs, int64_t T, int64_t half, int64_t D, const void *pos, int pos64,
-                                  double theta, double sign)
-{
-    const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, 0) : 0;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < T * half; k += (int64_t)gridDim.x * blockDim.x) {
-        int64_t t = k / half, i = k % half;
-        double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
-        cs[k] = make_double2(cos(angle), sign * sin(angle));
-    }
-}
-
-// x (B, T, H, D) -> y: pair (i0, i1) of each head rotated, one thread per pair
+// x (B, T, H, D) -> y: pair (i0, i1) of each head rotated, one thread per pair. The angle
+// (t + pos) * theta^(-2i/D) and its cosine and sine are computed here in double, with the
+// very expressions of rope_ref, for each pair: no table, one launch. pos (a scalar, or one
+// per batch row pos_step elements apart) is read on the device.
 template <typename T>
-__global__ void rope_kernel(const T *x, T *y, const double2 *cs, int64_t pairs, int64_t T_, int64_t H, int64_t D,
-                            int interleaved)
+__global__ void rope_kernel(const T *x, T *y, const void *pos, int pos64, int64_t pos_step, int64_t pairs, int64_t T_,
+                            int64_t H, int64_t D, int interleaved, double theta, double sign)
 {
     const int64_t half = D / 2;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = p % half, row = p / half; /* row = (b * T + t) * H + h */
-        int64_t t = (row / H) % T_, base = row * D;
-        int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
-        double2 c = cs[t * half + i];
-        double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
+        const int64_t i = p % half, row = p / half; /* row = (b * T + t) * H + h */
+        const int64_t bt = row / H, t = bt % T_, b = bt / T_, base = row * D;
+        const int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
+        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, b * pos_step) : 0;
+        const double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
+        const double c = cos(angle), sn = sign * sin(angle);
+        const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
         /* no fused multiply-add: the reference rounds each product */
-        double y0 = __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y));
-        double y1 = __dadd_rn(__dmul_rn(x0, c.y), __dmul_rn(x1, c.x));
+        const double y0 = __dsub_rn(__dmul_rn(x0, c), __dmul_rn(x1, sn));
+        const double y1 = __dadd_rn(__dmul_rn(x0, sn), __dmul_rn(x1, c));
         cu_std(y, i0, y0);
         cu_std(y, i1, y1);
     }
@@ -583,66 +909,67 @@ static int rope_supports(void *b, const gdp_node *n)
     (void)b;
     if (n->n_in < 1 || n->n_in > 2 || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[0];
-    if (n->n_in == 2 && !index_scalar(n->in[1])) return 0;
-    return cu_gpu_float(x->dtype) && x->ndim == 4 && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
+    if (x->ndim != 4 || (n->n_in == 2 && !index_per_row(n->in[1], x->shape[0]))) return 0;
+    return cu_gpu_float(x->dtype) && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
            cu_same_shape(n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
-}
-
-/* The (cos, sin) table: T * D/2 pairs of doubles. */
-static size_t rope_scratch(const gdp_node *n)
-{
-    const gdp_tensor *x = n->in[0];
-    return (size_t)(x->shape[1] * (x->shape[3] / 2)) * sizeof(double2);
-}
-
-static size_t rope_workspace(void *b, const gdp_node *n)
-{
-    (void)b;
-    return cu_ws_declare(rope_scratch(n));
 }
 
 // x (B, T, H, D) [, pos] -> y
 static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *y = node->out[0];
-    int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2;
-    int64_t pairs = gdp_numel(x) / 2;
+    const int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], pairs = gdp_numel(x) / 2;
     if (pairs == 0) return GDP_OK;
-    double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
-    int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
-    double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
-    const void *pos = node->n_in > 1 ? node->in[1]->data : NULL;
-    int pos64 = node->n_in > 1 && node->in[1]->dtype == GDP_I64;
-    char *ws = NULL;
-    gdp_status st = cu_ws(node, rope_scratch(node), &ws, err);
-    if (st != GDP_OK) return st;
-    double2 *cs = (double2 *)ws;
-    rope_table_kernel<<<cu_blocks(be, T * half, 256), 256, 0, s>>>(cs, T, half, D, pos, pos64, theta, sign);
+    const double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
+    const int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
+    const double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
+    const gdp_tensor *pos = node->n_in > 1 ? node->in[1] : NULL;
+    const void *pd = pos != NULL ? pos->data : NULL;
+    const int pos64 = pos != NULL && pos->dtype == GDP_I64;
+    const int64_t step = pos != NULL ? index_step(pos) : 0;
     CU_FLOAT_SWITCH(x->dtype, E,
-                    rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, cs, pairs,
-                                                                             T, H, D, interleaved));
+                    rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, pd, pos64,
+                                                                             step, pairs, T, H, D, interleaved, theta,
+                                                                             sign));
     return GDP_OK;
 }
 CU_LAUNCHER(rope_run)
 
 /* ---- cache_write ------------------------------------------------------------------------------ */
 
-// cache (outer, S, D) -> y: rows [pos, pos + T) of each (S, D) slice replaced by x (outer, T, D);
-// y is the cache itself (in place) or a copy of it made before. A pos that does not fit is
-// reported, and nothing is written.
+// cache (outer, S, D) -> y: rows [p, p + T) of each (S, D) slice replaced by x (outer, T, D),
+// p the slice's batch row's pos (outer = n0 * inner, batch row o / inner; a scalar pos has
+// step 0). A pos that does not fit is reported and its batch row left as it was. With c
+// NULL, y is the cache itself (in place) and only x's rows are written; otherwise every
+// element of y is written, from x or from the cache c: one pass, one launch.
 template <typename E>
-__global__ void cache_write_kernel(const E *x, E *y, const void *pos, int pos64, int64_t outer, int64_t S, int64_t T,
-                                   int64_t D, cu_bad bad)
+__global__ void cache_write_kernel(const E *c, const E *x, E *y, const void *pos, int pos64, int64_t step, int64_t n0,
+                                   int64_t outer, int64_t inner, int64_t S, int64_t T, int64_t D, cu_bad bad)
 {
-    const int64_t p = cu_ld_index(pos, pos64, 0);
-    if (p < 0 || p > S - T) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) cu_report(bad, p, 0);
+    if (blockIdx.x == 0) {
+        const int64_t rows = step != 0 ? n0 : 1;
+        for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) {
+            const int64_t p = cu_ld_index(pos, pos64, b * step);
+            if (p < 0 || p > S - T) cu_report(bad, p, b);
+        }
+    }
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    if (c == NULL) {
+        const int64_t row = T * D, n = outer * row;
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+            const int64_t o = i / row, r = i % row;
+            const int64_t p = cu_ld_index(pos, pos64, (o / inner) * step);
+            if (p < 0 || p > S - T) continue;
+            y[(o * S + p) * D + r] = x[i];
+        }
         return;
     }
-    const int64_t row = T * D, n = outer * row;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o = i / row, r = i % row;
-        y[(o * S + p) * D + r] = x[i];
+    const int64_t slice = S * D, n = outer * slice;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t o = i / slice, sd = i % slice, st = sd / D, d = sd % D;
+        const int64_t p = cu_ld_index(pos, pos64, (o / inner) * step);
+        const bool from_x = p >= 0 && p <= S - T && st >= p && st < p + T;
+        y[i] = from_x ? x[(o * T + st - p) * D + d] : c[i];
     }
 }
 
@@ -656,28 +983,35 @@ static int cache_write_supports(void *b, const gdp_node *n)
     if (gdp_dtype_size(c->dtype) != 2 && gdp_dtype_size(c->dtype) != 4) return 0;
     for (int d = 0; d < nd; d++)
         if (d != nd - 2 && x->shape[d] != c->shape[d]) return 0;
-    return x->shape[nd - 2] <= c->shape[nd - 2] && index_scalar(n->in[2]);
+    /* a position per batch row needs a batch dim before the (S, D) of each slice */
+    const gdp_tensor *pos = n->in[2];
+    if (!(gdp_is_index(pos->dtype) && gdp_numel(pos) == 1) && (nd < 3 || !index_per_row(pos, c->shape[0]))) return 0;
+    return x->shape[nd - 2] <= c->shape[nd - 2];
 }
 
 // cache (..., S, D), x (..., T, D), pos -> cache'
 static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *c = node->in[0], *x = node->in[1], *pos = node->in[2], *y = node->out[0];
-    int nd = y->ndim;
-    int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1];
-    int64_t outer = cu_prod(y->shape, 0, nd - 2);
-    size_t es = gdp_dtype_size(y->dtype);
-    if (y->data != c->data && gdp_numel(y) > 0)
-        CU_TRY(cudaMemcpyAsync(y->data, c->data, (size_t)gdp_numel(y) * es, cudaMemcpyDeviceToDevice, s));
+    (void)err;
+    const int nd = y->ndim;
+    const int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1];
+    const int64_t outer = cu_prod(y->shape, 0, nd - 2), step = index_step(pos);
+    /* with a position per batch row nd >= 3 (supports): dim 0 is the batch */
+    const int64_t n0 = step != 0 ? y->shape[0] : 1, inner = step != 0 ? cu_prod(y->shape, 1, nd - 2) : 1;
+    const size_t es = gdp_dtype_size(y->dtype);
+    const int in_place = y->data == c->data;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_POS, S, T, NULL);
-    int p64 = pos->dtype == GDP_I64;
-    unsigned g = cu_blocks(be, outer * T * D, 256);
+    const int p64 = pos->dtype == GDP_I64;
+    const unsigned g = cu_blocks(be, in_place ? outer * T * D : outer * S * D, 256);
     if (es == 4)
-        cache_write_kernel<uint32_t><<<g, 256, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
-                                                       outer, S, T, D, bad);
+        cache_write_kernel<uint32_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint32_t *)c->data,
+                                                       (const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
+                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
     else
-        cache_write_kernel<uint16_t><<<g, 256, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
-                                                       outer, S, T, D, bad);
+        cache_write_kernel<uint16_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint16_t *)c->data,
+                                                       (const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
+                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
     return GDP_OK;
 }
 CU_LAUNCHER(cache_write_run)
@@ -690,9 +1024,9 @@ static const char *const rope_attrs[] = {"theta", NULL};
 #define FLOATS3(op, sup, fn, attrs, ws) FLOATS3F(op, 0, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
+    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, NULL),
     /* views go to the tensor-core kernels; supports() declines them for the others */
-    FLOATS3F("attention", GDP_KERNEL_STRIDED, attention_supports, attention_run_launch, NULL, NULL),
+    FLOATS3F("attention", GDP_KERNEL_STRIDED, attention_supports, attention_run_launch, NULL, attention_workspace),
     FLOATS3F("attention_grad", GDP_KERNEL_STRIDED, attention_grad_supports, attention_grad_run_launch, NULL,
              attention_grad_workspace),
     FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),

@@ -9,24 +9,37 @@
 
 typedef struct att_dims {
     int64_t B, H, T, D, Hkv, S;
-    int64_t L;          /* valid keys: set by each kernel from kvlen */
-    const void *kvlen;  /* the kv_len scalar on the device, or NULL (L = S) */
+    int64_t L;          /* valid keys of the batch row at hand: set by each kernel from kvlen */
+    const void *kvlen;  /* kv_len on the device (a scalar or one per batch row), or NULL (L = S) */
+    int64_t kvstep;     /* elements between batch rows' kv_len: 0 for a scalar (or a broadcast) */
     int kvlen64;
     int causal;
     float scale;
 } att_dims;
 
-/* The kv_len value as given (S when there is none). */
-static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a)
+/* Batch row b's kv_len as given (S when there is none). */
+static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a, int64_t b)
 {
-    return a.kvlen != NULL ? cu_ld_index(a.kvlen, a.kvlen64, 0) : a.S;
+    return a.kvlen != NULL ? cu_ld_index(a.kvlen, a.kvlen64, b * a.kvstep) : a.S;
 }
 
-/* Valid keys, clamped into [0, S]. */
-static __device__ __forceinline__ int64_t att_len(const att_dims &a)
+/* Batch row b's valid keys, clamped into [0, S]. */
+static __device__ __forceinline__ int64_t att_len(const att_dims &a, int64_t b)
 {
-    int64_t L = att_len_raw(a);
+    int64_t L = att_len_raw(a, b);
     return L < 0 ? 0 : L > a.S ? a.S : L;
+}
+
+/* Block 0 reports the first kv_len outside [0, S] as bad data (the kernels go on with it
+ * clamped); `pos` is the batch row. */
+static __device__ __forceinline__ void att_check_len(const att_dims &a, const cu_bad &bad)
+{
+    if (blockIdx.x != 0 || a.kvlen == NULL) return;
+    const int64_t rows = a.kvstep != 0 ? a.B : 1;
+    for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) {
+        const int64_t raw = att_len_raw(a, b);
+        if (raw < 0 || raw > a.S) cu_report(bad, raw, b);
+    }
 }
 
 /* How many keys query t sees (a prefix of the L valid keys). */
@@ -52,7 +65,10 @@ typedef struct att_views {
 /* The strides of a 4-d tensor as att_strides. */
 static inline att_strides att_strides_of(const gdp_tensor *t)
 {
-    att_strides s = {t->stride[0], t->stride[1], t->stride[2], 0};
+    /* a dim of size 1 is only ever indexed at 0: its stride says nothing (a transposed
+     * decode step's q is such a view) and must not spoil the alignment test */
+    att_strides s = {t->shape[0] > 1 ? t->stride[0] : 0, t->shape[1] > 1 ? t->stride[1] : 0,
+                     t->shape[2] > 1 ? t->stride[2] : 0, 0};
     int64_t es = (int64_t)gdp_dtype_size(t->dtype);
     s.vec = ((uintptr_t)t->data & 15) == 0 && (s.b * es) % 16 == 0 && (s.h * es) % 16 == 0 && (s.t * es) % 16 == 0;
     return s;

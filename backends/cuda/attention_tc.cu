@@ -166,11 +166,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        int64_t raw = att_len_raw(a);
-        if (raw < 0 || raw > a.S) cu_report(bad, raw, 0);
-    }
-    a.L = att_len(a);
+    att_check_len(a, bad);
     T *Qs = (T *)tc_smem, *Ks = (T *)(tc_smem + Dm::tile), *Vs = (T *)(tc_smem + 2 * Dm::tile);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Sw = (float *)(tc_smem + 3 * Dm::tile) + warp * Dm::fwd_warp;
@@ -181,6 +177,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
+        a.L = att_len(a, b);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last);
         const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
@@ -265,7 +262,6 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    a.L = att_len(a);
     T *Qs = (T *)tc_smem, *Ys = (T *)(tc_smem + Dm::tile), *Ks = (T *)(tc_smem + 2 * Dm::tile);
     T *Vs = (T *)(tc_smem + 3 * Dm::tile);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -277,6 +273,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
+        a.L = att_len(a, b);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last);
         const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
@@ -315,7 +312,6 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    a.L = att_len(a);
     T *Ks = (T *)tc_smem, *Vs = (T *)(tc_smem + Dm::tile), *Qs = (T *)(tc_smem + 2 * Dm::tile);
     T *Ys = (T *)(tc_smem + 3 * Dm::tile);
     float *lse_s = (float *)(tc_smem + 4 * Dm::tile), *delta_s = lse_s + TC_BK;
@@ -328,6 +324,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
         const int64_t bk = tile / stiles, s0 = (tile % stiles) * TC_BK; // bk = b * Hkv + kv head
         const int64_t b = bk / a.Hkv, hk = bk % a.Hkv;
+        a.L = att_len(a, b);
         const int64_t s = s0 + warp * 16 + r; /* the lane's key row */
         __syncthreads();
         tc_load<T, D>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks, w.k.vec);

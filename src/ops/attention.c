@@ -135,6 +135,9 @@ static const char *const rope_cases[] = {
     "f[2,3,2,4] i32[]<3:4 | interleaved=0 inverse=1",
     "f[1,5,2,2] | interleaved=1 inverse=1",
     "f[3,2,2,4] i32[3]<0:9 | interleaved=0", /* a decoder's batch: a position per sequence */
+    /* decode steps: one row per sequence, llama-sized heads, far-off positions */
+    "f[3,1,4,64] i32[3]<0:200",
+    "f[2,1,6,64] i64[]<100:300 | interleaved=0 inverse=1",
     NULL};
 
 /* ---- attention ---------------------------------------------------------------------- */
@@ -313,6 +316,16 @@ static const char *const attention_cases[] = {
     "f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] | causal=1",
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128]",
     "f[1,2,40,64] f[1,1,80,64] f[1,1,80,64] i32[]<50:61 | causal=1",
+    "f[2,2,20,64] f[2,1,40,64] f[2,1,40,64] i32[2]<12:41 | causal=1", /* and a length per sequence */
+    /* decode steps against a long cache (backends' decode paths: few query rows, the keys
+     * split among warps and blocks): a length per sequence or one for all, grouped heads,
+     * heads of 64, 128 and 20 (not a whole number of 16-byte chunks in f16/bf16), up to 4
+     * query rows (speculative or chunked decoding), many heads (no split across blocks) */
+    "f[2,4,1,64] f[2,2,300,64] f[2,2,300,64] i32[2]<1:301 | causal=1",
+    "f[1,8,1,128] f[1,2,200,128] f[1,2,200,128] i32[]<150:201 | causal=1",
+    "f[2,2,3,64] f[2,1,150,64] f[2,1,150,64] i32[2]<0:151 | causal=1",
+    "f[2,6,4,20] f[2,3,260,20] f[2,3,260,20] i64[2]<100:261 | causal=0",
+    "f[2,160,1,8] f[2,16,300,8] f[2,16,300,8] i32[2]<200:301 | causal=1",
     NULL};
 
 /* ---- attention_grad: (dy, q, k, v) -> dq, dk, dv ------------------------------------- */
@@ -485,6 +498,8 @@ static const char *const cache_write_cases[] = {
     "f[2,1,7,3] f[2,1,2,3] i64[2]<0:6",
     "f[2,1,5,3] f[2,1,2,3] i64[]<0:1",
     "f[1,3,4,2] f[1,3,4,2] i64[]<0:1",
+    "f[4,2,50,64] f[4,2,1,64] i32[4]<0:50", /* a decode step of a batch */
+    "f[2,3,2,10,4] f[2,3,2,1,4] i32[2]<0:10",
     NULL};
 
 /* ---- cost ------------------------------------------------------------------------------ */
