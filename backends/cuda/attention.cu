@@ -59,8 +59,10 @@
  * f16 and bf16 problems with heads of 64 or 128 and at least 16 query rows go to the
  * tensor-core kernels of attention_tc.cu instead (cu_attn_tc_ok says which).
  *
- * rope is one launch, a thread per rotated pair, the angle's cosine and sine computed in
- * double with the reference's expressions. cache_write is one launch too: x's rows into
+ * rope computes each angle's cosine and sine in double with the reference's expressions: for
+ * a decode step (at most 4 positions) in one launch, a thread per rotated pair; for longer
+ * runs once per (position, pair index) into a table every head then reads, since
+ * transcendentals in double are too dear to redo per head. cache_write is one launch: x's rows into
  * the cache in place, or (not in place) every element of the output from x or the cache.
  */
 #include "attention.h"
@@ -879,30 +881,67 @@ CU_LAUNCHER(attention_grad_run)
 
 /* ---- rope ------------------------------------------------------------------------------------- */
 
-// x (B, T, H, D) -> y: pair (i0, i1) of each head rotated, one thread per pair. The angle
-// (t + pos) * theta^(-2i/D) and its cosine and sine are computed here in double, with the
-// very expressions of rope_ref, for each pair: no table, one launch. pos (a scalar, or one
-// per batch row pos_step elements apart) is read on the device.
+/* rope's angle for pair i at step t of a row whose first position is `offset`, and its
+ * cosine and sine, with the very expressions of rope_ref (in double). */
+static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int64_t i, int64_t D, double theta,
+                                                  double sign)
+{
+    const double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
+    return make_double2(cos(angle), sign * sin(angle));
+}
+
+/* x (B, T, H, D) -> y: pair (i0, i1) of row `row` = (b * T + t) * H + h rotated by c. */
+template <typename T>
+static __device__ __forceinline__ void rope_pair(const T *x, T *y, int64_t row, int64_t i, int64_t D, int interleaved,
+                                                 double2 c)
+{
+    const int64_t half = D / 2, base = row * D;
+    const int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
+    const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
+    /* no fused multiply-add: the reference rounds each product */
+    cu_std(y, i0, __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y)));
+    cu_std(y, i1, __dadd_rn(__dmul_rn(x0, c.y), __dmul_rn(x1, c.x)));
+}
+
+// A decode step (T <= ROPE_INLINE_T): one launch, a thread per pair computing its own angle.
+// pos (a scalar, or one per batch row pos_step elements apart) is read on the device.
 template <typename T>
 __global__ void rope_kernel(const T *x, T *y, const void *pos, int pos64, int64_t pos_step, int64_t pairs, int64_t T_,
                             int64_t H, int64_t D, int interleaved, double theta, double sign)
 {
     const int64_t half = D / 2;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = p % half, row = p / half; /* row = (b * T + t) * H + h */
-        const int64_t bt = row / H, t = bt % T_, b = bt / T_, base = row * D;
-        const int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
-        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, b * pos_step) : 0;
-        const double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
-        const double c = cos(angle), sn = sign * sin(angle);
-        const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
-        /* no fused multiply-add: the reference rounds each product */
-        const double y0 = __dsub_rn(__dmul_rn(x0, c), __dmul_rn(x1, sn));
-        const double y1 = __dadd_rn(__dmul_rn(x0, sn), __dmul_rn(x1, c));
-        cu_std(y, i0, y0);
-        cu_std(y, i1, y1);
+        const int64_t i = p % half, row = p / half, bt = row / H;
+        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, (bt / T_) * pos_step) : 0;
+        rope_pair(x, y, row, i, D, interleaved, rope_cs(bt % T_, offset, i, D, theta, sign));
     }
 }
+
+// Longer runs (prefill, training): the (cos, sin) of each (t, i) computed once into a table
+// shared by every head — or of each (b, t, i) when the positions are per row — then read by
+// the rotating kernel. Transcendentals in double cost too much to redo for each head.
+__global__ void rope_table_kernel(double2 *cs, int64_t rows, int64_t T_, int64_t half, int64_t D, const void *pos,
+                                  int pos64, int64_t pos_step, double theta, double sign)
+{
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < rows * half; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bt = k / half, i = k % half;
+        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, (bt / T_) * pos_step) : 0;
+        cs[k] = rope_cs(bt % T_, offset, i, D, theta, sign);
+    }
+}
+
+template <typename T>
+__global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int per_row, int64_t pairs, int64_t T_,
+                                        int64_t H, int64_t D, int interleaved)
+{
+    const int64_t half = D / 2;
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = p % half, row = p / half, bt = row / H;
+        rope_pair(x, y, row, i, D, interleaved, cs[(per_row ? bt : bt % T_) * half + i]);
+    }
+}
+
+#define ROPE_INLINE_T 4
 
 static int rope_supports(void *b, const gdp_node *n)
 {
@@ -914,11 +953,26 @@ static int rope_supports(void *b, const gdp_node *n)
            cu_same_shape(n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
 }
 
+/* The table's rows: T, or B * T with a position per row; none for a decode step. */
+static int64_t rope_table_rows(const gdp_node *n)
+{
+    const gdp_tensor *x = n->in[0];
+    if (x->ndim != 4 || x->shape[1] <= ROPE_INLINE_T) return 0;
+    int per_row = n->n_in > 1 && index_step(n->in[1]) != 0;
+    return per_row ? x->shape[0] * x->shape[1] : x->shape[1];
+}
+
+static size_t rope_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare((size_t)rope_table_rows(n) * (size_t)(n->in[0]->shape[3] / 2) * sizeof(double2));
+}
+
 // x (B, T, H, D) [, pos] -> y
 static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0], *y = node->out[0];
-    const int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], pairs = gdp_numel(x) / 2;
+    const int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2, pairs = gdp_numel(x) / 2;
     if (pairs == 0) return GDP_OK;
     const double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
     const int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
@@ -927,10 +981,23 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     const void *pd = pos != NULL ? pos->data : NULL;
     const int pos64 = pos != NULL && pos->dtype == GDP_I64;
     const int64_t step = pos != NULL ? index_step(pos) : 0;
+    const int64_t rows = rope_table_rows(node);
+    if (rows == 0) {
+        CU_FLOAT_SWITCH(x->dtype, E,
+                        rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, pd,
+                                                                                 pos64, step, pairs, T, H, D,
+                                                                                 interleaved, theta, sign));
+        return GDP_OK;
+    }
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, (size_t)(rows * half) * sizeof(double2), &ws, err);
+    if (st != GDP_OK) return st;
+    double2 *cs = (double2 *)ws;
+    rope_table_kernel<<<cu_blocks(be, rows * half, 256), 256, 0, s>>>(cs, rows, T, half, D, pd, pos64, step, theta, sign);
+    const int per_row = step != 0;
     CU_FLOAT_SWITCH(x->dtype, E,
-                    rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, pd, pos64,
-                                                                             step, pairs, T, H, D, interleaved, theta,
-                                                                             sign));
+                    rope_table_apply_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>(
+                        (const E *)x->data, (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
     return GDP_OK;
 }
 CU_LAUNCHER(rope_run)
@@ -1024,7 +1091,7 @@ static const char *const rope_attrs[] = {"theta", NULL};
 #define FLOATS3(op, sup, fn, attrs, ws) FLOATS3F(op, 0, sup, fn, attrs, ws)
 
 static const gdp_kernel kernels[] = {
-    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, NULL),
+    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
     /* views go to the tensor-core kernels; supports() declines them for the others */
     FLOATS3F("attention", GDP_KERNEL_STRIDED, attention_supports, attention_run_launch, NULL, attention_workspace),
     FLOATS3F("attention_grad", GDP_KERNEL_STRIDED, attention_grad_supports, attention_grad_run_launch, NULL,

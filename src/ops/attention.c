@@ -138,6 +138,10 @@ static const char *const rope_cases[] = {
     /* decode steps: one row per sequence, llama-sized heads, far-off positions */
     "f[3,1,4,64] i32[3]<0:200",
     "f[2,1,6,64] i64[]<100:300 | interleaved=0 inverse=1",
+    /* longer runs (a backend may share each position's angles across heads) */
+    "f[2,6,3,8] i32[2]<0:50 | interleaved=0", /* a batch prefilled from its own positions */
+    "f[1,9,2,64] i64[]<0:100",
+    "f[2,20,4,64] | interleaved=0",
     NULL};
 
 /* ---- attention ---------------------------------------------------------------------- */
