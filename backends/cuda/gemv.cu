@@ -34,6 +34,7 @@
 #define GEMV_WARPS 4
 #define GEMV_THREADS (GEMV_WARPS * 32)
 #define GEMV_MAX_ROWS 8
+#define GEMV_UNROLL 4 /* 16-byte loads of W a lane issues together */
 #define GEMV_MAX_TILES 65535 /* grid rows */
 
 enum { GW_FLOAT, GW_Q8 }; /* what W holds: x's dtype, or int8 with per-row scales */
@@ -82,16 +83,27 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = 0.0f;
     const int64_t pieces = a.vec ? a.K / PIECE : 0;
-    for (int64_t p = lane; p < pieces; p += 32) {
-        float wf[PIECE];
-        gw_ld<W, PIECE>(w + p * PIECE, wf);
+    /* GEMV_UNROLL pieces of W in flight per lane before any is used: a row of a decode
+     * step's matrix is a few pieces per lane, so this is most of a memory latency saved */
+    for (int64_t p0 = lane; p0 < pieces; p0 += 32 * GEMV_UNROLL) {
+        uint4 wraw[GEMV_UNROLL];
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-            if (r >= rows) break;
-            float xf[PIECE];
-            gw_ld<T, PIECE>(x + r * a.K + p * PIECE, xf);
+        for (int u = 0; u < GEMV_UNROLL; u++)
+            if (p0 + 32 * u < pieces) wraw[u] = *reinterpret_cast<const uint4 *>(w + (p0 + 32 * u) * PIECE);
 #pragma unroll
-            for (int k = 0; k < PIECE; k++) acc[r] = fmaf(xf[k], wf[k], acc[r]);
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t p = p0 + 32 * u;
+            if (p >= pieces) break;
+            float wf[PIECE];
+            gw_ld<W, PIECE>(reinterpret_cast<const W *>(&wraw[u]), wf);
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (r >= rows) break;
+                float xf[PIECE];
+                gw_ld<T, PIECE>(x + r * a.K + p * PIECE, xf);
+#pragma unroll
+                for (int k = 0; k < PIECE; k++) acc[r] = fmaf(xf[k], wf[k], acc[r]);
+            }
         }
     }
     for (int64_t k = pieces * PIECE + lane; k < a.K; k += 32) {
@@ -262,16 +274,25 @@ __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = 0;
     const int64_t pieces = a.vec ? a.K / 16 : 0;
-    for (int64_t p = lane; p < pieces; p += 32) {
-        int4 wv = *reinterpret_cast<const int4 *>(w + p * 16);
+    for (int64_t p0 = lane; p0 < pieces; p0 += 32 * GEMV_UNROLL) {
+        int4 wraw[GEMV_UNROLL];
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-            if (r >= rows) break;
-            int4 xv = *reinterpret_cast<const int4 *>(xr + r * KP + p * 16);
-            acc[r] = __dp4a(xv.x, wv.x, acc[r]);
-            acc[r] = __dp4a(xv.y, wv.y, acc[r]);
-            acc[r] = __dp4a(xv.z, wv.z, acc[r]);
-            acc[r] = __dp4a(xv.w, wv.w, acc[r]);
+        for (int u = 0; u < GEMV_UNROLL; u++)
+            if (p0 + 32 * u < pieces) wraw[u] = *reinterpret_cast<const int4 *>(w + (p0 + 32 * u) * 16);
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int64_t p = p0 + 32 * u;
+            if (p >= pieces) break;
+            const int4 wv = wraw[u];
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (r >= rows) break;
+                int4 xv = *reinterpret_cast<const int4 *>(xr + r * KP + p * 16);
+                acc[r] = __dp4a(xv.x, wv.x, acc[r]);
+                acc[r] = __dp4a(xv.y, wv.y, acc[r]);
+                acc[r] = __dp4a(xv.z, wv.z, acc[r]);
+                acc[r] = __dp4a(xv.w, wv.w, acc[r]);
+            }
         }
     }
     for (int64_t k = pieces * 16 + lane; k < a.K; k += 32) {
