@@ -327,6 +327,12 @@ typedef struct gd_adamw_config {
      * a gradient. Clipping then sees only their gradients. (A rank of a sharded optimizer.) */
     int n_params;
     gd_tensor *const *params;
+    /* When not NULL, receives the new value of each parameter updated (the outputs of the
+     * update nodes), in parameter order and NULL-terminated: room for
+     * gd_graph_param_count(g) + 1 entries. As targets of a program compiled without
+     * GD_COMPILE_UPDATES they run the updates (and what they read) and none of the graph's
+     * other updates: a trainer's gradient accumulation stays out of its update program. */
+    gd_tensor **updated;
 } gd_adamw_config;
 gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg);
 gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg);

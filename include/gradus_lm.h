@@ -246,7 +246,34 @@ typedef struct gd_lm_progress {
     double val_loss;             /* measured after this step, NaN when not */
     double tokens_per_s;         /* over this run so far */
     double elapsed_s, eta_s;
+    /* with loss scaling (gd_loss_scale_config): the scale the next step will use, the steps
+     * skipped so far, and whether this one was (its grad_norm is then NaN); 0 without */
+    double loss_scale;
+    int64_t skipped_steps;
+    int skipped;
 } gd_lm_progress;
+
+/* Loss scaling, against gradients too small for f16: the loss's gradient is multiplied by
+ * a scale before the backward pass and the gradients divided by it (in f32) before
+ * clipping and the update. A step whose scaled gradients are not all finite (their global
+ * norm is inf or NaN) is skipped: the parameters, AdamW's moments and its step count stay
+ * as they were, and the data and the learning-rate schedule move on. Dynamic scaling then
+ * multiplies the scale by `backoff`, and by `growth` after `growth_interval` steps in a
+ * row that were not skipped (PyTorch's GradScaler). The scale is a runtime value: changing
+ * it never recompiles. A run resumed from a checkpoint continues with its scale. */
+typedef enum gd_loss_scaling {
+    GD_LOSS_SCALE_AUTO = 0,    /* dynamic for f16, off for f32 and bf16 */
+    GD_LOSS_SCALE_OFF = 1,     /* no scaling, no step skipped */
+    GD_LOSS_SCALE_FIXED = 2,   /* `init` throughout (steps with inf or NaN still skipped) */
+    GD_LOSS_SCALE_DYNAMIC = 3
+} gd_loss_scaling;
+typedef struct gd_loss_scale_config {
+    gd_loss_scaling mode;
+    double init;                 /* the first scale; 0: 65536 */
+    double growth;               /* 0: 2 (above 1) */
+    double backoff;              /* 0: 0.5 (between 0 and 1) */
+    int64_t growth_interval;     /* 0: 2000 */
+} gd_loss_scale_config;
 
 typedef struct gd_lm_train_config {
     gd_lm_config model;          /* checked */
@@ -283,6 +310,7 @@ typedef struct gd_lm_train_config {
     struct gd_dist *dist;
     int zero1;                   /* with dist: each rank keeps AdamW's moments of about 1/N of the
                                     parameters (ZeRO stage 1) and sends the others what it updated */
+    gd_loss_scale_config loss_scale; /* zeros: dynamic for f16, none otherwise */
 } gd_lm_train_config;
 
 typedef struct gd_lm_train_result {
@@ -300,10 +328,13 @@ typedef struct gd_lm_train_result {
     int ranks;                   /* processes that trained (1 without dist) */
     char summed_on[32];          /* with dist: where the ranks' gradients were summed: "host", or the
                                     backend whose collective module did it ("cuda") */
+    double loss_scale;           /* with loss scaling: the scale at the end (0 without) */
+    int64_t skipped_steps;       /* steps whose update was skipped (inf or NaN gradients) */
 } gd_lm_train_result;
 
 /* Trains with AdamW, a linear warmup and a cosine decay (the learning rate is a runtime
- * value: changing it never recompiles), gradient clipping and accumulation. With
+ * value: changing it never recompiles), gradient clipping and accumulation, and loss
+ * scaling (gd_loss_scale_config; on by default for f16). With
  * out_dir, it writes checkpoints there — each a directory ckpt-<step> holding
  * config.json, model.safetensors and tokenizer.json (a model directory `transformers`
  * loads) plus optimizer.safetensors and trainer.json, made in a temporary directory and
@@ -425,6 +456,10 @@ typedef struct gd_lm_state {
     int64_t step;      /* optimizer steps done */
     gd_data_pos pos;   /* the training data reader's position */
     uint64_t seed;     /* the run's seed */
+    /* loss scaling (gd_loss_scale_config), saved in trainer.json when loss_scale > 0: the
+     * scale, the steps since it last changed or a step was skipped, the steps skipped */
+    double loss_scale;
+    int64_t scale_good_steps, skipped_steps;
 } gd_lm_state;
 
 /* Writes checkpoint ckpt-<step> under out_dir (the layout and atomicity gd_lm_train

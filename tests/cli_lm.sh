@@ -51,6 +51,25 @@ check "profile of the LM trace: nodes named by module" 0 "by op" "model.layers.0
 run "$G" plot "$T/run/metrics.jsonl" -o "$T/m.svg"
 check "plot of the LM metrics" 0 "wrote $T/m.svg"
 
+# ---- f16 with loss scaling: dynamic by default, stopped and resumed; a scale that overflows
+run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 4 --stop-at 2 \
+    --ckpt-every 2 --dtype f16 --out "$T/run16"
+check "train lm --dtype f16: dynamic loss scaling" 0 "f16, dynamic loss scale" "scale 65536, 0 skipped" \
+    "loss scale 65536 at the end; 0 steps skipped"
+run "$G" train lm --resume "$T/run16" --steps 4 --batch 2 --seq 32 --threads 2 --dtype f16
+check "train lm --dtype f16: resumed" 0 "resumed" "checkpoint: $T/run16/ckpt-0+4"
+must "f16 metrics carry the scale and the skipped steps" test "$(grep -c '"loss_scale":65536,"skipped_steps":0}' \
+    "$T/run16/metrics.jsonl")" -eq 4
+must "f16 checkpoint keeps the scaler" grep -q '"loss_scale":{"scale":65536,"good_steps":4,"skipped_steps":0}' \
+    "$T/run16/ckpt-00000004/trainer.json"
+run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 2 --dtype f16 \
+    --loss-scale 1e30 --out "$T/run16b"
+check "train lm --loss-scale 1e30: every step skipped" 0 "loss scale 1e\+30" "grad norm - \| scale 1e\+30 \(this step skipped\), 2 skipped" \
+    "2 steps skipped"
+must "skipped steps have a null gradient norm" test "$(grep -c '"grad_norm":null' "$T/run16b/metrics.jsonl")" -eq 2
+run "$G" plot "$T/run16b/metrics.jsonl" -o "$T/m16.svg"
+check "plot of metrics with skipped steps" 0 "wrote $T/m16.svg"
+
 # ---- generation from the training directory ------------------------------------------------
 run "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0
 check "generate: greedy from text" 0 "^The " "prefill: [0-9]+ tokens .*decode: 8 tokens"
@@ -122,8 +141,12 @@ run "$G" train lm --resume "$T/nonexistent"
 check "resume from nothing" 1 "nonexistent: neither a checkpoint"
 run "$G" train lm --resume "$T/trunc" --steps 8
 check "resume from a truncated checkpoint" 1 "ckpt-00000007/model.safetensors"
-run "$G" train lm --dtype f16 --data "$S/docs"
-check "bad --dtype" 2 "--dtype f16: want f32 or bf16"
+run "$G" train lm --dtype i8 --data "$S/docs"
+check "bad --dtype" 2 "--dtype i8: want f32, bf16 or f16"
+run "$G" train lm --dtype f16 --loss-scale banana --data "$S/docs"
+check "bad --loss-scale" 2 "--loss-scale banana: want dynamic, off, or a positive number"
+run "$G" train lm --dtype f16 --loss-scale -2 --data "$S/docs"
+check "negative --loss-scale" 2 "--loss-scale -2: want dynamic, off, or a positive number"
 run "$G" train lm --batch 0 --data "$S/docs"
 check "--batch 0" 2 'bad value "0" for --batch'
 run "$G" train lm --preset tiny --config "$T/small_vocab.json"

@@ -48,7 +48,10 @@ static void help(FILE *f)
             "  --weight-decay X  AdamW's (default 0.1); --clip X: gradient norm clip (default 1)\n"
             "  --val-every N     validate every N steps (default: 10 times a run); --val-batches N (default 8)\n"
             "  --ckpt-every N    checkpoint every N steps (default: at the end)\n"
-            "  --dtype T         f32, or bf16 (activations; the weights stay f32) (default: bf16 on a GPU)\n"
+            "  --dtype T         f32, bf16 or f16 (activations; the weights stay f32) (default: bf16 on a GPU)\n"
+            "  --loss-scale S    dynamic (the default for f16: from 65536, halved when a step's gradients\n"
+            "                    overflow and that step skipped, doubled after 2000 good steps), a fixed\n"
+            "                    number (overflowing steps still skipped), or off (the default otherwise)\n"
             "  --stop-at N       end this run after step N (resume it later)\n"
             "  --seed N          initialization and data order (default 1)\n"
             "  --zero1           with several ranks: shard AdamW's moments over them (ZeRO stage 1)\n"
@@ -68,7 +71,7 @@ static int takes_value(const char *a)
     static const char *const valued[] = {"--preset", "--config", "--data", "--tokenizer", "--out", "--resume",
                                          "--steps", "--batch", "--seq", "--accum", "--lr", "--min-lr",
                                          "--warmup", "--weight-decay", "--clip", "--val-every", "--val-batches",
-                                         "--ckpt-every", "--dtype", "--seed", "--backend", "--threads", "--stop-at",
+                                         "--ckpt-every", "--dtype", "--loss-scale", "--seed", "--backend", "--threads", "--stop-at",
                                          "--profile", "--dist-timeout", "--bucket-mb", NULL};
     return cli_is_one_of(a, valued);
 }
@@ -190,9 +193,15 @@ static void progress(void *user, const gd_lm_progress *p)
     progress_out *o = user;
     char eta[32], line[256];
     fmt_time(p->eta_s, eta, sizeof eta);
-    int len = snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1fk tok/s | ETA %s",
-                       (long long)p->step, (long long)p->steps, p->loss, p->lr, p->grad_norm, p->tokens_per_s / 1000,
-                       eta);
+    char scale[96] = "";
+    if (p->loss_scale > 0)
+        snprintf(scale, sizeof scale, " | scale %g%s, %lld skipped", p->loss_scale, p->skipped ? " (this step skipped)" : "",
+                 (long long)p->skipped_steps);
+    char norm[32];
+    if (p->skipped) snprintf(norm, sizeof norm, "-");
+    else snprintf(norm, sizeof norm, "%.3f", p->grad_norm);
+    int len = snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %s%s | %.1fk tok/s | ETA %s",
+                       (long long)p->step, (long long)p->steps, p->loss, p->lr, norm, scale, p->tokens_per_s / 1000, eta);
     if (o->tty) printf("\r%s%*s", line, o->width > len ? o->width - len : 0, "");
     else printf("%s\n", line);
     o->width = o->tty ? len : 0;
@@ -211,7 +220,7 @@ static void progress(void *user, const gd_lm_progress *p)
 int cmd_train_lm(int argc, char **argv)
 {
     const char *preset = NULL, *config = NULL, *tokfile = NULL, *out = "lm-out", *resume = NULL, *backend = NULL;
-    const char *dtype_name = NULL, *profile = NULL, *data[32];
+    const char *dtype_name = NULL, *profile = NULL, *loss_scale = NULL, *data[32];
     int n_data = 0;
     int64_t steps = 200, batch = 8, seq = 0, accum = 1, warmup = -1, val_every = -1, val_batches = 8, ckpt_every = 0;
     int64_t seed = 1, threads = -1, stop_at = 0;
@@ -242,6 +251,7 @@ int cmd_train_lm(int argc, char **argv)
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--resume") == 0) resume = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name = v;
+        else if (strcmp(a, "--loss-scale") == 0) loss_scale = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--profile") == 0) profile = v;
         else if (strcmp(a, "--steps") == 0) ok = cli_int(a, v, 1, INT64_MAX / 2, &steps);
@@ -267,9 +277,30 @@ int cmd_train_lm(int argc, char **argv)
         fprintf(stderr, "gradus train lm: give --preset or --config, not both\n");
         return 2;
     }
-    if (dtype_name != NULL && strcmp(dtype_name, "f32") != 0 && strcmp(dtype_name, "bf16") != 0) {
-        fprintf(stderr, "gradus train lm: --dtype %s: want f32 or bf16\n", dtype_name);
+    if (dtype_name != NULL && strcmp(dtype_name, "f32") != 0 && strcmp(dtype_name, "bf16") != 0 &&
+        strcmp(dtype_name, "f16") != 0) {
+        fprintf(stderr, "gradus train lm: --dtype %s: want f32, bf16 or f16\n", dtype_name);
         return 2;
+    }
+    gd_loss_scale_config lsc = {.mode = GD_LOSS_SCALE_AUTO};
+    if (loss_scale != NULL) {
+        if (strcmp(loss_scale, "dynamic") == 0) {
+            lsc.mode = GD_LOSS_SCALE_DYNAMIC;
+        } else if (strcmp(loss_scale, "off") == 0) {
+            lsc.mode = GD_LOSS_SCALE_OFF;
+        } else {
+            char *end = NULL;
+            errno = 0;
+            double v = strtod(loss_scale, &end);
+            /* what an f32 scale holds: a normal positive number */
+            if (end == loss_scale || *end != '\0' || errno != 0 || !(v >= 1.1754944e-38 && v <= 3.4028234e38)) {
+                fprintf(stderr, "gradus train lm: --loss-scale %s: want dynamic, off, or a positive number "
+                                "(at most 3.4e38)\n", loss_scale);
+                return 2;
+            }
+            lsc.mode = GD_LOSS_SCALE_FIXED;
+            lsc.init = v;
+        }
     }
     char parent[4096];
     if (resume != NULL) {
@@ -425,7 +456,9 @@ int cmd_train_lm(int argc, char **argv)
 
     /* train */
     int gpu = strcmp(gd_ctx_backend(ctx), "cuda") == 0;
-    gd_dtype dt = dtype_name != NULL ? (strcmp(dtype_name, "bf16") == 0 ? GD_BF16 : GD_F32) : gpu ? GD_BF16 : GD_F32;
+    gd_dtype dt = GD_F32;
+    if (dtype_name == NULL) dt = gpu ? GD_BF16 : GD_F32;
+    else if (!gd_dtype_parse(dtype_name, &dt)) dt = GD_F32; /* checked above */
     progress_out po = {.tty = isatty(fileno(stdout)), .bytes_per_token = cs.bytes_per_token};
     gd_lm_train_config c = {
         .model = m, .data = td, .tokenizer = tok, .steps = steps, .stop_at = stop_at, .batch = batch, .seq = seq,
@@ -433,14 +466,18 @@ int cmd_train_lm(int argc, char **argv)
         .weight_decay = wd, .clip = clip, .val_every = val_every >= 0 ? val_every : (steps >= 10 ? steps / 10 : 0),
         .val_batches = val_batches, .ckpt_every = ckpt_every, .out_dir = out, .resume_dir = resume, .dtype = dt,
         .seed = (uint64_t)seed, .report_every_s = po.tty ? 0.25 : 1.0, .progress = progress, .user = &po,
-        .dist = dist, .zero1 = zero1};
+        .dist = dist, .zero1 = zero1, .loss_scale = lsc};
     printf("model %s: %s, dim %lld, %lld layers, %lld heads (%lld kv), vocab %lld\n",
            config != NULL ? config : resume != NULL ? "resumed" : preset != NULL ? preset : "tiny",
            m.arch == GD_LM_GPT2 ? "GPT-2" : "llama", (long long)m.dim, (long long)m.n_layers, (long long)m.n_heads,
            (long long)m.n_kv_heads, (long long)m.vocab_size);
-    printf("backend %s, %s, batch %lld x %lld tokens%s, %lld steps, AdamW lr %g, %s\n", gd_ctx_backend(ctx),
-           gd_dtype_name(dt), (long long)batch, (long long)seq, accum > 1 ? " (accumulated)" : "", (long long)steps,
-           lr, resume != NULL ? "resumed" : "from scratch");
+    char scaling[96] = "";
+    int scaled = lsc.mode == GD_LOSS_SCALE_AUTO ? dt == GD_F16 : lsc.mode != GD_LOSS_SCALE_OFF;
+    if (scaled && lsc.mode == GD_LOSS_SCALE_FIXED) snprintf(scaling, sizeof scaling, ", loss scale %g", lsc.init);
+    else if (scaled) snprintf(scaling, sizeof scaling, ", dynamic loss scale");
+    printf("backend %s, %s%s, batch %lld x %lld tokens%s, %lld steps, AdamW lr %g, %s\n", gd_ctx_backend(ctx),
+           gd_dtype_name(dt), scaling, (long long)batch, (long long)seq, accum > 1 ? " (accumulated)" : "",
+           (long long)steps, lr, resume != NULL ? "resumed" : "from scratch");
     if (dist != NULL)
         printf("data parallel: %d ranks over %s, global batch %lld x %lld tokens, gradients in buckets of %.1f MB%s\n",
                gd_dist_size(dist), gd_dist_transport(dist), (long long)(batch * accum * gd_dist_size(dist)),
@@ -451,12 +488,21 @@ int cmd_train_lm(int argc, char **argv)
     st = gd_lm_train(ctx, &c, &r);
     if (po.width > 0) printf("\n");
     if (st != GD_OK) goto fail;
+    if (r.saw_nan && r.loss_scale > 0 && isfinite(r.train_loss)) { /* with scaling, only the scale's floor stops */
+        fprintf(stderr, "gradus train lm: the gradients were inf or NaN at every step up to step %lld, whatever the "
+                        "loss scale (%lld steps skipped, scale down to %g)\n", (long long)r.steps,
+                (long long)r.skipped_steps, r.loss_scale);
+        goto done;
+    }
     if (r.saw_nan) {
         fprintf(stderr, "gradus train lm: the loss became NaN or infinite at step %lld\n", (long long)r.steps);
         goto done;
     }
     printf("trained %lld steps at %.1fk tokens/s; activation memory %.1f MB on %s\n", (long long)r.steps,
            r.tokens_per_s / 1000, (double)r.activation_bytes / 1e6, gd_ctx_backend(ctx));
+    if (r.loss_scale > 0)
+        printf("loss scale %g at the end; %lld steps skipped for inf or NaN gradients\n", r.loss_scale,
+               (long long)r.skipped_steps);
     if (dist != NULL)
         printf("memory of rank 0 of %d: parameters %.2f MB, gradient buffers %.2f MB, optimizer moments %.2f MB; "
                "gradients summed on %s\n",

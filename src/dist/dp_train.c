@@ -89,7 +89,7 @@ static gd_status open_collective(gd_dp *dp)
 const char *gd_dp_summed_on(const gd_dp *dp) { return dp->coll != NULL ? gd_collective_backend(dp->coll) : "host"; }
 
 gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const gd_adamw_config *oc, int zero1,
-                      gd_tensor **norm, gd_dp **out)
+                      gd_tensor *unscale, gd_tensor **norm, gd_dp **out)
 {
     gd_ctx *ctx = gd_graph_ctx(g);
     *out = NULL;
@@ -137,6 +137,7 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
         dp->total += q->n;
         if (q->n > dp->largest) dp->largest = q->n;
         grads[dp->n] = gd_scale(q->sum, scale, 0.0); /* what one process accumulating ranks x accum does */
+        if (unscale != NULL) grads[dp->n] = gd_mul(grads[dp->n], unscale);
         if (grads[dp->n] == NULL) st = fail_after(ctx, "data parallelism: the gradient sums");
         dp->n++;
     }
@@ -185,6 +186,7 @@ done:
 
 int gd_dp_grad_count(const gd_dp *dp) { return dp->n; }
 gd_tensor *gd_dp_grad(const gd_dp *dp, int i) { return dp->ps[i].grad; }
+gd_tensor *gd_dp_sum(const gd_dp *dp, int i) { return dp->ps[i].sum; }
 
 gd_status gd_dp_accumulate(gd_dp *dp, int first)
 {

@@ -10,15 +10,19 @@
 typedef struct gd_dp gd_dp;
 
 /* After gd_backward(g, loss): for each parameter with a gradient, a state
- * "<param>.grad_sum" that the optimizer reads (scaled by 1 / (ranks x accum), clipped by
+ * "<param>.grad_sum" that the optimizer reads (scaled by 1 / (ranks x accum) and, when
+ * `unscale` (an f32 scalar state: a loss scale's inverse) is not NULL, by it; clipped by
  * the global norm `clip` when > 0), and AdamW (oc, clip_norm ignored) over the parameters
  * this rank updates: all of them, or its share with zero1. *norm gets the global gradient
  * norm (before clipping). */
 gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const gd_adamw_config *oc, int zero1,
-                      gd_tensor **norm, gd_dp **out);
+                      gd_tensor *unscale, gd_tensor **norm, gd_dp **out);
 /* The backward pass's gradients: targets of the micro-batch program, read after each run. */
 int gd_dp_grad_count(const gd_dp *dp);
 gd_tensor *gd_dp_grad(const gd_dp *dp, int i);
+/* The grad_sum states (as many): after gd_dp_reduce, the step's summed gradients, the same
+ * on every rank. */
+gd_tensor *gd_dp_sum(const gd_dp *dp, int i);
 /* After a micro-batch's run: adds its gradients into this rank's sum (the first of a step
  * starts it). */
 gd_status gd_dp_accumulate(gd_dp *dp, int first);

@@ -5,7 +5,8 @@
  *                      /model.safetensors    parameters, by their Hugging Face names
  *                      /tokenizer.json       when the run has a tokenizer
  *                      /optimizer.safetensors  AdamW's moments and step
- *                      /trainer.json         step, data position, seed
+ *                      /trainer.json         step, data position, seed (and the loss
+ *                                            scaler's state, when the run scales)
  *   <out>/latest                             "ckpt-00000100\n"
  *
  * Atomicity: a checkpoint is written into ckpt-<step>.tmp, which is renamed to
@@ -24,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,17 @@ static gd_status write_trainer_json(gd_ctx *ctx, const char *path, const gd_lm_s
     gd_json_key(&o, "index");
     gd_json_int(&o, st->pos.index);
     gd_json_end_object(&o);
+    if (st->loss_scale > 0) { /* absent for runs without a scaler: their files stay as they were */
+        gd_json_key(&o, "loss_scale");
+        gd_json_begin_object(&o);
+        gd_json_key(&o, "scale");
+        gd_json_number(&o, st->loss_scale);
+        gd_json_key(&o, "good_steps");
+        gd_json_int(&o, st->scale_good_steps);
+        gd_json_key(&o, "skipped_steps");
+        gd_json_int(&o, st->skipped_steps);
+        gd_json_end_object(&o);
+    }
     gd_json_end_object(&o);
     gd_status s = GD_OK;
     if (o.failed) s = gd_ctx_fail(ctx, GD_ERR_NOMEM, "checkpoint: out of memory");
@@ -339,18 +352,29 @@ gd_status gd_lm_state_parse(gd_ctx *ctx, const char *path, const char *text, siz
     char err[160];
     gd_json_doc *d = gd_json_parse(text, n, 8, err, sizeof err);
     if (d == NULL) return gd_ctx_fail(ctx, GD_ERR_FORMAT, "checkpoint %s: %s", path, err);
-    const gd_json *r = gd_json_root(d), *data = gd_json_get(r, "data");
-    int64_t step, seed, dseed, epoch, index, version;
+    const gd_json *r = gd_json_root(d), *data = gd_json_get(r, "data"), *ls = gd_json_get(r, "loss_scale");
+    int64_t step, seed, dseed, epoch, index, version, good = 0, skipped = 0;
+    double scale = 0;
     const char *format = gd_json_get_str(r, "format");
     int ok = format != NULL && strcmp(format, "gradus-trainer") == 0 && gd_json_get_int(r, "version", &version) &&
              version == 1 && gd_json_get_int(r, "step", &step) && step >= 0 && gd_json_get_int(r, "seed", &seed) &&
              gd_json_get_int(data, "seed", &dseed) && gd_json_get_int(data, "epoch", &epoch) && epoch >= 0 &&
              gd_json_get_int(data, "index", &index) && index >= 0;
+    /* the scaler's state, optional: a scale that is a positive finite number, counts >= 0 */
+    int ls_ok = ls == NULL || (gd_json_get_num(ls, "scale", &scale) && isfinite(scale) && scale > 0 &&
+                               gd_json_get_int(ls, "good_steps", &good) && good >= 0 &&
+                               gd_json_get_int(ls, "skipped_steps", &skipped) && skipped >= 0 && skipped <= step);
     gd_json_free(d);
     if (!ok) return fail(ctx, GD_ERR_FORMAT, path, "is not a gradus trainer state (format, version 1, step, seed, data)");
+    if (!ls_ok)
+        return fail(ctx, GD_ERR_FORMAT, path,
+                    "has a loss_scale that is not {scale > 0, good_steps >= 0, skipped_steps from 0 to step}");
     st->step = step;
     st->seed = (uint64_t)seed;
     st->pos = (gd_data_pos){.seed = (uint64_t)dseed, .epoch = epoch, .index = index};
+    st->loss_scale = scale;
+    st->scale_good_steps = good;
+    st->skipped_steps = skipped;
     return GD_OK;
 }
 

@@ -186,7 +186,10 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
         gd_tensor *in[6] = {t.p[i], t.g[i], m, v, step1, lrs};
         if (m == NULL || v == NULL || gd_op_multi(g, "adamw_update", 6, in, 4, a, 3, out) != GD_OK)
             s = fail_after(g, who, "update of", gd_tensor_name(t.p[i]));
+        else if (cfg->updated != NULL)
+            cfg->updated[i] = out[0];
     }
+    if (s == GD_OK && cfg->updated != NULL) cfg->updated[t.n] = NULL;
     trainable_free(&t);
     return s;
 }
