@@ -141,7 +141,11 @@ def torch_curve(model0, ids, lr, bf16, device, meta):
 
 
 def gradus_curve(build, mdir, batches, backend, dtype):
-    r = subprocess.run([os.path.join(build, "lm_curve"), mdir, batches, backend, dtype], capture_output=True, text=True)
+    # lm_curve finds a plugin backend (cuda) through the path, beside the build's library
+    env = dict(os.environ)
+    env.setdefault("GRADUS_PLUGIN_PATH", os.path.join(os.path.abspath(build), "plugins"))
+    r = subprocess.run([os.path.join(build, "lm_curve"), mdir, batches, backend, dtype], capture_output=True, text=True,
+                       env=env)
     if r.returncode != 0:
         sys.exit(f"lm_curve ({dtype}): {r.stderr.strip()[-500:]}")
     return [float(l.split()[3]) for l in r.stdout.splitlines() if l.startswith("step ")]

@@ -70,11 +70,12 @@ if has speed; then
 fi
 if has peer; then
   log peer
-  timeout 500 python3 "$PEER/torch_peer.py" decode 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+  timeout 500 python3 "$PEER/torch_peer.py" decode 2>&1 | grep --line-buffered -v Warning | tee "$OUT/peer-decode.jsonl" |
+    cut -c1-300
 fi
 if has peerfast; then # the strongest peers only: the graphed PyTorch decoders, and transformers eager
   log peerfast
-  timeout 300 python3 - "$PEER" <<'EOF' 2>&1 | grep -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
+  timeout 300 python3 - "$PEER" <<'EOF' 2>&1 | grep --line-buffered -v Warning | tee "$OUT/peer-decode.jsonl" | cut -c1-300
 import sys
 sys.path.insert(0, sys.argv[1])
 import torch_peer as t
