@@ -110,12 +110,15 @@ static void describe(const cu_site *s, int64_t v, int64_t pos, char *buf, size_t
         snprintf(buf, cap, "%s = %lld is not a class of [0, %lld) nor ignore_index %lld", at, (long long)v,
                  (long long)s->bound, (long long)s->extra);
         break;
+    /* pos and kv_len: a scalar (batch row 0) or one per batch row, `pos` the row, as the
+     * reference's messages name it */
     case CU_BAD_POS:
-        snprintf(buf, cap, "pos = %lld: steps [%lld, %lld) do not fit the cache's %lld", (long long)v, (long long)v,
-                 (long long)(v + s->extra), (long long)s->bound);
+        snprintf(buf, cap, "pos = %lld (batch row %lld): steps [%lld, %lld) do not fit the cache's %lld", (long long)v,
+                 (long long)pos, (long long)v, (long long)(v + s->extra), (long long)s->bound);
         break;
     case CU_BAD_LEN:
-        snprintf(buf, cap, "kv_len = %lld is outside [0, %lld], the keys k has", (long long)v, (long long)s->bound);
+        snprintf(buf, cap, "kv_len = %lld (batch row %lld) is outside [0, %lld], the keys k has", (long long)v,
+                 (long long)pos, (long long)s->bound);
         break;
     default: snprintf(buf, cap, "bad value %lld at position %lld", (long long)v, (long long)pos);
     }

@@ -508,9 +508,9 @@ int cmd_train_lm(int argc, char **argv)
                "gradients summed on %s\n",
                r.ranks, (double)r.param_bytes / 1e6, (double)r.grad_bytes / 1e6, (double)r.optimizer_bytes / 1e6,
                r.summed_on);
-    if (!isnan(r.val_loss))
+    if (!isnan(r.val_loss) && !isnan(cs.bytes_per_token))
         printf("validation loss %.4f nats/token = %.3f bits/byte\n", r.val_loss, r.val_loss / log(2) / cs.bytes_per_token);
-    else if (!isnan(r.val_loss))
+    else if (!isnan(r.val_loss)) /* a token file without its tokenizer: bytes unknown */
         printf("validation loss %.4f nats/token\n", r.val_loss);
     if (!isnan(cs.token_entropy_bpb))
         printf("unigram entropy of the corpus: %.3f bits/byte (of its tokens), %.3f bits/byte (of its bytes)\n",
