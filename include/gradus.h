@@ -351,6 +351,17 @@ enum { GD_COMPILE_UPDATES = 1 }; /* also run every in-place update (optimizer st
 gd_program *gd_compile(gd_graph *g, int n_targets, gd_tensor *const *targets, int flags);
 gd_status gd_program_run(gd_program *p);
 void gd_program_free(gd_program *p);
+/* Calls fn(user, target) during every later gd_program_run of p, once per run, as soon as
+ * the value of `target` (one of p's targets) is final: after the last action that writes
+ * it, while the rest of the run waits. In the callback the target is readable
+ * (gd_tensor_read) as after the run; fn must not run a program of the graph. Callbacks fire
+ * in the order of the actions that finish their targets (two on one action: in the order
+ * they were added); a target that no action of p writes (a parameter, a state) fires at
+ * the end of the run. A backend that runs
+ * many nodes as one segment (an executor such as CUDA graphs) fires them at the segment's
+ * end. A status other than GD_OK from fn fails the run with it (fn sets the message). */
+typedef gd_status (*gd_ready_fn)(void *user, gd_tensor *target);
+gd_status gd_program_on_ready(gd_program *p, gd_tensor *target, gd_ready_fn fn, void *user);
 /* Bytes of activation memory this program plans on backend `name` (its peak), and the
  * graph's arena there (the most any of its programs needs). 0 for unknown names. */
 size_t gd_program_planned_bytes(const gd_program *p, const char *backend);

@@ -111,6 +111,10 @@ struct gd_program {
     int n_descs;
     gd_segment_run *segs;
     int n_segs;
+    /* gd_program_on_ready: hooks sorted by the action after which they fire (placed at the
+     * first run after one was added) */
+    struct gd_ready_hook *hooks;
+    int n_hooks, hooks_placed;
     void **events;                  /* per action, where record_after (NULL otherwise) */
     uint64_t bound_gen[GD_MAX_BACKENDS]; /* arena generations the descriptors point into */
     int bound;
@@ -119,6 +123,14 @@ struct gd_program {
     uint64_t prof_session;
     int prof_prog;
 };
+
+/* A callback for when a target's value is final within a run (run.c). */
+typedef struct gd_ready_hook {
+    int target;                     /* index in targets */
+    gd_ready_fn fn;
+    void *user;
+    int at;                         /* fires after this action (n_acts: at the end of the run) */
+} gd_ready_hook;
 
 /* compile phases (compile.c, layout.c, plan.c, pass.c) */
 gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets);

@@ -121,6 +121,91 @@ static gd_status launch(gd_ctx *ctx, gd_program *p, const gd_action *a)
     return GD_OK;
 }
 
+/* The slot target i is read from after a run: its root's, on the first backend holding it;
+ * -1 for a leaf target (read from its own storage). */
+static int target_slot(const gd_program *p, int i)
+{
+    if (p->targets[i]->kind != GD_V_NODE) return -1;
+    int r = p->vi[p->target_val[i]].root;
+    for (int b = 0; b < p->n_backends; b++) {
+        int s = p->slot_of[r * p->n_backends + b];
+        if (s >= 0) return s;
+    }
+    return -1;
+}
+
+/* Makes target i readable (gd_tensor_read) as this run's value. */
+static void publish_target(gd_program *p, int i)
+{
+    gd_tensor *t = p->targets[i];
+    int s = target_slot(p, i);
+    if (s < 0) return;
+    t->run_ptr = (char *)gd_slot_ptr(p, s) + p->vi[p->target_val[i]].offset * (int64_t)gdp_dtype_size(t->dtype);
+    t->run_be = p->slots[s].be;
+    t->run_seq = p->g->runs;
+}
+
+gd_status gd_program_on_ready(gd_program *p, gd_tensor *target, gd_ready_fn fn, void *user)
+{
+    if (p == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = p->g->ctx;
+    int ti = -1;
+    for (int i = 0; i < p->n_targets && ti < 0; i++)
+        if (p->targets[i] == target) ti = i;
+    if (fn == NULL || ti < 0) {
+        char b[128];
+        return gd_fail(ctx, GD_ERR_INVALID, "gd_program_on_ready: %s%s",
+                       fn == NULL ? "no callback for " : "not a target of the program: ",
+                       target != NULL ? gd_tensor_describe(target, b, sizeof b) : "NULL");
+    }
+    gd_ready_hook *h = gd_realloc(p->hooks, sizeof *h * ((size_t)p->n_hooks + 1));
+    if (h == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "gd_program_on_ready: out of memory");
+    p->hooks = h;
+    p->hooks[p->n_hooks++] = (gd_ready_hook){.target = ti, .fn = fn, .user = user, .at = p->n_acts};
+    p->hooks_placed = 0;
+    return GD_OK;
+}
+
+/* Each hook fires after the last action writing its target's slot (a kernel's output, or
+ * a copy into it); the hooks are then sorted by that action, stably. */
+static void place_hooks(gd_program *p)
+{
+    for (int h = 0; h < p->n_hooks; h++) {
+        gd_ready_hook *k = &p->hooks[h];
+        int s = target_slot(p, k->target);
+        k->at = p->n_acts;
+        for (int ai = p->n_acts - 1; ai >= 0 && s >= 0 && k->at == p->n_acts; ai--) {
+            const gd_action *a = &p->acts[ai];
+            if (a->kind == GD_ACT_COPY) {
+                if (a->dst == s) k->at = ai;
+                continue;
+            }
+            for (int o = 0; o < p->pn[a->pnode].node->n_out; o++)
+                if (a->out[o] == s) k->at = ai;
+        }
+    }
+    for (int h = 1; h < p->n_hooks; h++) /* insertion sort: few hooks, and stable */
+        for (int j = h; j > 0 && p->hooks[j - 1].at > p->hooks[j].at; j--) {
+            gd_ready_hook tmp = p->hooks[j];
+            p->hooks[j] = p->hooks[j - 1];
+            p->hooks[j - 1] = tmp;
+        }
+    p->hooks_placed = 1;
+}
+
+/* Calls the hooks not yet called whose action is at or before `done` (the last action run:
+ * after a segment, its last). */
+static gd_status fire_hooks(gd_program *p, int *next, int done)
+{
+    while (*next < p->n_hooks && p->hooks[*next].at <= done) {
+        const gd_ready_hook *k = &p->hooks[(*next)++];
+        publish_target(p, k->target);
+        gd_status st = k->fn(k->user, p->targets[k->target]);
+        if (st != GD_OK) return st; /* with the callback's message */
+    }
+    return GD_OK;
+}
+
 /* The run itself; pr is the context's profile, NULL when not profiling. */
 static gd_status run_actions(gd_program *p, gd_prof *pr)
 {
@@ -147,6 +232,8 @@ static gd_status run_actions(gd_program *p, gd_prof *pr)
         if (gs != GD_OK) return gs;
     }
     g->runs++; /* whatever targets of other programs held is overwritten from here */
+    if (!p->hooks_placed) place_hooks(p);
+    int next_hook = 0;
     /* Profiling: an action starts when the one before ended (one clock reading each) */
     uint64_t t0 = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;
     for (int ai = 0; ai < p->n_acts; ai++) {
@@ -159,6 +246,10 @@ static gd_status run_actions(gd_program *p, gd_prof *pr)
         if (a->kind == GD_ACT_COPY) {
             if ((st = copy_slots(ctx, p, a)) != GD_OK) return st;
             if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_copy(pr, p, ai, t0);
+            if (next_hook < p->n_hooks && p->hooks[next_hook].at <= ai) {
+                if ((st = fire_hooks(p, &next_hook, ai)) != GD_OK) return st;
+                if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_now();
+            }
             continue;
         }
         if (a->segment >= 0 && p->segs[a->segment].handle != NULL) {
@@ -183,6 +274,10 @@ static gd_status run_actions(gd_program *p, gd_prof *pr)
                 return gd_fail(ctx, GD_ERR_DEVICE, "%s: event_record: %s", b->name, e.msg);
             if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_now();
         }
+        if (next_hook < p->n_hooks && p->hooks[next_hook].at <= ai) {
+            if ((st = fire_hooks(p, &next_hook, ai)) != GD_OK) return st;
+            if (GD_UNLIKELY(pr != NULL)) t0 = gd_prof_now();
+        }
     }
     /* bad data found by kernels that already finished on a device */
     for (int b = 0; b < ctx->n_backends; b++) {
@@ -192,21 +287,8 @@ static gd_status run_actions(gd_program *p, gd_prof *pr)
         gdp_status s = be->dev.poll_error(be->plugin.backend, &e);
         if (s != GDP_OK) return gd_fail(ctx, gd_status_from_plugin(s), "%s: %s", be->name, e.msg);
     }
-    for (int i = 0; i < p->n_targets; i++) {
-        gd_tensor *t = p->targets[i];
-        if (t->kind != GD_V_NODE) continue;
-        int v = p->target_val[i];
-        int r = p->vi[v].root;
-        for (int b = 0; b < p->n_backends; b++) {
-            int s = p->slot_of[r * p->n_backends + b];
-            if (s < 0) continue;
-            t->run_ptr = (char *)gd_slot_ptr(p, s) + p->vi[v].offset * (int64_t)gdp_dtype_size(t->dtype);
-            t->run_be = p->slots[s].be;
-            t->run_seq = g->runs;
-            break;
-        }
-    }
-    return GD_OK;
+    for (int i = 0; i < p->n_targets; i++) publish_target(p, i);
+    return fire_hooks(p, &next_hook, p->n_acts);
 }
 
 gd_status gd_program_run(gd_program *p)
