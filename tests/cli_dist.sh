@@ -72,6 +72,31 @@ check "TCP: a rank that never comes" 1 "rendezvous: 1 of 2 ranks connected to 12
 run env RANK=2 WORLD_SIZE=2 "$G" train lm $C --batch 2 --out "$T/e1"
 check "TCP: a rank outside the job" 1 "RANK=2, WORLD_SIZE=2.*want 0 <= RANK < WORLD_SIZE"
 
+# sums overlapped with the backward pass (the default: a bucket is summed as soon as the
+# last micro-batch's backward finished its gradients) against sums after it
+# (GRADUS_DP_OVERLAP=0): the same losses and weights, bit for bit; small buckets, so that
+# there are many
+tcp2 $C --batch 2 --bucket-mb 0.01 --out "$T/tov"
+check "TCP: small buckets, summed during the backward" 0 "step 6/6" "gradients summed on host, during the backward"
+export GRADUS_DP_OVERLAP=0
+tcp2 $C --batch 2 --bucket-mb 0.01 --out "$T/tno"
+unset GRADUS_DP_OVERLAP
+check "TCP: small buckets, summed after the backward" 0 "step 6/6" "gradients summed on host$"
+must "TCP: overlapped and not, the weights bit for bit" same tov tno
+must "TCP: overlapped and not, the losses" test "$(losses tov)" = "$(losses tno)"
+must "TCP: overlapped, the weights of accumulation" same one tov
+if [ -z "$quick" ]; then
+    # with accumulation: only the last micro-batch overlaps
+    tcp2 $C --batch 1 --accum 2 --bucket-mb 0.01 --out "$T/tov2"
+    check "TCP: 2 micro-batches a rank, overlapped" 0 "step 6/6" "during the backward"
+    export GRADUS_DP_OVERLAP=0
+    tcp2 $C --batch 1 --accum 2 --bucket-mb 0.01 --out "$T/tno2"
+    unset GRADUS_DP_OVERLAP
+    check "TCP: 2 micro-batches a rank, not overlapped" 0 "step 6/6"
+    must "TCP: 2 micro-batches a rank, overlapped and not, the weights bit for bit" same tov2 tno2
+    must "TCP: 2 micro-batches a rank, overlapped and not, the losses" test "$(losses tov2)" = "$(losses tno2)"
+fi
+
 # ---- a job of one rank whose device sums (the test device's collective module, ABI 2.2):
 # the path one GPU takes through NCCL, equal to the plain run bit for bit -----------------------
 if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
@@ -103,6 +128,14 @@ elif "$G" train lm --help | grep -q "mpirun" && ! OMPI_COMM_WORLD_SIZE=2 "$G" tr
         must "MPI: a rerun repeats bit for bit" same mpi mpi2
     fi
     must "MPI and TCP agree bit for bit" same mpi tcp
+    mpi $C --batch 2 --bucket-mb 0.01 --out "$T/mov"
+    check "MPI: small buckets, summed during the backward" 0 "step 6/6" "gradients summed on host, during the backward"
+    export GRADUS_DP_OVERLAP=0
+    mpi $C --batch 2 --bucket-mb 0.01 --out "$T/mno"
+    unset GRADUS_DP_OVERLAP
+    check "MPI: small buckets, summed after the backward" 0 "step 6/6" "gradients summed on host$"
+    must "MPI: overlapped and not, the weights bit for bit" same mov mno
+    must "MPI: overlapped and not, the losses" test "$(losses mov)" = "$(losses mno)"
 
     # resume on another rank count: 2 ranks to step 3, then one process (2 micro-batches)
     mpi $C --batch 2 --stop-at 3 --ckpt-every 3 --out "$T/r"

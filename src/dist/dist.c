@@ -112,6 +112,7 @@ gd_status gd_dist_open(gd_ctx *ctx, const gd_dist_options *opt, gd_dist **out)
     d->ctx = ctx;
     d->ops = &single_ops;
     d->size = 1;
+    d->serialized_threads = 1; /* TCP and a job of one keep no per-thread state */
     d->timeout_s = opt != NULL && GD_HAS_OPT(opt, timeout_s) && opt->timeout_s > 0 ? opt->timeout_s : 0;
     d->bucket_bytes = opt != NULL && GD_HAS_OPT(opt, bucket_bytes) && opt->bucket_bytes > 0 ? opt->bucket_bytes
                                                                                           : (size_t)4 << 20;

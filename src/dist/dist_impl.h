@@ -28,6 +28,7 @@ struct gd_dist {
     double timeout_s;
     size_t bucket_bytes;
     int broken;
+    int serialized_threads; /* collectives may come from another thread, one at a time */
     void *impl;       /* the transport's state */
 };
 

@@ -117,10 +117,13 @@ static const gd_dist_ops mpi_ops = {"mpi", mpi_allreduce, mpi_broadcast, mpi_clo
 
 gd_status gd_dist_mpi_open(gd_dist *d)
 {
-    int inited = 0;
+    int inited = 0, provided = MPI_THREAD_SINGLE;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init(NULL, NULL) != MPI_SUCCESS)
-        return gd_ctx_fail(d->ctx, GD_ERR_DEVICE, "MPI_Init failed");
+    /* the data-parallel trainer sums gradients on a thread of its own, one call at a time */
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return gd_ctx_fail(d->ctx, GD_ERR_DEVICE, "MPI_Init_thread failed");
+    if (inited) MPI_Query_thread(&provided);
+    d->serialized_threads = provided >= MPI_THREAD_SERIALIZED;
     mpi_state *m = gd_calloc(1, sizeof *m);
     if (m == NULL) return gd_ctx_fail(d->ctx, GD_ERR_NOMEM, "gd_dist_open: out of memory");
     m->initialized_here = !inited;

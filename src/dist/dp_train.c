@@ -17,21 +17,46 @@
  * Device collectives: when the preferred backend has a collective module (the CUDA
  * plugin's NCCL), the ranks' sums are written to the grad_sum states as they are and the
  * device adds them there, in its own (run-to-run reproducible) order; the host buffer is
- * then only this rank's part. GRADUS_DEVICE_COLLECTIVE=0 keeps the sum on the host. */
+ * then only this rank's part. GRADUS_DEVICE_COLLECTIVE=0 keeps the sum on the host.
+ *
+ * Buckets: the ranks sum the host buffer in buckets of whole parameters, formed from the
+ * last parameter back (the order a backward pass finishes their gradients in) until each
+ * holds gd_dist_bucket_bytes. Every rank forms the same buckets and sums them in the same
+ * order, and each element's sum is the same rank-ordered sum however it is bucketed.
+ *
+ * Overlap: on the step's last micro-batch, a gradient is added into the buffer the moment
+ * the backward has finished it (gd_program_on_ready), and a bucket whose gradients are all
+ * in goes to a communication thread, which sums the buckets one at a time in bucket order
+ * while the rest of the backward runs; gd_dp_reduce waits for it. Only the thread talks to
+ * the other ranks meanwhile, so the transport is never entered twice at once (MPI needs
+ * MPI_THREAD_SERIALIZED: without it, and with GRADUS_DP_OVERLAP=0, the buckets are summed
+ * after the backward, as the same collectives in the same order). The device collective
+ * path is not overlapped: it sums the grad_sum states after the step's last run. */
 #include "dist/dp_train.h"
 
 #include "alloc.h"
 #include "collective.h"
+#include "core.h"
 #include "dist/dist_impl.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct dp_param {
     gd_tensor *p, *grad, *sum; /* the parameter, its gradient (a target), its grad_sum state */
     size_t off, n;             /* where in the host buffer, how many floats */
     int owner;                 /* the rank that updates it (every rank without zero1: -1) */
+    gd_dp *dp;                 /* for the ready callback */
+    int index, bucket;
+    int taken;                 /* overlap: added into the buffer during this run */
 } dp_param;
+
+typedef struct dp_bucket {
+    int lo, hi;                /* parameters [lo, hi): one range of the host buffer */
+    int pending;               /* overlap: gradients not yet added in this run */
+} dp_bucket;
 
 struct gd_dp {
     gd_ctx *ctx;
@@ -46,6 +71,22 @@ struct gd_dp {
     char *gathered_names;      /* 512 bytes an entry */
     int n_gathered;
     gd_collective *coll;       /* the device's collective, or NULL: sums through gd_dist */
+    dp_bucket *buckets;
+    int n_buckets;
+    /* overlap: the main thread's side */
+    int overlap;               /* the communication thread runs */
+    int live, live_first;      /* this run is the step's last micro-batch (and its first) */
+    int posted;                /* buckets handed to the thread in this step */
+    int64_t early;             /* buckets handed over by callbacks, while the run went on */
+    char what[64];
+    gd_ctx *comm_ctx;          /* the transport's messages while the thread owns it */
+    /* shared with the thread, under mu */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int q_posted, q_next, q_stop;
+    gd_status q_status;
+    char q_err[1024];
 };
 
 static gd_status fail_after(gd_ctx *ctx, const char *what)
@@ -56,9 +97,13 @@ static gd_status fail_after(gd_ctx *ctx, const char *what)
     return gd_ctx_fail(ctx, s, "%s: %s", what, m[0] ? m : "unknown error");
 }
 
+static void stop_thread(gd_dp *dp);
+
 void gd_dp_free(gd_dp *dp)
 {
     if (dp == NULL) return;
+    stop_thread(dp);
+    gd_free(dp->buckets);
     gd_free(dp->ps);
     gd_free(dp->buf);
     gd_free(dp->tmp);
@@ -86,7 +131,11 @@ static gd_status open_collective(gd_dp *dp)
     return st;
 }
 
-const char *gd_dp_summed_on(const gd_dp *dp) { return dp->coll != NULL ? gd_collective_backend(dp->coll) : "host"; }
+const char *gd_dp_summed_on(const gd_dp *dp)
+{
+    if (dp->coll != NULL) return gd_collective_backend(dp->coll);
+    return dp->early > 0 ? "host, during the backward" : "host";
+}
 
 gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const gd_adamw_config *oc, int zero1,
                       gd_tensor *unscale, gd_tensor **norm, gd_dp **out)
@@ -172,6 +221,22 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
             st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory for %zu gradients", dp->total);
     }
     if (st == GD_OK) st = open_collective(dp);
+    if (st == GD_OK) {
+        /* buckets from the last parameter back, each of whole parameters up to the bucket size */
+        dp->buckets = gd_calloc((size_t)dp->n, sizeof *dp->buckets);
+        if (dp->buckets == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory");
+        size_t cap = gd_dist_bucket_bytes(d) / sizeof(float), have = 0;
+        for (int i = dp->n - 1; i >= 0 && st == GD_OK; i--) {
+            if (have == 0) dp->buckets[dp->n_buckets++].hi = i + 1;
+            dp_bucket *b = &dp->buckets[dp->n_buckets - 1];
+            b->lo = i;
+            dp->ps[i].bucket = dp->n_buckets - 1;
+            dp->ps[i].index = i;
+            dp->ps[i].dp = dp;
+            have += dp->ps[i].n;
+            if (have >= cap) have = 0;
+        }
+    }
 done:
     gd_free(grads);
     gd_free(mine);
@@ -188,16 +253,192 @@ int gd_dp_grad_count(const gd_dp *dp) { return dp->n; }
 gd_tensor *gd_dp_grad(const gd_dp *dp, int i) { return dp->ps[i].grad; }
 gd_tensor *gd_dp_sum(const gd_dp *dp, int i) { return dp->ps[i].sum; }
 
+/* Adds parameter i's gradient of this run into the host buffer. */
+static gd_status add_grad(gd_dp *dp, int i, int first)
+{
+    dp_param *q = &dp->ps[i];
+    float *dst = dp->buf + q->off;
+    gd_status st = gd_tensor_read(q->grad, first ? dst : dp->tmp, q->n * sizeof(float));
+    if (st != GD_OK) return st;
+    /* the order one process's accumulation state has: ((g1 + g2) + g3) ... */
+    if (!first)
+        for (size_t k = 0; k < q->n; k++) dst[k] += dp->tmp[k];
+    return GD_OK;
+}
+
+static float *bucket_at(const gd_dp *dp, int b, size_t *n)
+{
+    const dp_param *lo = &dp->ps[dp->buckets[b].lo], *last = &dp->ps[dp->buckets[b].hi - 1];
+    *n = last->off + last->n - lo->off;
+    return dp->buf + lo->off;
+}
+
+/* ---- overlap ----------------------------------------------------------------------------- */
+
+/* The communication thread: sums the posted buckets in order; after a failure it skips the
+ * rest (the job is broken) and keeps the first message. */
+static void *comm_main(void *arg)
+{
+    gd_dp *dp = arg;
+    pthread_mutex_lock(&dp->mu);
+    for (;;) {
+        while (!dp->q_stop && dp->q_next >= dp->q_posted) pthread_cond_wait(&dp->cv, &dp->mu);
+        if (dp->q_stop) break;
+        int b = dp->q_next, ok = dp->q_status == GD_OK;
+        pthread_mutex_unlock(&dp->mu);
+        gd_status st = GD_OK;
+        if (ok) {
+            size_t n;
+            float *at = bucket_at(dp, b, &n);
+            st = gd_dist_allreduce_f32(dp->d, at, n, dp->what);
+        }
+        pthread_mutex_lock(&dp->mu);
+        if (st != GD_OK && dp->q_status == GD_OK) {
+            dp->q_status = st;
+            snprintf(dp->q_err, sizeof dp->q_err, "%s", gd_ctx_error(dp->comm_ctx));
+        }
+        dp->q_next++;
+        pthread_cond_broadcast(&dp->cv);
+    }
+    pthread_mutex_unlock(&dp->mu);
+    return NULL;
+}
+
+/* Waits for the posted buckets; the transport's messages go to the graph's context again. */
+static gd_status wait_posted(gd_dp *dp)
+{
+    pthread_mutex_lock(&dp->mu);
+    while (dp->q_next < dp->q_posted) pthread_cond_wait(&dp->cv, &dp->mu);
+    gd_status st = dp->q_status;
+    char m[sizeof dp->q_err];
+    memcpy(m, dp->q_err, sizeof m);
+    dp->q_next = dp->q_posted = 0;
+    dp->q_status = GD_OK;
+    dp->q_err[0] = '\0';
+    pthread_mutex_unlock(&dp->mu);
+    dp->posted = 0;
+    dp->live = 0;
+    dp->d->ctx = dp->ctx;
+    if (st != GD_OK) {
+        gd_dist_set_broken(dp->d);
+        return gd_ctx_fail(dp->ctx, st, "%s", m);
+    }
+    return GD_OK;
+}
+
+static void stop_thread(gd_dp *dp)
+{
+    if (!dp->overlap) return;
+    pthread_mutex_lock(&dp->mu);
+    dp->q_stop = 1; /* after the bucket in progress, whose wait the timeout bounds */
+    pthread_cond_broadcast(&dp->cv);
+    pthread_mutex_unlock(&dp->mu);
+    pthread_join(dp->thread, NULL);
+    pthread_cond_destroy(&dp->cv);
+    pthread_mutex_destroy(&dp->mu);
+    dp->overlap = 0;
+    dp->live = 0;
+    if (dp->q_status != GD_OK) gd_dist_set_broken(dp->d);
+    dp->d->ctx = dp->ctx;
+    gd_free(dp->comm_ctx);
+    dp->comm_ctx = NULL;
+}
+
+void gd_dp_cancel(gd_dp *dp)
+{
+    if (dp != NULL) stop_thread(dp);
+}
+
+/* Adds gradient i (once a run) and hands the thread every bucket now complete, in order. */
+static gd_status take(gd_dp *dp, int i, int in_run)
+{
+    dp_param *q = &dp->ps[i];
+    if (q->taken) return GD_OK;
+    gd_status st = add_grad(dp, i, dp->live_first);
+    if (st != GD_OK) return st;
+    q->taken = 1;
+    if (--dp->buckets[q->bucket].pending > 0) return GD_OK;
+    int posted = dp->posted;
+    while (posted < dp->n_buckets && dp->buckets[posted].pending == 0) posted++;
+    if (posted == dp->posted) return GD_OK; /* an earlier bucket is not complete yet */
+    if (in_run) dp->early += posted - dp->posted;
+    dp->posted = posted;
+    pthread_mutex_lock(&dp->mu);
+    dp->q_posted = posted;
+    pthread_cond_broadcast(&dp->cv);
+    pthread_mutex_unlock(&dp->mu);
+    return GD_OK;
+}
+
+static gd_status on_grad_ready(void *user, gd_tensor *grad)
+{
+    dp_param *q = user;
+    (void)grad;
+    return q->dp->live ? take(q->dp, q->index, 1) : GD_OK;
+}
+
+gd_status gd_dp_attach(gd_dp *dp, gd_program *micro)
+{
+    const char *env = getenv("GRADUS_DP_OVERLAP");
+    if (dp->coll != NULL || gd_dist_size(dp->d) < 2 || (env != NULL && strcmp(env, "0") == 0)) return GD_OK;
+    if (!dp->d->serialized_threads) {
+        gd_ctx_log(dp->ctx, "rank %d of %d: %s gives no MPI_THREAD_SERIALIZED: gradients are summed after the backward "
+                   "pass, not during it", gd_dist_rank(dp->d), gd_dist_size(dp->d), gd_dist_transport(dp->d));
+        return GD_OK;
+    }
+    for (int i = 0; i < dp->n; i++) {
+        gd_status st = gd_program_on_ready(micro, dp->ps[i].grad, on_grad_ready, &dp->ps[i]);
+        if (st != GD_OK) return st;
+    }
+    /* a context of its own for the transport's messages while the thread runs it: the
+     * graph's is the main thread's */
+    dp->comm_ctx = gd_calloc(1, sizeof *dp->comm_ctx);
+    if (dp->comm_ctx == NULL) return gd_ctx_fail(dp->ctx, GD_ERR_NOMEM, "data parallelism: out of memory");
+    if (pthread_mutex_init(&dp->mu, NULL) != 0) goto no_thread;
+    if (pthread_cond_init(&dp->cv, NULL) != 0) {
+        pthread_mutex_destroy(&dp->mu);
+        goto no_thread;
+    }
+    if (pthread_create(&dp->thread, NULL, comm_main, dp) != 0) {
+        pthread_cond_destroy(&dp->cv);
+        pthread_mutex_destroy(&dp->mu);
+        goto no_thread;
+    }
+    dp->overlap = 1;
+    return GD_OK;
+no_thread:
+    gd_free(dp->comm_ctx);
+    dp->comm_ctx = NULL;
+    return gd_ctx_fail(dp->ctx, GD_ERR_NOMEM, "data parallelism: cannot start the communication thread");
+}
+
+void gd_dp_micro(gd_dp *dp, int64_t step, int first, int last)
+{
+    if (!dp->overlap || !last) return;
+    /* the thread is idle (the last step's buckets were waited for): the buffer and the
+     * transport are the main thread's until the first bucket is posted */
+    dp->live = 1;
+    dp->live_first = first;
+    dp->posted = 0;
+    snprintf(dp->what, sizeof dp->what, "the gradients of step %lld", (long long)step);
+    for (int i = 0; i < dp->n; i++) dp->ps[i].taken = 0;
+    for (int b = 0; b < dp->n_buckets; b++) dp->buckets[b].pending = dp->buckets[b].hi - dp->buckets[b].lo;
+    memset(dp->comm_ctx, 0, sizeof *dp->comm_ctx);
+    dp->d->ctx = dp->comm_ctx;
+}
+
 gd_status gd_dp_accumulate(gd_dp *dp, int first)
 {
+    if (dp->live) { /* gradients no callback took (none, normally) */
+        for (int i = 0; i < dp->n; i++) {
+            gd_status st = take(dp, i, 0);
+            if (st != GD_OK) return st;
+        }
+        return GD_OK;
+    }
     for (int i = 0; i < dp->n; i++) {
-        dp_param *q = &dp->ps[i];
-        float *dst = dp->buf + q->off;
-        gd_status st = gd_tensor_read(q->grad, first ? dst : dp->tmp, q->n * sizeof(float));
+        gd_status st = add_grad(dp, i, first);
         if (st != GD_OK) return st;
-        /* the order one process's accumulation state has: ((g1 + g2) + g3) ... */
-        if (!first)
-            for (size_t k = 0; k < q->n; k++) dst[k] += dp->tmp[k];
     }
     return GD_OK;
 }
@@ -215,7 +456,16 @@ gd_status gd_dp_reduce(gd_dp *dp, int64_t step)
         if (st != GD_OK) gd_dist_set_broken(dp->d);
         return st;
     }
-    gd_status st = gd_dist_allreduce_f32(dp->d, dp->buf, dp->total, what);
+    gd_status st = GD_OK;
+    if (dp->overlap) {
+        st = wait_posted(dp);
+    } else {
+        for (int b = 0; b < dp->n_buckets && st == GD_OK; b++) {
+            size_t n;
+            float *at = bucket_at(dp, b, &n);
+            st = gd_dist_allreduce_f32(dp->d, at, n, what);
+        }
+    }
     for (int i = 0; i < dp->n && st == GD_OK; i++)
         st = gd_tensor_write(dp->ps[i].sum, dp->buf + dp->ps[i].off, dp->ps[i].n * sizeof(float));
     return st;

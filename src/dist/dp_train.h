@@ -23,11 +23,23 @@ gd_tensor *gd_dp_grad(const gd_dp *dp, int i);
 /* The grad_sum states (as many): after gd_dp_reduce, the step's summed gradients, the same
  * on every rank. */
 gd_tensor *gd_dp_sum(const gd_dp *dp, int i);
+/* After compiling the micro program: with ranks, the host sum and GRADUS_DP_OVERLAP not
+ * 0, the step's last micro-batch sums its gradients with the other ranks' while its
+ * backward runs (callbacks on the program, a communication thread). */
+gd_status gd_dp_attach(gd_dp *dp, gd_program *micro);
+/* Before a micro-batch's run: the first of the step and the last (which, overlapped,
+ * starts the sums). From then until gd_dp_reduce (or gd_dp_cancel) nothing else may use
+ * the gd_dist. */
+void gd_dp_micro(gd_dp *dp, int64_t step, int first, int last);
 /* After a micro-batch's run: adds its gradients into this rank's sum (the first of a step
  * starts it). */
 gd_status gd_dp_accumulate(gd_dp *dp, int first);
-/* Sums the ranks' gradients (rank order) and writes them into the grad_sum states. */
+/* Sums the ranks' gradients (rank order; overlapped: waits for those sums) and writes them
+ * into the grad_sum states. */
 gd_status gd_dp_reduce(gd_dp *dp, int64_t step);
+/* After a failed micro-batch: stops summing (waits for the bucket in progress, at most the
+ * timeout); later steps sum after the backward. */
+void gd_dp_cancel(gd_dp *dp);
 /* After the update program ran: with zero1, every parameter goes from the rank that
  * updated it to the others. */
 gd_status gd_dp_after_update(gd_dp *dp, int64_t step);
@@ -38,7 +50,8 @@ gd_status gd_dp_gather_moments(gd_dp *dp, const gd_st_entry **entries, int *n);
 /* Memory this rank holds: parameters, gradient buffers of its own (host and states),
  * optimizer moments. */
 void gd_dp_memory(const gd_dp *dp, size_t *param_bytes, size_t *grad_bytes, size_t *optimizer_bytes);
-/* Where the ranks' gradients are summed: "host", or the backend whose collective does it. */
+/* Where the ranks' gradients are summed: "host" ("host, during the backward" once a bucket
+ * was summed while a backward pass still ran), or the backend whose collective does it. */
 const char *gd_dp_summed_on(const gd_dp *dp);
 void gd_dp_free(gd_dp *dp);
 

@@ -116,6 +116,7 @@ static gd_status build_dp(trainer *t)
     for (int i = 0; i < n; i++) targets[i + 1] = gd_dp_grad(t->dp, i);
     if ((t->micro = gd_compile(t->g, n + 1, targets, 0)) == NULL) st = failed(ctx, "compiling the gradient step");
     free(targets);
+    if (st == GD_OK) st = gd_dp_attach(t->dp, t->micro);
     if (st == GD_OK && (t->step = gd_compile(t->g, 1, &t->norm, GD_COMPILE_UPDATES)) == NULL)
         st = failed(ctx, "compiling the update");
     if (st == GD_OK && (t->eval = gd_compile(t->g, 1, &t->loss, 0)) == NULL) st = failed(ctx, "compiling the evaluation");
@@ -316,15 +317,22 @@ static gd_status dp_step(trainer *t, int64_t step, gd_data_pos *pos, double *los
     gd_status st = GD_OK;
     for (int64_t j = 0; j < all && st == GD_OK; j++) {
         float l = 0;
-        if (j / K != me) st = gd_token_data_batch(c->data, GD_SPLIT_TRAIN, c->batch, c->seq, pos, t->x, t->y);
-        else if ((st = run_batch(t, t->micro, GD_SPLIT_TRAIN, pos, &l)) == GD_OK)
-            st = gd_dp_accumulate(t->dp, j % K == 0);
+        if (j / K != me) {
+            st = gd_token_data_batch(c->data, GD_SPLIT_TRAIN, c->batch, c->seq, pos, t->x, t->y);
+        } else {
+            /* the last micro-batch starts the gradients' sums while its backward runs */
+            gd_dp_micro(t->dp, step, j % K == 0, j % K == K - 1);
+            if ((st = run_batch(t, t->micro, GD_SPLIT_TRAIN, pos, &l)) == GD_OK) st = gd_dp_accumulate(t->dp, j % K == 0);
+        }
         t->losses[j] = l;
     }
+    if (st != GD_OK) gd_dp_cancel(t->dp);
+    /* the gradients first: an overlapped sum is in progress, and the transport takes one
+     * collective at a time, in the same order on every rank */
+    if (st == GD_OK) st = gd_dp_reduce(t->dp, step);
     char what[64];
     snprintf(what, sizeof what, "the losses of step %lld", (long long)step);
     if (st == GD_OK) st = gd_dist_allreduce_f64(c->dist, t->losses, (size_t)all, what);
-    if (st == GD_OK) st = gd_dp_reduce(t->dp, step);
     if (st == GD_OK) st = overflowed(t, skip);
     if (st == GD_OK && !*skip) {
         st = gd_program_run(t->step);
@@ -626,6 +634,8 @@ gd_status gd_lm_train(gd_ctx *ctx, const gd_lm_train_config *cfg, gd_lm_train_re
             if (st != GD_OK) break;
         }
     }
+    /* whether the sums overlapped the backward is known once steps ran */
+    if (t.dp != NULL) snprintf(out->summed_on, sizeof out->summed_on, "%s", gd_dp_summed_on(t.dp));
 done:
     trainer_free(&t);
     return st;
