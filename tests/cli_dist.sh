@@ -15,6 +15,8 @@ checks=0
 skipped=""
 # CI runs as root on 2 cores
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# a ThreadSanitizer build: what is reported inside MPI is not gradus's (tests/tsan.supp)
+export TSAN_OPTIONS="suppressions=$S/tests/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}"
 run() { "$@" > "$T/out" 2>&1 < /dev/null; rc=$?; }
 check() { # check NAME WANT_RC PATTERN... (grep -E over stdout+stderr)
     name=$1; want=$2; shift 2
