@@ -259,6 +259,14 @@ static __device__ __forceinline__ void cu_std(__nv_bfloat16 *p, int64_t i, doubl
     default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda %s: dtype %d", node->op, (int)(dt)); \
     }
 
+/* A runtime position or length input: an integer scalar, or one per batch row (rows of
+ * them); the elements between batch rows' values, 0 for a scalar. */
+static inline int index_per_row(const gdp_tensor *t, int64_t rows)
+{
+    return gdp_is_index(t->dtype) && (gdp_numel(t) == 1 || (t->ndim == 1 && t->shape[0] == rows));
+}
+static inline int64_t index_step(const gdp_tensor *t) { return gdp_numel(t) == 1 ? 0 : t->stride[0]; }
+
 /* Row-major shape helpers. */
 static inline int64_t cu_prod(const int64_t *shape, int from, int to)
 {

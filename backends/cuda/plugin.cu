@@ -33,6 +33,7 @@ extern const cu_family cu_family_conv;
 extern const cu_family cu_family_pool;
 extern const cu_family cu_family_quant;
 extern const cu_family cu_family_sample;
+extern const cu_family cu_family_rope_cache;
 extern const gdp_graph_pass cu_fuse_pass; /* fuse.cu */
 void cu_conv_close(cu_backend *be);       /* conv.cu: its cuDNN/cuBLAS handles */
 
@@ -41,6 +42,7 @@ static const cu_family *const families[] = {
     &cu_family_softmax, &cu_family_norm, &cu_family_layout, &cu_family_optim,
     &cu_family_attention, &cu_family_index, &cu_family_random,
     &cu_family_conv, &cu_family_pool, &cu_family_quant, &cu_family_sample,
+    &cu_family_rope_cache,
 };
 
 static const char *setting(const gdp_host *host, const char *name)

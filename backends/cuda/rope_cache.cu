@@ -1,0 +1,230 @@
+/* rope_cache.cu — the decoder's position ops of the attention family (src/ops/attention.c):
+ * rope and cache_write. Positions (a scalar, or one per batch row) are read on the device,
+ * never by the host, so a captured decode step replays with new ones.
+ *
+ * rope computes each angle's cosine and sine in double with the reference's expressions:
+ * for a decode step (at most ROPE_INLINE_T positions) in one launch, a thread per rotated
+ * pair; for longer runs once per (position, pair index) into a table every head then reads,
+ * since transcendentals in double are too dear to redo per head. cache_write is one launch:
+ * x's rows into the cache in place, or (not in place) every element of the output from x or
+ * the cache; a row whose position does not fit is reported as bad data and left as it was.
+ */
+#include "cuda_internal.h"
+
+#include <math.h>
+
+/* ---- rope ------------------------------------------------------------------------------------- */
+
+/* rope's angle for pair i at step t of a row whose first position is `offset`, and its
+ * cosine and sine, with the very expressions of rope_ref (in double). */
+static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int64_t i, int64_t D, double theta,
+                                                  double sign)
+{
+    const double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
+    return make_double2(cos(angle), sign * sin(angle));
+}
+
+/* x (B, T, H, D) -> y: pair (i0, i1) of row `row` = (b * T + t) * H + h rotated by c. */
+template <typename T>
+static __device__ __forceinline__ void rope_pair(const T *x, T *y, int64_t row, int64_t i, int64_t D, int interleaved,
+                                                 double2 c)
+{
+    const int64_t half = D / 2, base = row * D;
+    const int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
+    const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
+    /* no fused multiply-add: the reference rounds each product */
+    cu_std(y, i0, __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y)));
+    cu_std(y, i1, __dadd_rn(__dmul_rn(x0, c.y), __dmul_rn(x1, c.x)));
+}
+
+// A decode step (T <= ROPE_INLINE_T): one launch, a thread per pair computing its own angle.
+// pos (a scalar, or one per batch row pos_step elements apart) is read on the device.
+template <typename T>
+__global__ void rope_kernel(const T *x, T *y, const void *pos, int pos64, int64_t pos_step, int64_t pairs, int64_t T_,
+                            int64_t H, int64_t D, int interleaved, double theta, double sign)
+{
+    const int64_t half = D / 2;
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = p % half, row = p / half, bt = row / H;
+        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, (bt / T_) * pos_step) : 0;
+        rope_pair(x, y, row, i, D, interleaved, rope_cs(bt % T_, offset, i, D, theta, sign));
+    }
+}
+
+// Longer runs (prefill, training): the (cos, sin) of each (t, i) computed once into a table
+// shared by every head — or of each (b, t, i) when the positions are per row — then read by
+// the rotating kernel. Transcendentals in double cost too much to redo for each head.
+__global__ void rope_table_kernel(double2 *cs, int64_t rows, int64_t T_, int64_t half, int64_t D, const void *pos,
+                                  int pos64, int64_t pos_step, double theta, double sign)
+{
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < rows * half; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bt = k / half, i = k % half;
+        const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, (bt / T_) * pos_step) : 0;
+        cs[k] = rope_cs(bt % T_, offset, i, D, theta, sign);
+    }
+}
+
+template <typename T>
+__global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int per_row, int64_t pairs, int64_t T_,
+                                        int64_t H, int64_t D, int interleaved)
+{
+    const int64_t half = D / 2;
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = p % half, row = p / half, bt = row / H;
+        rope_pair(x, y, row, i, D, interleaved, cs[(per_row ? bt : bt % T_) * half + i]);
+    }
+}
+
+#define ROPE_INLINE_T 4
+
+static int rope_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in < 1 || n->n_in > 2 || n->n_out != 1) return 0;
+    const gdp_tensor *x = n->in[0];
+    if (x->ndim != 4 || (n->n_in == 2 && !index_per_row(n->in[1], x->shape[0]))) return 0;
+    return cu_gpu_float(x->dtype) && x->shape[3] % 2 == 0 && n->out[0]->dtype == x->dtype &&
+           cu_same_shape(n->out[0], x) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
+}
+
+/* The table's rows: T, or B * T with a position per row; none for a decode step. */
+static int64_t rope_table_rows(const gdp_node *n)
+{
+    const gdp_tensor *x = n->in[0];
+    if (x->ndim != 4 || x->shape[1] <= ROPE_INLINE_T) return 0;
+    int per_row = n->n_in > 1 && index_step(n->in[1]) != 0;
+    return per_row ? x->shape[0] * x->shape[1] : x->shape[1];
+}
+
+static size_t rope_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare((size_t)rope_table_rows(n) * (size_t)(n->in[0]->shape[3] / 2) * sizeof(double2));
+}
+
+// x (B, T, H, D) [, pos] -> y
+static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[0], *y = node->out[0];
+    const int64_t T = x->shape[1], H = x->shape[2], D = x->shape[3], half = D / 2, pairs = gdp_numel(x) / 2;
+    if (pairs == 0) return GDP_OK;
+    const double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
+    const int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
+    const double sign = gdp_attr_int(&node->attrs, "inverse", 0) ? -1.0 : 1.0;
+    const gdp_tensor *pos = node->n_in > 1 ? node->in[1] : NULL;
+    const void *pd = pos != NULL ? pos->data : NULL;
+    const int pos64 = pos != NULL && pos->dtype == GDP_I64;
+    const int64_t step = pos != NULL ? index_step(pos) : 0;
+    const int64_t rows = rope_table_rows(node);
+    if (rows == 0) {
+        CU_FLOAT_SWITCH(x->dtype, E,
+                        rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, pd,
+                                                                                 pos64, step, pairs, T, H, D,
+                                                                                 interleaved, theta, sign));
+        return GDP_OK;
+    }
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, (size_t)(rows * half) * sizeof(double2), &ws, err);
+    if (st != GDP_OK) return st;
+    double2 *cs = (double2 *)ws;
+    rope_table_kernel<<<cu_blocks(be, rows * half, 256), 256, 0, s>>>(cs, rows, T, half, D, pd, pos64, step, theta, sign);
+    const int per_row = step != 0;
+    CU_FLOAT_SWITCH(x->dtype, E,
+                    rope_table_apply_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>(
+                        (const E *)x->data, (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
+    return GDP_OK;
+}
+CU_LAUNCHER(rope_run)
+
+/* ---- cache_write ------------------------------------------------------------------------------ */
+
+// cache (outer, S, D) -> y: rows [p, p + T) of each (S, D) slice replaced by x (outer, T, D),
+// p the slice's batch row's pos (outer = n0 * inner, batch row o / inner; a scalar pos has
+// step 0). A pos that does not fit is reported and its batch row left as it was. With c
+// NULL, y is the cache itself (in place) and only x's rows are written; otherwise every
+// element of y is written, from x or from the cache c: one pass, one launch.
+template <typename E>
+__global__ void cache_write_kernel(const E *c, const E *x, E *y, const void *pos, int pos64, int64_t step, int64_t n0,
+                                   int64_t outer, int64_t inner, int64_t S, int64_t T, int64_t D, cu_bad bad)
+{
+    if (blockIdx.x == 0) {
+        const int64_t rows = step != 0 ? n0 : 1;
+        for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) {
+            const int64_t p = cu_ld_index(pos, pos64, b * step);
+            if (p < 0 || p > S - T) cu_report(bad, p, b);
+        }
+    }
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    if (c == NULL) {
+        const int64_t row = T * D, n = outer * row;
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+            const int64_t o = i / row, r = i % row;
+            const int64_t p = cu_ld_index(pos, pos64, (o / inner) * step);
+            if (p < 0 || p > S - T) continue;
+            y[(o * S + p) * D + r] = x[i];
+        }
+        return;
+    }
+    const int64_t slice = S * D, n = outer * slice;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t o = i / slice, sd = i % slice, st = sd / D, d = sd % D;
+        const int64_t p = cu_ld_index(pos, pos64, (o / inner) * step);
+        const bool from_x = p >= 0 && p <= S - T && st >= p && st < p + T;
+        y[i] = from_x ? x[(o * T + st - p) * D + d] : c[i];
+    }
+}
+
+static int cache_write_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 3 || n->n_out != 1) return 0;
+    const gdp_tensor *c = n->in[0], *x = n->in[1], *y = n->out[0];
+    int nd = c->ndim;
+    if (nd < 2 || x->ndim != nd || x->dtype != c->dtype || y->dtype != c->dtype || !cu_same_shape(y, c)) return 0;
+    if (gdp_dtype_size(c->dtype) != 2 && gdp_dtype_size(c->dtype) != 4) return 0;
+    for (int d = 0; d < nd; d++)
+        if (d != nd - 2 && x->shape[d] != c->shape[d]) return 0;
+    /* a position per batch row needs a batch dim before the (S, D) of each slice */
+    const gdp_tensor *pos = n->in[2];
+    if (!(gdp_is_index(pos->dtype) && gdp_numel(pos) == 1) && (nd < 3 || !index_per_row(pos, c->shape[0]))) return 0;
+    return x->shape[nd - 2] <= c->shape[nd - 2];
+}
+
+// cache (..., S, D), x (..., T, D), pos -> cache'
+static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *c = node->in[0], *x = node->in[1], *pos = node->in[2], *y = node->out[0];
+    (void)err;
+    const int nd = y->ndim;
+    const int64_t S = y->shape[nd - 2], T = x->shape[nd - 2], D = y->shape[nd - 1];
+    const int64_t outer = cu_prod(y->shape, 0, nd - 2), step = index_step(pos);
+    /* with a position per batch row nd >= 3 (supports): dim 0 is the batch */
+    const int64_t n0 = step != 0 ? y->shape[0] : 1, inner = step != 0 ? cu_prod(y->shape, 1, nd - 2) : 1;
+    const size_t es = gdp_dtype_size(y->dtype);
+    const int in_place = y->data == c->data;
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_POS, S, T, NULL);
+    const int p64 = pos->dtype == GDP_I64;
+    const unsigned g = cu_blocks(be, in_place ? outer * T * D : outer * S * D, 256);
+    if (es == 4)
+        cache_write_kernel<uint32_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint32_t *)c->data,
+                                                       (const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
+                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
+    else
+        cache_write_kernel<uint16_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint16_t *)c->data,
+                                                       (const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
+                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
+    return GDP_OK;
+}
+CU_LAUNCHER(cache_write_run)
+
+static const char *const rope_attrs[] = {"theta", NULL};
+
+#define FLOATS3(op, sup, fn, attrs, ws) \
+    CU_KX(op, GDP_F32, 0, sup, fn, attrs, ws), CU_KX(op, GDP_F16, 0, sup, fn, attrs, ws), \
+        CU_KX(op, GDP_BF16, 0, sup, fn, attrs, ws)
+
+static const gdp_kernel kernels[] = {
+    FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
+    FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),
+};
+CU_FAMILY(rope_cache, kernels);
