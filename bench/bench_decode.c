@@ -38,13 +38,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (int32_t)best;
-}
+/* the greedy pick: gd_lm_sample's first highest logit (no settings, no scratch) */
+static int32_t argmax(const float *x, int64_t n) { return gd_lm_sample(x, n, NULL, 0, NULL); }
 
 int main(int argc, char **argv)
 {

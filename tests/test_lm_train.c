@@ -17,14 +17,7 @@
 
 static char dir[256];
 
-static const char *path_of(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
+static const char *path_of(const char *name) { return tu_path(dir, name); }
 
 static void write_text(const char *name, const char *text, int repeat)
 {

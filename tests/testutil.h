@@ -16,6 +16,18 @@
 #include <stdio.h>
 #include <string.h>
 
+/* ---- files ------------------------------------------------------------------------------- */
+
+/* dir/name, in one of four rotating buffers: a call may take up to four such paths at once. */
+static inline const char *tu_path(const char *dir, const char *name)
+{
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
 /* ---- checks and the context --------------------------------------------------------- */
 
 static int failures;
