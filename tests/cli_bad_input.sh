@@ -129,7 +129,7 @@ row 1 "$T/shortidx/train-images-idx3-ubyte: truncated: the header promises 5 ima
 
 # sweep: names, files, plugins
 row 2 'gradus sweep: no op named "nosuch"'                         "$G" sweep -q --op nosuch
-row 2 'no op named "norm" \(did you mean global_norm, layer_norm'  "$G" sweep -q --op norm
+row 2 'no op named "norm" \(did you mean add_layer_norm, add_rms_norm, global_norm, layer_norm'  "$G" sweep -q --op norm
 row 2 'gradus sweep: --op needs an op name, got an empty one'      "$G" sweep -q --op ''
 row 2 'option --op needs a value'                                  "$G" sweep --op
 row 1 'gradus sweep: no backend named "nosuch" \(loaded: ref'      "$G" sweep -q --backend nosuch

@@ -180,14 +180,35 @@ static gd_tensor *v_linear_bias_input(gd_tensor *const *in)
     return gd_gelu(gd_add(in[1], gd_matmul(in[0], in[2], 0, 0)), 1);
 }
 
+/* a transformer's residual stream: the add and the norm after it fused */
+static gd_tensor *v_add_rms_norm(gd_tensor *const *in) { return gd_rms_norm(gd_add(in[0], in[1]), in[2], 1e-6); }
+static gd_tensor *v_add_layer_norm(gd_tensor *const *in)
+{
+    /* the sum is read again after the norm, as the next residual add reads it */
+    gd_tensor *s = gd_add(in[0], in[1]);
+    return gd_add(gd_layer_norm(s, in[2], in[3], 1e-5), s);
+}
+/* decode-step products (2 rows) of a computed x: SwiGLU's pair, and q, k, v */
+static gd_tensor *v_swiglu(gd_tensor *const *in)
+{
+    gd_tensor *h = gd_rms_norm(in[0], NULL, 1e-6);
+    return gd_mul(gd_silu(gd_linear(h, in[1], NULL)), gd_linear(h, in[2], NULL));
+}
+static gd_tensor *v_qkv(gd_tensor *const *in)
+{
+    gd_tensor *h = gd_rms_norm(in[0], NULL, 1e-6);
+    gd_tensor *q = gd_linear(h, in[1], NULL), *k = gd_linear(h, in[2], NULL), *v = gd_linear(h, in[3], NULL);
+    return gd_concat(gd_tensor_graph(h), 3, (gd_tensor *[]){q, k, v}, 1);
+}
+
 typedef struct view_case {
     const char *name;
     view_fn fn;
     int n_in;
-    int ndim[3];
-    int64_t shape[3][4];
+    int ndim[4];
+    int64_t shape[4][4];
     int copies; /* contiguous copies the planner should insert */
-    int fused;  /* linear_act nodes the graph pass should make */
+    int fused;  /* nodes of fused ops (linear_act, add_*_norm, ...) the graph pass should make */
 } view_case;
 
 static const view_case view_cases[] = {
@@ -201,6 +222,11 @@ static const view_case view_cases[] = {
     {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1, 0},
     {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1, 0},
     {"bias input + matmul + gelu fused", v_linear_bias_input, 3, {2, 1, 2}, {{40, 48}, {32}, {48, 32}}, 0, 1},
+    {"add + rms_norm fused", v_add_rms_norm, 3, {2, 2, 1}, {{6, 96}, {6, 96}, {96}}, 0, 1},
+    {"add + layer_norm fused, the sum read again", v_add_layer_norm, 4, {3, 3, 1, 1},
+     {{2, 3, 64}, {2, 3, 64}, {64}, {64}}, 0, 1},
+    {"silu(x Wg) * (x Wu) fused, 2 rows", v_swiglu, 3, {2, 2, 2}, {{2, 64}, {40, 64}, {40, 64}}, 0, 1},
+    {"q, k, v products fused, 2 rows", v_qkv, 4, {2, 2, 2, 2}, {{2, 64}, {32, 64}, {16, 64}, {16, 64}}, 0, 1},
 };
 
 typedef struct prog_lines {
@@ -213,7 +239,9 @@ static void count_line(void *user, const char *s)
     if (strncmp(s, "node", 4) != 0) return;
     c->nodes++;
     c->copies += strstr(s, " copy(") != NULL;
-    c->fused += strstr(s, " linear_act(") != NULL;
+    static const char *const fused_ops[] = {" linear_act(", " add_rms_norm(", " add_layer_norm(", " linear_swiglu(",
+                                            " linear_qkv("};
+    for (size_t k = 0; k < sizeof fused_ops / sizeof fused_ops[0]; k++) c->fused += strstr(s, fused_ops[k]) != NULL;
     c->segments += strstr(s, "[segment]") != NULL;
 }
 
@@ -229,7 +257,7 @@ static gd_status run_view(gd_ctx *ctx, int bi, const view_case *v, float **out, 
     ctx->preferred = bi;
     ctx->strict = bi != 0;
     gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *in[3];
+    gd_tensor *in[4];
     gd_status st = GD_OK;
     uint64_t r = 0x1234567u;
     for (int k = 0; k < v->n_in && st == GD_OK; k++) {

@@ -96,7 +96,7 @@ int main(void)
         const char *op, *backend, *want;
     } bad[] = {{"nosuch", NULL, "no op named \"nosuch\""},
                {"", NULL, "the op name is empty"},
-               {"norm", NULL, "did you mean global_norm, layer_norm"},
+               {"norm", NULL, "did you mean add_layer_norm, add_rms_norm, global_norm, layer_norm"},
                {NULL, "nosuch", "no backend named \"nosuch\" (loaded: ref"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         gd_ctx_clear_error(ctx);

@@ -1,10 +1,21 @@
-/* fuse.cu — the CUDA plugin's graph pass: a bias and an activation fused into the matrix
- * product in front of them, as the op linear_act (src/ops/matmul.c), which matmul.cu runs
- * as one cuBLASLt call with a bias (and relu) epilogue plus, for gelu and silu, one
- * elementwise pass — instead of a GEMM, a bias pass and an activation pass.
+/* fuse.cu — the CUDA plugin's graph pass. First a bias and an activation fused into the
+ * matrix product in front of them, as the op linear_act (src/ops/matmul.c), which matmul.cu
+ * runs as one cuBLASLt call with a bias (and relu) epilogue plus, for gelu and silu, one
+ * elementwise pass — instead of a GEMM, a bias pass and an activation pass:
  *
  *   act(linear(x, W [, b]))                 -> linear_act(x, W [, b]; act)
  *   act(add(matmul(x, W), b)), either order -> linear_act(x, W, b; act, weight_in_out)
+ *
+ * Then the fusions that cut a transformer's launches, which is what a decode step's time
+ * is made of (a few rows: each product is a read of its weights and a launch):
+ *
+ *   norm(add(x, r) [, w [, b]])                -> add_rms_norm / add_layer_norm (x, r [, w [, b]])
+ *                                                 (any rows: training graphs too)
+ *   mul(linear_act(x, Wg; silu), linear(x, Wu)) -> linear_swiglu(x, Wg, Wu)       (<= 8 rows)
+ *   linear(x, W1), linear(x, W2), linear(x, W3) -> linear_qkv(x, W1, W2, W3)      (<= 8 rows)
+ *
+ * A fused node takes the place of its chain's last node, so a rule declines when a node
+ * between the chain's ends reads a value the fused node now makes.
  *
  * act uses gdp_activation's numbering (gradus_semantics.h). A chain is fused only when
  * every value it swallows has exactly one reader (the next node of the chain): relu's
@@ -131,6 +142,123 @@ static gdp_status fuse_matmul_add(gdp_graph_view *g, int32_t act_id, int act, in
     return GDP_OK;
 }
 
+/* ---- the decode-step and residual fusions -------------------------------------------------- */
+
+#define DECODE_ROWS 8 /* gemv.cu's GEMV_MAX_ROWS: linear_qkv and linear_swiglu take no more */
+
+/* Rows of a product's x (numel over the last dim), or -1 when x is not a float matrix. */
+static int64_t rows_of(const gdp_tensor *x)
+{
+    if (!cu_gpu_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return -1;
+    return gdp_numel(x) / x->shape[x->ndim - 1];
+}
+
+/* Whether a node strictly between `from` and `to` reads output k of node p: the fused node
+ * takes `to`'s place, so an earlier reader would read the value before it exists. */
+static int read_between(gdp_graph_view *g, int32_t p, int32_t k, int32_t from, int32_t to, int32_t skip)
+{
+    for (int32_t id = from + 1; id < to; id++) {
+        if (id == skip || g->node_op(g->graph, id) == NULL) continue;
+        int32_t n = g->node_n_inputs(g->graph, id);
+        for (int32_t j = 0; j < n; j++) {
+            int32_t o = -1;
+            if (g->node_input(g->graph, id, j, &o) == p && o == k) return 1;
+        }
+    }
+    return 0;
+}
+
+/* The same computed value feeds input ka of node a and input kb of node b (leaves cannot
+ * be told apart through the view, so they never match). */
+static int same_input(gdp_graph_view *g, int32_t a, int32_t ka, int32_t b, int32_t kb)
+{
+    int32_t oa = -1, ob = -1, pa = g->node_input(g->graph, a, ka, &oa), pb = g->node_input(g->graph, b, kb, &ob);
+    return pa >= 0 && pa == pb && oa == ob;
+}
+
+/* add(x, r) read by rms_norm / layer_norm -> add_rms_norm / add_layer_norm (x, r, w, b) with
+ * the sum as output 0 and the norm as output 1: the residual stream of a transformer. The
+ * sum may have other readers (the next residual add, a gradient), as long as none sits
+ * between the two nodes. */
+static gdp_status fuse_add_norm(gdp_graph_view *g, int32_t norm, gdp_err *err)
+{
+    const int rms = op_is(g, norm, "rms_norm");
+    if (!rms && !op_is(g, norm, "layer_norm")) return GDP_OK;
+    int32_t out = -1, add = g->node_input(g->graph, norm, 0, &out);
+    if (add < 0 || out != 0 || !op_is(g, add, "add") || g->node_n_inputs(g->graph, add) != 2) return GDP_OK;
+    gdp_tensor x, r, sum, y;
+    if (g->node_input_desc(g->graph, add, 0, &x) != GDP_OK || g->node_input_desc(g->graph, add, 1, &r) != GDP_OK ||
+        g->node_output_desc(g->graph, add, 0, &sum) != GDP_OK || g->node_output_desc(g->graph, norm, 0, &y) != GDP_OK)
+        return GDP_OK;
+    /* no broadcast: both operands are the sum's shape and dtype */
+    if (rows_of(&x) < 0 || !same_dims(&x, &sum) || !same_dims(&r, &sum) || r.dtype != x.dtype || sum.dtype != x.dtype ||
+        y.dtype != x.dtype)
+        return GDP_OK;
+    if (read_between(g, add, 0, add, norm, -1)) return GDP_OK;
+    const int32_t n_norm = g->node_n_inputs(g->graph, norm);
+    int32_t in_nodes[4] = {-1, -1, -2 - norm, -2 - norm}, in_outs[4] = {0, 1, 1, 2};
+    const int32_t out_nodes[2] = {add, norm}, out_outs[2] = {0, 0};
+    const gdp_attrs *na = g->node_attrs(g->graph, norm);
+    gdp_attr at[1];
+    memset(at, 0, sizeof at);
+    at[0].name = "eps", at[0].kind = GDP_ATTR_FLOAT, at[0].f = gdp_attr_float(na, "eps", rms ? 1e-6 : 1e-5);
+    return g->replace_chain(g->graph, add, norm, rms ? "add_rms_norm" : "add_layer_norm", 1 + n_norm, in_nodes, in_outs,
+                            at, 1, 2, out_nodes, out_outs, err);
+}
+
+/* mul(linear_act(x, Wg; silu), linear(x, Wu)) over a few rows -> linear_swiglu(x, Wg, Wu). */
+static gdp_status fuse_swiglu(gdp_graph_view *g, int32_t mul, gdp_err *err)
+{
+    if (!op_is(g, mul, "mul") || g->node_n_inputs(g->graph, mul) != 2) return GDP_OK;
+    for (int32_t side = 0; side < 2; side++) {
+        int32_t gate = sole_producer(g, mul, side), up = sole_producer(g, mul, 1 - side);
+        if (gate < 0 || up < 0 || !op_is(g, gate, "linear_act") || !op_is(g, up, "linear")) continue;
+        const gdp_attrs *ga = g->node_attrs(g->graph, gate);
+        if (gdp_attr_int(ga, "act", 0) != GDP_ACT_SILU || gdp_attr_int(ga, "weight_in_out", 0) != 0) continue;
+        if (g->node_n_inputs(g->graph, gate) != 2 || g->node_n_inputs(g->graph, up) != 2 || !same_input(g, gate, 0, up, 0))
+            continue;
+        gdp_tensor x, wg, wu, y;
+        if (g->node_input_desc(g->graph, gate, 0, &x) != GDP_OK || g->node_input_desc(g->graph, gate, 1, &wg) != GDP_OK ||
+            g->node_input_desc(g->graph, up, 1, &wu) != GDP_OK || g->node_output_desc(g->graph, mul, 0, &y) != GDP_OK)
+            continue;
+        int64_t R = rows_of(&x);
+        if (R < 1 || R > DECODE_ROWS || !same_dims(&wg, &wu) || wg.dtype != x.dtype || wu.dtype != x.dtype ||
+            y.dtype != x.dtype)
+            continue;
+        const int32_t first = gate < up ? gate : up;
+        const int32_t in_nodes[3] = {-1, -2 - gate, -2 - up}, in_outs[3] = {0, 1, 1};
+        return g->replace_chain(g->graph, first, mul, "linear_swiglu", 3, in_nodes, in_outs, NULL, 0, 0, NULL, NULL, err);
+    }
+    return GDP_OK;
+}
+
+/* Three bias-free linears of one x over a few rows -> linear_qkv(x, W1, W2, W3), in program
+ * order; nothing between them may read the first two products. */
+static gdp_status fuse_qkv(gdp_graph_view *g, int32_t first, gdp_err *err)
+{
+    if (!op_is(g, first, "linear") || g->node_n_inputs(g->graph, first) != 2) return GDP_OK;
+    gdp_tensor x;
+    if (g->node_input_desc(g->graph, first, 0, &x) != GDP_OK) return GDP_OK;
+    int64_t R = rows_of(&x);
+    if (R < 1 || R > DECODE_ROWS) return GDP_OK;
+    int32_t lin[3] = {first, -1, -1}, found = 1;
+    const int32_t n = g->node_count(g->graph);
+    for (int32_t id = first + 1; id < n && found < 3; id++)
+        if (op_is(g, id, "linear") && g->node_n_inputs(g->graph, id) == 2 && same_input(g, first, 0, id, 0))
+            lin[found++] = id;
+    if (found < 3) return GDP_OK;
+    for (int k = 0; k < 3; k++) {
+        gdp_tensor w, y;
+        if (g->node_input_desc(g->graph, lin[k], 1, &w) != GDP_OK || g->node_output_desc(g->graph, lin[k], 0, &y) != GDP_OK)
+            return GDP_OK;
+        if (w.dtype != x.dtype || y.dtype != x.dtype || w.ndim != 2) return GDP_OK;
+    }
+    if (read_between(g, lin[0], 0, lin[0], lin[2], -1) || read_between(g, lin[1], 0, lin[1], lin[2], -1)) return GDP_OK;
+    const int32_t in_nodes[4] = {-1, -2 - lin[0], -2 - lin[1], -2 - lin[2]}, in_outs[4] = {0, 1, 1, 1};
+    const int32_t out_outs[3] = {0, 0, 0};
+    return g->replace_chain(g->graph, lin[0], lin[2], "linear_qkv", 4, in_nodes, in_outs, NULL, 0, 3, lin, out_outs, err);
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     (void)backend;
@@ -149,7 +277,16 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK && !fused) s = fuse_matmul_add(g, id, act, &fused, err);
         if (s != GDP_OK) return s;
     }
+    /* then the chains that start from linear_act (SwiGLU) and the others; each rule
+     * leaves a node it does not match as it was */
+    for (int32_t id = 0; id < n; id++) {
+        gdp_status s = fuse_add_norm(g, id, err);
+        if (s == GDP_OK) s = fuse_swiglu(g, id, err);
+        if (s == GDP_OK) s = fuse_qkv(g, id, err);
+        if (s != GDP_OK) return s;
+    }
     return GDP_OK;
 }
 
-extern const gdp_graph_pass cu_fuse_pass = {sizeof(gdp_graph_pass), "fuse bias + activation into linear_act", fuse_run};
+extern const gdp_graph_pass cu_fuse_pass = {sizeof(gdp_graph_pass),
+                                            "fuse linear_act, add_*_norm, linear_swiglu, linear_qkv", fuse_run};

@@ -5,6 +5,8 @@
  *
  *   linear, linear_act   x (R, K), W (out, K) of x's dtype, R <= GEMV_MAX_ROWS (matmul.cu
  *                        sends them here; more rows, or W as (K, out), go to cuBLASLt)
+ *   linear_qkv           three W of one x, their columns side by side in one grid
+ *   linear_swiglu        silu(x Wg^T) * (x Wu^T): a warp reads row n of both
  *   linear_q8            int8 W with a scale per output channel, any R
  *   linear_w8a8          int8 W, each row of x quantized first (gw_quantize_kernel: gdp_q8,
  *                        into the node's workspace), then exact integer dot products
@@ -37,13 +39,19 @@
 #define GEMV_UNROLL 4 /* 16-byte loads of W a lane issues together */
 #define GEMV_MAX_TILES 65535 /* grid rows */
 
-enum { GW_FLOAT, GW_Q8 }; /* what W holds: x's dtype, or int8 with per-row scales */
+enum { GW_FLOAT, GW_Q8, GW_SWIGLU }; /* W holds x's dtype, int8 with per-row scales, or the two
+                                         halves of a gated MLP (w and w2) */
+
+#define GW_SEGS 3 /* linear_qkv: three matrices, their outputs side by side in the grid */
 
 typedef struct gw_args {
-    const void *x, *w, *bias;
+    const void *x, *bias;
+    const void *w[GW_SEGS]; /* segment s: output columns [end[s-1], end[s]) of the grid */
+    void *y[GW_SEGS];
+    int64_t end[GW_SEGS];
+    const void *w2;     /* GW_SWIGLU: the up matrix beside w[0], the gate */
     const float *scale; /* GW_Q8: one per output channel */
-    void *y;
-    int64_t R, N, K;
+    int64_t R, N, K;    /* N: every segment's columns together */
     int act, vec;
 } gw_args;
 
@@ -67,22 +75,14 @@ template <typename T, int n> static __device__ __forceinline__ void gw_ld(const 
 static __device__ __forceinline__ float gw_ld1(const int8_t *p, int64_t i) { return (float)p[i]; }
 template <typename T> static __device__ __forceinline__ float gw_ld1(const T *p, int64_t i) { return cu_ld(p, i); }
 
-/* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * GEMV_WARPS + warp). */
-template <typename T, typename W, int MODE, int RT>
-__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
+/* acc[r] = dot(x row r, w) for the warp's rows, summed over the lanes (every lane gets it). */
+template <typename T, typename W, int RT>
+static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K, int vec, int rows, int lane, float *acc)
 {
     constexpr int PIECE = 16 / (int)sizeof(W); /* elements of W per 16-byte load */
-    const int lane = threadIdx.x & 31;
-    const int64_t n = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const int64_t r0 = (int64_t)blockIdx.y * RT;
-    if (n >= a.N) return;
-    const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
-    const T *x = (const T *)a.x + r0 * a.K;
-    const W *w = (const W *)a.w + n * a.K;
-    float acc[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = 0.0f;
-    const int64_t pieces = a.vec ? a.K / PIECE : 0;
+    const int64_t pieces = vec ? K / PIECE : 0;
     /* GEMV_UNROLL pieces of W in flight per lane before any is used: a row of a decode
      * step's matrix is a few pieces per lane, so this is most of a memory latency saved */
     for (int64_t p0 = lane; p0 < pieces; p0 += 32 * GEMV_UNROLL) {
@@ -100,36 +100,76 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
             for (int r = 0; r < RT; r++) {
                 if (r >= rows) break;
                 float xf[PIECE];
-                gw_ld<T, PIECE>(x + r * a.K + p * PIECE, xf);
+                gw_ld<T, PIECE>(x + r * K + p * PIECE, xf);
 #pragma unroll
                 for (int k = 0; k < PIECE; k++) acc[r] = fmaf(xf[k], wf[k], acc[r]);
             }
         }
     }
-    for (int64_t k = pieces * PIECE + lane; k < a.K; k += 32) {
+    for (int64_t k = pieces * PIECE + lane; k < K; k += 32) {
         float wv = gw_ld1(w, k);
 #pragma unroll
         for (int r = 0; r < RT; r++)
-            if (r < rows) acc[r] = fmaf(cu_ld(x, r * a.K + k), wv, acc[r]);
+            if (r < rows) acc[r] = fmaf(cu_ld(x, r * K + k), wv, acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = cu_warp_sum_f(acc[r]);
-    if (lane >= rows) return;
-    /* lane r writes row r: pick its sum without dynamic register indexing */
+}
+
+/* acc[lane] without dynamic register indexing. */
+template <int RT> static __device__ __forceinline__ float gw_pick(const float *acc, int lane)
+{
     float v = acc[0];
 #pragma unroll
     for (int r = 1; r < RT; r++)
         if (lane == r) v = acc[r];
-    T *y = (T *)a.y + (r0 + lane) * a.N + n;
+    return v;
+}
+
+/* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * GEMV_WARPS + warp). */
+template <typename T, typename W, int MODE, int RT>
+__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int64_t r0 = (int64_t)blockIdx.y * RT;
+    if (col >= a.N) return;
+    const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
+    /* the segment holding this column: its matrix, output and width */
+    int seg = 0;
+#pragma unroll
+    for (int k = 0; k + 1 < GW_SEGS; k++) seg += col >= a.end[k];
+    const int64_t c0 = seg > 0 ? a.end[seg - 1] : 0, n = col - c0, width = a.end[seg] - c0;
+    const T *x = (const T *)a.x + r0 * a.K;
+    float acc[RT];
+    gw_dots<T, W, RT>(x, (const W *)a.w[seg] + n * a.K, a.K, a.vec, rows, lane, acc);
+    float up[RT];
+    if (MODE == GW_SWIGLU) gw_dots<T, W, RT>(x, (const W *)a.w2 + n * a.K, a.K, a.vec, rows, lane, up);
+    if (lane >= rows) return;
+    /* lane r writes row r */
+    float v = gw_pick<RT>(acc, lane);
+    T *y = (T *)a.y[seg] + (r0 + lane) * width + n;
     const T *bias = (const T *)a.bias;
     if (MODE == GW_Q8) {
         double b = bias != NULL ? (double)cu_ld(bias, n) : 0.0;
         cu_st(y, 0, (float)((double)v * (double)a.scale[n] + b));
         return;
     }
+    if (MODE == GW_SWIGLU) {
+        /* the reference's silu(g) * u in double, rounded once */
+        cu_std(y, 0, cu_silu_d((double)v) * (double)gw_pick<RT>(up, lane));
+        return;
+    }
     if (bias != NULL) v = __fadd_rn(v, cu_ld(bias, n));
     cu_st(y, 0, v);
     if (a.act != GDP_ACT_NONE) cu_std(y, 0, cu_act_d(a.act, (double)cu_ld(y, 0)));
+}
+
+/* One segment: W (N, K) into y (R, N). */
+static void gw_single(gw_args *a, const void *w, void *y, int64_t N)
+{
+    for (int k = 0; k < GW_SEGS; k++) a->w[k] = w, a->y[k] = y, a->end[k] = N;
+    a->N = N;
 }
 
 /* Rows per tile: the smallest of 1, 2, 4, 8 covering R (8 when R is larger). */
@@ -173,8 +213,9 @@ gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, 
     const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0];
     gw_args a;
     memset(&a, 0, sizeof a);
-    a.x = x->data, a.w = w->data, a.bias = node->n_in > 2 ? node->in[2]->data : NULL, a.y = y->data;
-    a.K = x->shape[x->ndim - 1], a.N = w->shape[0], a.R = gw_rows(x);
+    a.x = x->data, a.bias = node->n_in > 2 ? node->in[2]->data : NULL;
+    gw_single(&a, w->data, y->data, w->shape[0]);
+    a.K = x->shape[x->ndim - 1], a.R = gw_rows(x);
     a.act = (int)gdp_attr_int(&node->attrs, "act", GDP_ACT_NONE);
     size_t es = gdp_dtype_size(x->dtype);
     a.vec = gw_vec(x->data, w->data, a.K, es, es);
@@ -182,6 +223,64 @@ gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, 
     CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(s, a)));
     return GDP_OK;
 }
+
+/* ---- linear_qkv and linear_swiglu (made by fuse.cu for decode steps) ---------------------- */
+
+/* x (R, K) with R <= GEMV_MAX_ROWS, the weights (out_k, K) of x's dtype, everything
+ * contiguous (the host makes it so: these kernels are not strided). More rows never come
+ * here: the graph pass fuses only decode-step products. */
+static int multi_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    const int swiglu = n->n_in == 3;
+    if ((n->n_in != 3 && n->n_in != 4) || n->n_out != (swiglu ? 1 : 3)) return 0;
+    const gdp_tensor *x = n->in[0];
+    if (!cu_gpu_float(x->dtype) || x->ndim < 1) return 0;
+    const int64_t K = x->shape[x->ndim - 1], R = K > 0 ? gw_rows(x) : 0;
+    if (K < 1 || R < 1 || R > GEMV_MAX_ROWS) return 0;
+    int64_t N = 0;
+    for (int k = 1; k < n->n_in; k++) {
+        const gdp_tensor *w = n->in[k];
+        if (w->dtype != x->dtype || w->ndim != 2 || w->shape[1] != K) return 0;
+        N += swiglu && k == 2 ? 0 : w->shape[0];
+    }
+    for (int k = 0; k < n->n_out; k++)
+        if (n->out[k]->dtype != x->dtype) return 0;
+    return N <= (int64_t)GEMV_WARPS * 0x7fffffff;
+}
+
+static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    (void)be;
+    const gdp_tensor *x = node->in[0];
+    const int swiglu = node->n_in == 3;
+    gw_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x->data, a.K = x->shape[x->ndim - 1], a.R = gw_rows(x);
+    size_t es = gdp_dtype_size(x->dtype);
+    a.vec = 1;
+    if (swiglu) {
+        gw_single(&a, node->in[1]->data, node->out[0]->data, node->in[1]->shape[0]);
+        a.w2 = node->in[2]->data;
+        a.vec = gw_vec(x->data, a.w[0], a.K, es, es) && cu_aligned16(a.w2);
+    } else {
+        int64_t end = 0;
+        for (int k = 0; k < GW_SEGS; k++) {
+            a.w[k] = node->in[1 + k]->data, a.y[k] = node->out[k]->data;
+            a.end[k] = end += node->in[1 + k]->shape[0];
+            a.vec = a.vec && gw_vec(x->data, a.w[k], a.K, es, es);
+        }
+        a.N = end;
+    }
+    if (a.N == 0) return GDP_OK;
+    if (swiglu) {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU>(s, a)));
+    } else {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(s, a)));
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(multi_run)
 
 /* ---- linear_q8 and linear_w8a8 ------------------------------------------------------------- */
 
@@ -205,9 +304,10 @@ static gw_args q8_args(const gdp_node *node)
     const gdp_tensor *x = node->in[0], *w = node->in[1];
     gw_args a;
     memset(&a, 0, sizeof a);
-    a.x = x->data, a.w = w->data, a.scale = (const float *)node->in[2]->data;
-    a.bias = node->n_in > 3 ? node->in[3]->data : NULL, a.y = node->out[0]->data;
-    a.K = w->shape[1], a.N = w->shape[0], a.R = gw_rows(x);
+    a.x = x->data, a.scale = (const float *)node->in[2]->data;
+    a.bias = node->n_in > 3 ? node->in[3]->data : NULL;
+    gw_single(&a, w->data, node->out[0]->data, w->shape[0]);
+    a.K = w->shape[1], a.R = gw_rows(x);
     return a;
 }
 
@@ -216,7 +316,7 @@ static gdp_status q8_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     (void)be;
     gw_args a = q8_args(node);
     if (a.N == 0 || a.R == 0) return GDP_OK;
-    a.vec = gw_vec(a.x, a.w, a.K, gdp_dtype_size(node->in[0]->dtype), 1);
+    a.vec = gw_vec(a.x, a.w[0], a.K, gdp_dtype_size(node->in[0]->dtype), 1);
     CU_FLOAT_SWITCH(node->in[0]->dtype, T, (gw_launch<T, int8_t, GW_Q8>(s, a)));
     return GDP_OK;
 }
@@ -269,7 +369,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int
     const int64_t r0 = (int64_t)blockIdx.y * RT;
     if (n >= a.N) return;
     const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
-    const int8_t *w = (const int8_t *)a.w + n * a.K, *xr = xq + r0 * KP;
+    const int8_t *w = (const int8_t *)a.w[0] + n * a.K, *xr = xq + r0 * KP;
     int acc[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = 0;
@@ -315,7 +415,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int
     /* gdp_q8_dequant's two f32 products, kept apart from the bias (no fused multiply-add) */
     float v = __fmul_rn(__fmul_rn(__ll2float_rn(d), sx[r0 + lane]), a.scale[n]);
     if (a.bias != NULL) v = __fadd_rn(v, cu_ld((const T *)a.bias, n));
-    cu_st((T *)a.y, (r0 + lane) * a.N + n, v);
+    cu_st((T *)a.y[0], (r0 + lane) * a.N + n, v);
 }
 
 template <typename T>
@@ -349,7 +449,7 @@ static gdp_status w8a8_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     int64_t KP = w8a8_kp(a.K);
     int8_t *xq = (int8_t *)ws;
     float *sx = (float *)(ws + cu_ws_round((size_t)(a.R * KP)));
-    a.vec = cu_aligned16(a.w) && a.K % 16 == 0;
+    a.vec = cu_aligned16(a.w[0]) && a.K % 16 == 0;
     CU_FLOAT_SWITCH(node->in[0]->dtype, T, (w8a8_launch<T>(s, a, xq, sx, KP)));
     return GDP_OK;
 }
@@ -360,8 +460,14 @@ CU_LAUNCHER(w8a8_run)
         CU_KSIG(op, "bf16,i8,f32,bf16->bf16", sup, fn, NULL, ws), CU_KSIG(op, "f16,i8,f32->f16", sup, fn, NULL, ws), \
         CU_KSIG(op, "f16,i8,f32,f16->f16", sup, fn, NULL, ws)
 
+#define MULTI(op) \
+    CU_K(op, GDP_F32, multi_supports, multi_run_launch, NULL), CU_K(op, GDP_F16, multi_supports, multi_run_launch, NULL), \
+        CU_K(op, GDP_BF16, multi_supports, multi_run_launch, NULL)
+
 static const gdp_kernel kernels[] = {
     Q8_SIGS("linear_q8", q8_supports, q8_run_launch, NULL),
     Q8_SIGS("linear_w8a8", w8a8_supports, w8a8_run_launch, w8a8_workspace),
+    MULTI("linear_qkv"),
+    MULTI("linear_swiglu"),
 };
-CU_FAMILY(quant, kernels);
+CU_FAMILY(gemv, kernels);

@@ -1,5 +1,6 @@
-/* norm.cu — the norm family (src/ops/norm.c): layer_norm, rms_norm and their backward ops,
- * all over the last axis: x is read as (rows, C).
+/* norm.cu — the norm family (src/ops/norm.c): layer_norm, rms_norm, their backward ops and
+ * the residual add fused in front (add_layer_norm, add_rms_norm), all over the last axis:
+ * x is read as (rows, C).
  *
  * Forward: one block per row; the row's statistics are block reductions in double (two
  * passes for the variance, as the reference). Backward: the row kernel writes dx and the
@@ -48,12 +49,21 @@ static __device__ void row_stats(const T *x, int64_t r, int64_t C, double eps, i
     *rstd = 1.0 / sqrt(block_sum(ss, sh) / (double)C + eps);
 }
 
-// x (rows, C), [w (C)], [b (C)] -> y (rows, C)
+// x (rows, C), [w (C)], [b (C)] -> y (rows, C); with res (the add_*_norm ops): first
+// sum = x + res, rounded to T as the add op stores it, and the norm of sum. Each thread
+// reads back only the elements it wrote itself, so the row needs no barrier between.
 template <typename T>
-__global__ void norm_fwd_kernel(const T *x, const T *w, const T *b, T *y, int64_t rows, int64_t C, double eps, int rms)
+__global__ void norm_fwd_kernel(const T *in, const T *res, T *sum, const T *w, const T *b, T *y, int64_t rows, int64_t C,
+                                double eps, int rms)
 {
     __shared__ double sh[THREADS];
+    const T *x = res != NULL ? sum : in;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        if (res != NULL)
+            for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+                const int64_t i = r * C + k;
+                cu_st(sum, i, __fadd_rn(cu_ld(in, i), cu_ld(res, i)));
+            }
         double mean, rstd;
         row_stats(x, r, C, eps, rms, sh, &mean, &rstd);
         for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
@@ -129,6 +139,7 @@ __global__ void norm_bwd_fold_kernel(const double *part, T *dw, T *db, int64_t C
 /* ---- host side --------------------------------------------------------------------------- */
 
 static int is_rms(const gdp_node *n) { return strncmp(n->op, "rms_norm", 8) == 0; }
+static int is_rms_add(const gdp_node *n) { return strcmp(n->op, "add_rms_norm") == 0; }
 static int is_grad(const gdp_node *n) { return strstr(n->op, "_grad") != NULL; }
 
 static int vec_of(const gdp_tensor *t, int32_t dt, int64_t C) { return t->dtype == dt && t->ndim == 1 && t->shape[0] == C; }
@@ -151,18 +162,38 @@ static int norm_supports(void *b, const gdp_node *n)
     return 1;
 }
 
+/* add_layer_norm / add_rms_norm: x, r (x's shape and dtype), [w], [b] -> s, y. */
+static int add_norm_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in < 2 || n->n_in > (is_rms_add(n) ? 3 : 4) || n->n_out != 2) return 0;
+    const gdp_tensor *x = n->in[0];
+    if (!cu_gpu_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
+    const int64_t C = x->shape[x->ndim - 1];
+    for (int k = 0; k < 2; k++)
+        if (!cu_same_shape(n->out[k], x) || n->out[k]->dtype != x->dtype) return 0;
+    if (!cu_same_shape(n->in[1], x) || n->in[1]->dtype != x->dtype) return 0;
+    for (int k = 2; k < n->n_in; k++)
+        if (!vec_of(n->in[k], x->dtype, C)) return 0;
+    return 1;
+}
+
 static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *x = node->in[0], *y = node->out[0];
-    int rms = is_rms(node);
+    /* the add_ forms carry the residual as input 1 and the sum as output 0 */
+    const int add = strncmp(node->op, "add_", 4) == 0, rms = is_rms(node) || is_rms_add(node);
+    const gdp_tensor *x = node->in[0], *y = node->out[add];
     double eps = gdp_attr_float(&node->attrs, "eps", rms ? 1e-6 : 1e-5);
     int64_t C = x->shape[x->ndim - 1], rows = gdp_numel(x) / C;
     if (rows == 0) return GDP_OK;
-    const void *w = node->n_in > 1 ? node->in[1]->data : NULL, *b = node->n_in > 2 ? node->in[2]->data : NULL;
+    const void *res = add ? node->in[1]->data : NULL;
+    void *sum = add ? node->out[0]->data : NULL;
+    const void *w = node->n_in > 1 + add ? node->in[1 + add]->data : NULL;
+    const void *b = node->n_in > 2 + add ? node->in[2 + add]->data : NULL;
     unsigned g = cu_blocks(be, rows * THREADS, THREADS);
     CU_FLOAT_SWITCH(x->dtype, T,
-                    norm_fwd_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (const T *)w, (const T *)b,
-                                                             (T *)y->data, rows, C, eps, rms));
+                    norm_fwd_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
+                                                             (const T *)b, (T *)y->data, rows, C, eps, rms));
     return GDP_OK;
 }
 CU_LAUNCHER(norm_fwd_run)
@@ -229,6 +260,8 @@ CU_LAUNCHER(norm_bwd_run)
 static const gdp_kernel kernels[] = {
     FLOATS3("layer_norm", norm_supports, norm_fwd_run_launch, NULL),
     FLOATS3("rms_norm", norm_supports, norm_fwd_run_launch, NULL),
+    FLOATS3("add_layer_norm", add_norm_supports, norm_fwd_run_launch, NULL),
+    FLOATS3("add_rms_norm", add_norm_supports, norm_fwd_run_launch, NULL),
     BWD("layer_norm_grad", GDP_F32), BWD("layer_norm_grad", GDP_F16), BWD("layer_norm_grad", GDP_BF16),
     BWD("rms_norm_grad", GDP_F32), BWD("rms_norm_grad", GDP_F16), BWD("rms_norm_grad", GDP_BF16),
 };

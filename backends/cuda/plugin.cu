@@ -31,7 +31,7 @@ extern const cu_family cu_family_index;
 extern const cu_family cu_family_random;
 extern const cu_family cu_family_conv;
 extern const cu_family cu_family_pool;
-extern const cu_family cu_family_quant;
+extern const cu_family cu_family_gemv;
 extern const cu_family cu_family_sample;
 extern const cu_family cu_family_rope_cache;
 extern const gdp_graph_pass cu_fuse_pass; /* fuse.cu */
@@ -41,7 +41,7 @@ static const cu_family *const families[] = {
     &cu_family_matmul, &cu_family_elementwise, &cu_family_reduce,
     &cu_family_softmax, &cu_family_norm, &cu_family_layout, &cu_family_optim,
     &cu_family_attention, &cu_family_index, &cu_family_random,
-    &cu_family_conv, &cu_family_pool, &cu_family_quant, &cu_family_sample,
+    &cu_family_conv, &cu_family_pool, &cu_family_gemv, &cu_family_sample,
     &cu_family_rope_cache,
 };
 

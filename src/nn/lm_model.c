@@ -295,9 +295,12 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         snprintf(A, sizeof A, "%s.self_attn", L);
         snprintf(M, sizeof M, "%s.mlp", L);
         gd_tensor *h = gd_rms_norm(x, vec(b, L, "input_layernorm.weight", D, GD_INIT_ONES), eps);
-        gd_tensor *q = heads(qkv(b, h, A, "q_proj", H * hd, D), B, T, H, hd);
-        gd_tensor *k = heads(qkv(b, h, A, "k_proj", Hkv * hd, D), B, T, Hkv, hd);
-        gd_tensor *v = heads(qkv(b, h, A, "v_proj", Hkv * hd, D), B, T, Hkv, hd);
+        /* the three products before any of their reshapes, so that a graph pass may put
+         * them in one node (it takes the last one's place in program order) */
+        gd_tensor *q = qkv(b, h, A, "q_proj", H * hd, D);
+        gd_tensor *k = qkv(b, h, A, "k_proj", Hkv * hd, D);
+        gd_tensor *v = qkv(b, h, A, "v_proj", Hkv * hd, D);
+        q = heads(q, B, T, H, hd), k = heads(k, B, T, Hkv, hd), v = heads(v, B, T, Hkv, hd);
         if (c->qk_norm) {
             q = gd_rms_norm(q, vec(b, A, "q_norm.weight", hd, GD_INIT_ONES), eps);
             k = gd_rms_norm(k, vec(b, A, "k_norm.weight", hd, GD_INIT_ONES), eps);

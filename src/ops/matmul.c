@@ -1,5 +1,6 @@
-/* matmul.c — matrix products: matmul, linear, and linear_act (linear + bias + activation
- * fused, the op a backend's graph pass produces).
+/* matmul.c — matrix products: matmul, linear, and the fused forms a backend's graph pass
+ * produces: linear_act (linear + bias + activation), linear_qkv (three products of one x)
+ * and linear_swiglu (a gated MLP's two products and SwiGLU).
  *
  * The reference kernels also train small models in CI, so they are naive but not slow:
  * each operand matrix is packed once into a double buffer in the node's workspace (which
@@ -12,6 +13,7 @@
 #include "refwalk.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
@@ -429,6 +431,125 @@ static const char *const linear_act_cases[] = {
     NULL,
 };
 
+/* ---- linear_qkv and linear_swiglu ----------------------------------------------------- */
+
+/* Products of one x with several weight matrices, which graph passes make for a decode
+ * step, where each product is a read of its weights and a launch: attention's q, k and v
+ * projections as one op, and a gated MLP's two products with SwiGLU between them. */
+
+/* x (..., in), then W_1 .. W_n (out_k, in) of x's dtype, from input `first`; n outputs
+ * shaped like x with out_k features, or one (the SwiGLU product) when `joint` (the Ws
+ * then share out). */
+static int multi_infer(gd_infer *c, int joint)
+{
+    const gd_shape *x = &c->in[0];
+    char sx[160], sw[160];
+    gd_shape_str(x, sx, sizeof sx);
+    if (x->ndim < 1) return gd_infer_fail(c, "x %s must have at least 1 dim", sx);
+    for (int k = 1; k < c->n_in; k++) {
+        const gd_shape *w = &c->in[k];
+        gd_shape_str(w, sw, sizeof sw);
+        if (w->dtype != x->dtype) return gd_infer_fail(c, "W%d %s and x %s differ in dtype", k, sw, sx);
+        if (w->ndim != 2 || w->dim[1] != x->dim[x->ndim - 1])
+            return gd_infer_fail(c, "W%d %s must be (out, %lld) for x %s", k, sw, (long long)x->dim[x->ndim - 1], sx);
+        if (joint && w->dim[0] != c->in[1].dim[0])
+            return gd_infer_fail(c, "W%d %s and W1 must have the same number of outputs", k, sw);
+        gd_shape *o = &c->out[joint ? 0 : k - 1];
+        *o = *x;
+        o->dim[o->ndim - 1] = w->dim[0];
+    }
+    return 0;
+}
+static int qkv_infer(gd_infer *c) { return multi_infer(c, 0); }
+static int swiglu_infer(gd_infer *c) { return multi_infer(c, 1); }
+
+/* linear's reference for x and W_k into y: the node seen as that linear. */
+static gdp_status linear_part(void *backend, const gdp_node *node, int k, const gdp_tensor *y, void *stream, gdp_err *err)
+{
+    const gdp_tensor *in[2] = {node->in[0], node->in[k]};
+    gdp_node sub = *node;
+    sub.n_in = 2, sub.in = in;
+    sub.n_out = 1, sub.out = &y;
+    memset(&sub.attrs, 0, sizeof sub.attrs);
+    return linear_ref(backend, &sub, stream, err);
+}
+
+/* The largest of the three linears' scratch (ws_linear reads x and the output). */
+static size_t ws_qkv(const gdp_node *node)
+{
+    size_t m = 0;
+    for (int k = 0; k < 3; k++) {
+        gdp_node sub = *node;
+        sub.out = node->out + k;
+        size_t b = ws_linear(&sub);
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+static gdp_status qkv_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    for (int k = 0; k < 3; k++) {
+        gdp_status s = linear_part(backend, node, k + 1, node->out[k], stream, err);
+        if (s != GDP_OK) return s;
+    }
+    return GDP_OK;
+}
+
+/* Scratch of linear_swiglu: Wg^T and Wu^T (in, out), a row of x, two output rows. */
+static size_t ws_swiglu(const gdp_node *node)
+{
+    int64_t in = node->in[0]->shape[node->in[0]->ndim - 1], out = node->out[0]->shape[node->out[0]->ndim - 1];
+    return 2 * rw_doubles(in * out) + rw_doubles(in) + 2 * rw_doubles(out);
+}
+
+// y (R, out) = silu(x Wg^T) * (x Wu^T), both products in double, rounded once
+static gdp_status swiglu_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    const gdp_tensor *x = node->in[0], *wg = node->in[1], *wu = node->in[2], *y = node->out[0];
+    if (!is_f32_or_f64(x->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "the reference takes f32/f64");
+    int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
+    char *ws = rw_workspace(node, ws_swiglu(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *gt = (double *)ws, *ut = (double *)(ws + rw_doubles(in * out));
+    double *xr = (double *)(ws + 2 * rw_doubles(in * out));
+    double *ag = (double *)((char *)xr + rw_doubles(in)), *au = (double *)((char *)ag + rw_doubles(out));
+    pack(wg, 0, wg->stride[0], wg->stride[1], 1, in, out, gt);
+    pack(wu, 0, wu->stride[0], wu->stride[1], 1, in, out, ut);
+    rw_walk rows;
+    int64_t R = rw_rows(&rows, x, x->ndim - 1, 1, &x);
+    const int64_t xc = x->stride[x->ndim - 1];
+    for (int64_t r = 0; r < R; r++, rw_next(&rows)) {
+        pack(x, rows.off[0], 0, xc, 0, 1, in, xr);
+        for (int64_t j = 0; j < out; j++) ag[j] = au[j] = 0;
+        gemm_row(in, out, xr, gt, ag);
+        gemm_row(in, out, xr, ut, au);
+        for (int64_t j = 0; j < out; j++) ag[j] = act_apply(ACT_SILU, ag[j]) * au[j];
+        store_row(y, r * out, out, ag);
+    }
+    return GDP_OK;
+}
+
+/* Decode-step shapes (a few rows) and small odd ones; K in 16-byte pieces or not. */
+static const char *const linear_qkv_cases[] = {
+    "f[4,5] f[3,5] f[2,5] f[2,5]",
+    "f[1,64] f[64,64] f[16,64] f[16,64]",
+    "f[2,1,96] f[48,96] f[24,96] f[24,96]",
+    "f[8,37] f[9,37] f[5,37] f[7,37]",
+    NULL,
+};
+
+static const char *const linear_swiglu_cases[] = {
+    "n[4,5] f[3,5] f[3,5]",
+    "n[1,64] f[80,64] f[80,64]",
+    "n[3,128] f[40,128] f[40,128]",
+    "n[8,37] f[11,37] f[11,37]",
+    "n[2,1,96] f[33,96] f[33,96]",
+    NULL,
+};
+
 gd_tensor *gd_linear(gd_tensor *x, gd_tensor *w, gd_tensor *bias)
 {
     if (x == NULL || w == NULL) return NULL;
@@ -456,6 +577,16 @@ static void cost_linear(const gdp_node *n, double *bytes, double *flops)
     int act = gdp_attr_int(&n->attrs, "act", 0) != 0;
     *bytes = gd_cost_io_bytes(n);
     *flops = 2.0 * out * in + (n->n_in > 2 ? out : 0) + (act ? out : 0);
+}
+
+/* One multiply-add per weight element per row, and SwiGLU's few operations per output. */
+static void cost_linear_multi(const gdp_node *n, double *bytes, double *flops)
+{
+    const gdp_tensor *x = n->in[0];
+    double rows = (double)(gdp_numel(x) / (x->shape[x->ndim - 1] > 0 ? x->shape[x->ndim - 1] : 1)), f = 0;
+    for (int k = 1; k < n->n_in; k++) f += 2.0 * rows * (double)gdp_numel(n->in[k]);
+    *bytes = gd_cost_io_bytes(n);
+    *flops = f + (n->n_out == 1 ? 4.0 * (double)gdp_numel(n->out[0]) : 0);
 }
 
 /* ---- registration --------------------------------------------------------------------- */
@@ -496,7 +627,31 @@ GD_FAMILY(matmul)
         .doc = "act(x W^T + b), act 0 none 1 relu 2 gelu-tanh 3 gelu 4 silu; weight_in_out=1: W is (in, out) "
                "(fused by graph passes)",
     };
+    static const gd_op_def linear_qkv = {
+        .name = "linear_qkv", .min_in = 4, .max_in = 4, .n_out = 3,
+        .attrs = "",
+        .dtypes = GD_FLOATS,
+        .infer = qkv_infer, .ref = qkv_ref,
+        .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
+        .cases = linear_qkv_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_qkv, .ref_strided = 1, .cost = cost_linear_multi,
+        .doc = "x (..., in), Wq, Wk, Wv (out_k, in) -> x Wq^T, x Wk^T, x Wv^T: attention's three projections "
+               "(fused by graph passes)",
+    };
+    static const gd_op_def linear_swiglu = {
+        .name = "linear_swiglu", .min_in = 3, .max_in = 3, .n_out = 1,
+        .attrs = "",
+        .dtypes = GD_FLOATS,
+        .infer = swiglu_infer, .ref = swiglu_ref,
+        .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64),
+        .cases = linear_swiglu_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_swiglu, .ref_strided = 1, .cost = cost_linear_multi,
+        .doc = "x (..., in), Wg, Wu (out, in) -> silu(x Wg^T) * (x Wu^T): a gated MLP's first half "
+               "(fused by graph passes)",
+    };
     gd_register_op(r, &matmul);
     gd_register_op(r, &linear);
     gd_register_op(r, &linear_act);
+    gd_register_op(r, &linear_qkv);
+    gd_register_op(r, &linear_swiglu);
 }

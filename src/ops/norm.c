@@ -300,6 +300,50 @@ static gd_status grad_rms_norm(gd_grad_ctx *c)
     return GD_OK;
 }
 
+/* ---- add_layer_norm, add_rms_norm ------------------------------------------------------ */
+
+/* A transformer's residual stream: s = x + r, then the norm of s. One op for the two so
+ * that a backend can read x and r once and write s and y in one pass over the row (graph
+ * passes make it from an add whose sum a norm reads; models never build it). The norm
+ * reads s as stored, rounded to its dtype, exactly as the two ops did. */
+
+static const char *const add_norm_names[] = {"x", "r", "weight", "bias"};
+
+static int infer_add_norm(gd_infer *c)
+{
+    const gd_shape *x = &c->in[0], *r = &c->in[1];
+    if (r->dtype != x->dtype || !rd_same_dims(r, x)) {
+        char a[240], b[240];
+        return gd_infer_fail(c, "r %s must have x %s's shape and dtype", rd_desc(r, a, sizeof a), rd_desc(x, b, sizeof b));
+    }
+    /* check_rows reads in[first - 1] as x and in[first..) as the per-feature vectors */
+    int s = check_rows(c, 2, add_norm_names);
+    if (s != 0) return s;
+    c->out[0] = c->out[1] = *x;
+    return 0;
+}
+
+/* s = x + r into out[0], then the plain norm op's reference over s. */
+static gdp_status ref_add_norm(void *be, const gdp_node *node, void *stream, gdp_err *err, gdp_launch_fn norm)
+{
+    const gdp_tensor *x = node->in[0], *r = node->in[1], *s = node->out[0];
+    const int64_t n = gdp_numel(x);
+    for (int64_t i = 0; i < n; i++) gd_ref_store(s, i, gd_ref_load(x, i) + gd_ref_load(r, i));
+    const gdp_tensor *in[3] = {s, node->n_in > 2 ? node->in[2] : NULL, node->n_in > 3 ? node->in[3] : NULL};
+    gdp_node sub = *node;
+    sub.n_in = node->n_in - 1, sub.in = in;
+    sub.n_out = 1, sub.out = node->out + 1;
+    return norm(be, &sub, stream, err);
+}
+static gdp_status ref_add_layer_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    return ref_add_norm(be, node, stream, err, ref_layer_norm);
+}
+static gdp_status ref_add_rms_norm(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    return ref_add_norm(be, node, stream, err, ref_rms_norm);
+}
+
 /* ---- builders -------------------------------------------------------------------------- */
 
 gd_tensor *gd_layer_norm(gd_tensor *x, gd_tensor *weight, gd_tensor *bias, double eps)
@@ -361,6 +405,24 @@ static const char *const rms_norm_grad_cases[] = {
     NULL,
 };
 
+static const char *const add_layer_norm_cases[] = {
+    "f[4,8] f[4,8]",
+    "f[4,8] f[4,8] f[8] f[8]",
+    "f[2,3,5] f[2,3,5] f[5] | eps=1e-3",
+    "n[3,768] n[3,768] n[768] n[768]",
+    NULL,
+};
+
+static const char *const add_rms_norm_cases[] = {
+    "f[4,8] f[4,8]",
+    "f[4,8] f[4,8] f[8]",
+    "f[2,3,5] f[2,3,5] f[5] | eps=1e-5",
+    "f[7] f[7] p[7]",
+    "n[1,768] n[1,768] n[768]",
+    "n[16,1024] n[16,1024] n[1024]",
+    NULL,
+};
+
 /* Operations per element of x: layer_norm centres, squares and sums, scales, then applies
  * weight and bias (about 8); rms_norm squares and sums, scales, applies weight (4); each
  * gradient about twice its forward. */
@@ -373,6 +435,8 @@ static void cost_norm(const gdp_node *n, double per_element, double *bytes, doub
 static void cost_layer_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 8, bytes, flops); }
 static void cost_layer_norm_grad(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 16, bytes, flops); }
 static void cost_rms_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 4, bytes, flops); }
+static void cost_add_layer_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 9, bytes, flops); }
+static void cost_add_rms_norm(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 5, bytes, flops); }
 static void cost_rms_norm_grad(const gdp_node *n, double *bytes, double *flops) { cost_norm(n, 8, bytes, flops); }
 
 GD_FAMILY(norm)
@@ -399,4 +463,16 @@ GD_FAMILY(norm)
         .cases = rms_norm_grad_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .cost = cost_rms_norm_grad,
         .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "add_layer_norm", .min_in = 2, .max_in = 4, .n_out = 2, .attrs = "eps:float", .dtypes = GD_FLOATS,
+        .infer = infer_add_norm, .ref = ref_add_layer_norm, .cases = add_layer_norm_cases, .ref_strided = 1, .tol = 1e-8,
+        .cost = cost_add_layer_norm,
+        .doc = "add_layer_norm(x, r, [weight], [bias]) -> s = x + r, layer_norm(s): the residual add and the norm "
+               "after it, as graph passes fuse them"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "add_rms_norm", .min_in = 2, .max_in = 3, .n_out = 2, .attrs = "eps:float", .dtypes = GD_FLOATS,
+        .infer = infer_add_norm, .ref = ref_add_rms_norm, .cases = add_rms_norm_cases, .ref_strided = 1, .tol = 1e-8,
+        .cost = cost_add_rms_norm,
+        .doc = "add_rms_norm(x, r, [weight]) -> s = x + r, rms_norm(s): the residual add and the norm after it, as "
+               "graph passes fuse them"});
 }

@@ -1,0 +1,134 @@
+/* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_qkv,
+ * linear_swiglu) on the CPU reference against the ops they stand for, built in the same
+ * graph from the same inputs: the fused and the unfused forms must agree, exactly where
+ * both round the same values the same way, and their messages must name the operand. */
+#include "gradus.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXN 4096
+
+/* Values in [-1, 1) from a small linear congruential generator (the test's own, fixed). */
+static void fill(float *v, int n, unsigned seed)
+{
+    unsigned s = seed * 2654435761u + 1;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        v[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+}
+
+static gd_tensor *rand_in(gd_graph *g, const char *name, int nd, const int64_t *shape, unsigned seed)
+{
+    static float buf[MAXN];
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= shape[d];
+    fill(buf, (int)n, seed);
+    return in_f32(g, name, nd, shape, buf);
+}
+
+/* a and b read back, equal within tol relative (0: bitwise). */
+static void expect_same(const char *what, gd_tensor *a, gd_tensor *b, int64_t n, double tol)
+{
+    static float va[MAXN], vb[MAXN];
+    CHECK(a != NULL && b != NULL, "%s: not built: %s", what, gd_ctx_error(ctx));
+    if (a == NULL || b == NULL || n > MAXN) return;
+    if (!run_read(gd_tensor_graph(a), 2, (gd_tensor *[]){a, b}, (void *[]){va, vb})) return;
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; i++) {
+        int ok = tol == 0 ? memcmp(&va[i], &vb[i], sizeof(float)) == 0 : fabs(va[i] - vb[i]) <= tol * (1 + fabs(vb[i]));
+        if (!ok) bad++;
+        CHECK(ok, "%s[%lld] = %.9g, unfused %.9g", what, (long long)i, va[i], vb[i]);
+    }
+}
+
+static void test_add_norms(void)
+{
+    const int64_t shape[3] = {2, 3, 40}, C = 40, n = 2 * 3 * 40;
+    for (int rms = 0; rms < 2; rms++) {
+        gd_graph *g = fresh();
+        gd_tensor *x = rand_in(g, "x", 3, shape, 1), *r = rand_in(g, "r", 3, shape, 2);
+        gd_tensor *w = rand_in(g, "w", 1, &C, 3), *b = rand_in(g, "b", 1, &C, 4);
+        gd_attr eps = gd_attr_f("eps", 1e-5);
+        gd_tensor *out[2] = {NULL, NULL};
+        gd_tensor *in[4] = {x, r, w, b};
+        gd_status s = gd_op_multi(g, rms ? "add_rms_norm" : "add_layer_norm", rms ? 3 : 4, in, 1, &eps, 2, out);
+        CHECK(s == GD_OK, "add norm: %s", gd_ctx_error(ctx));
+        gd_tensor *sum = gd_add(x, r);
+        gd_tensor *y = rms ? gd_rms_norm(sum, w, 1e-5) : gd_layer_norm(sum, w, b, 1e-5);
+        /* the same double arithmetic on the same stored sum: bit for bit */
+        expect_same(rms ? "add_rms_norm s" : "add_layer_norm s", out[0], sum, n, 0);
+        expect_same(rms ? "add_rms_norm y" : "add_layer_norm y", out[1], y, n, 0);
+        gd_graph_free(g);
+    }
+    /* a residual of another shape is refused, naming both */
+    gd_graph *g = fresh();
+    gd_tensor *x = rand_in(g, "x", 3, shape, 1), *r = rand_in(g, "r", 2, (int64_t[]){3, 40}, 2);
+    gd_tensor *out[2] = {NULL, NULL};
+    gd_status s = gd_op_multi(g, "add_rms_norm", 2, (gd_tensor *[]){x, r}, 0, NULL, 2, out);
+    CHECK(s != GD_OK, "a broadcast residual should be refused");
+    check_error("add_rms_norm shapes", (const char *[]){"add_rms_norm", "[3, 40]", "[2, 3, 40]", NULL});
+    gd_graph_free(g);
+}
+
+static void test_linear_qkv(void)
+{
+    /* K = 37: no 16-byte pieces; 64: whole pieces */
+    const int64_t Ks[2] = {37, 64};
+    for (int t = 0; t < 2; t++) {
+        const int64_t K = Ks[t];
+        gd_graph *g = fresh();
+        gd_tensor *x = rand_in(g, "x", 3, (int64_t[]){2, 3, K}, 5);
+        gd_tensor *wq = rand_in(g, "wq", 2, (int64_t[]){24, K}, 6), *wk = rand_in(g, "wk", 2, (int64_t[]){8, K}, 7);
+        gd_tensor *wv = rand_in(g, "wv", 2, (int64_t[]){8, K}, 8);
+        gd_tensor *out[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, "linear_qkv", 4, (gd_tensor *[]){x, wq, wk, wv}, 0, NULL, 3, out);
+        CHECK(s == GD_OK, "linear_qkv: %s", gd_ctx_error(ctx));
+        if (s == GD_OK) {
+            expect_shape(out[0], 3, (int64_t[]){2, 3, 24});
+            expect_shape(out[2], 3, (int64_t[]){2, 3, 8});
+        }
+        expect_same("linear_qkv q", out[0], gd_linear(x, wq, NULL), 2 * 3 * 24, 0);
+        expect_same("linear_qkv k", out[1], gd_linear(x, wk, NULL), 2 * 3 * 8, 0);
+        expect_same("linear_qkv v", out[2], gd_linear(x, wv, NULL), 2 * 3 * 8, 0);
+        gd_graph_free(g);
+    }
+    gd_graph *g = fresh();
+    gd_tensor *x = rand_in(g, "x", 2, (int64_t[]){2, 16}, 5), *w = rand_in(g, "w", 2, (int64_t[]){4, 16}, 6);
+    gd_tensor *bad = rand_in(g, "bad", 2, (int64_t[]){4, 15}, 7);
+    gd_tensor *out[3] = {NULL, NULL, NULL};
+    CHECK(gd_op_multi(g, "linear_qkv", 4, (gd_tensor *[]){x, w, bad, w}, 0, NULL, 3, out) != GD_OK,
+          "a W of the wrong width should be refused");
+    check_error("linear_qkv width", (const char *[]){"linear_qkv", "W2", "[4, 15]", "[2, 16]", NULL});
+    gd_graph_free(g);
+}
+
+static void test_linear_swiglu(void)
+{
+    gd_graph *g = fresh();
+    const int64_t K = 48, F = 40;
+    gd_tensor *x = rand_in(g, "x", 2, (int64_t[]){3, K}, 9);
+    gd_tensor *wg = rand_in(g, "wg", 2, (int64_t[]){F, K}, 10), *wu = rand_in(g, "wu", 2, (int64_t[]){F, K}, 11);
+    gd_tensor *y = gd_op(g, "linear_swiglu", 3, (gd_tensor *[]){x, wg, wu}, 0, NULL);
+    expect_shape(y, 2, (int64_t[]){3, F});
+    /* the unfused form rounds the two products and silu's output to f32; the fused op
+     * rounds once: a few f32 ulps apart */
+    gd_tensor *ref = gd_mul(gd_silu(gd_linear(x, wg, NULL)), gd_linear(x, wu, NULL));
+    expect_same("linear_swiglu", y, ref, 3 * F, 1e-6);
+    gd_tensor *wshort = rand_in(g, "ws", 2, (int64_t[]){F - 1, K}, 12);
+    expect_error(gd_op(g, "linear_swiglu", 3, (gd_tensor *[]){x, wg, wshort}, 0, NULL), "swiglu outputs", 2,
+                 (const char *[]){"linear_swiglu", "[39, 48]"});
+    gd_graph_free(g);
+}
+
+int main(void)
+{
+    if (!tu_open_ctx()) return 1;
+    test_add_norms();
+    test_linear_qkv();
+    test_linear_swiglu();
+    return tu_finish("test_ops_fused");
+}
