@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(const T *q, const T *k, const T *v, T *y, float *po, float *pm, float *pl, att_dims a,
                        att_views w, int64_t chunk, int nsplit, cu_bad bad)
 {
+    cu_pdl_wait();
     extern __shared__ __align__(16) unsigned char dec_smem_raw[];
     att_check_len(a, bad);
     constexpr int N = 16 / (int)sizeof(T);
@@ -385,6 +386,7 @@ template <typename T>
 __global__ void attn_decode_combine_kernel(const float *po, const float *pm, const float *pl, T *y, int64_t rows,
                                            int64_t T_, int64_t D, int nsplit)
 {
+    cu_pdl_wait();
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * D; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / D, d = e % D, bh = r / T_, t = r % T_; // r = bh * T + t
         float M = -INFINITY, L = 0.0f, O = 0.0f;
@@ -756,13 +758,13 @@ static gdp_status attn_decode_launch(cu_backend *be, cudaStream_t s, const gdp_n
     T *y = (T *)node->out[0]->data;
     const size_t smem = dec_smem(a.D, sizeof(T));
     if (a.T == 1)
-        attn_decode_kernel<T, DV, 1><<<att_grid(be, items), DEC_THREADS, smem, s>>>(q, k, v, y, po, pm, pl, a, w, chunk,
+        cu_launch(be, attn_decode_kernel<T, DV, 1>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl, a, w, chunk,
                                                                                   nsplit, bad);
     else
-        attn_decode_kernel<T, DV, DEC_MAXT><<<att_grid(be, items), DEC_THREADS, smem, s>>>(q, k, v, y, po, pm, pl, a, w,
+        cu_launch(be, attn_decode_kernel<T, DV, DEC_MAXT>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl, a, w,
                                                                                          chunk, nsplit, bad);
     if (nsplit > 1)
-        attn_decode_combine_kernel<T><<<cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s>>>(
+        cu_launch(be, attn_decode_combine_kernel<T>, cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s, 
             po, pm, pl, y, a.B * a.H * a.T, a.T, a.D, nsplit);
     return GDP_OK;
 }

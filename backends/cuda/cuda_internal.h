@@ -96,6 +96,7 @@ typedef struct cu_backend {
     int capturing;           /* a segment is being captured: no profiling, no waiting */
     int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
+    int pdl;                 /* cu_launch may start a kernel early (GRADUS_CUDA_PDL=0: off) */
     /* Kernels and copies given a NULL stream run here. The host normally makes a stream
      * of its own (stream_create) and passes it everywhere. */
     cudaStream_t compute;
@@ -165,6 +166,42 @@ static inline unsigned cu_blocks(const cu_backend *be, int64_t n, int threads)
     if (want < 1) want = 1;
     return (unsigned)want;
 }
+
+/* ---- programmatic dependent launch -------------------------------------------------------- */
+
+/* A decode step is a chain of small kernels, and most of each one's time is the gap while
+ * the next is launched. On sm_90 a kernel launched by cu_launch may start while the kernel
+ * in front of it on the stream is still running (captured graphs keep that as a
+ * programmatic edge): its blocks are scheduled early and wait in cu_pdl_wait until the
+ * earlier grid has finished and its writes are visible. So a kernel launched by cu_launch
+ * MUST call cu_pdl_wait() before it reads or writes any memory another kernel touches —
+ * first thing, in every kernel cu_launch starts. Launched the usual way, or on an older
+ * device, cu_pdl_wait costs nothing and the order is the stream's. */
+#if defined(__CUDACC__)
+static __device__ __forceinline__ void cu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* let the next kernel's launch start now, then wait for the one before */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the kernel in front of it
+ * when be->pdl. A launch error is left for cu_run's check, as with <<<>>>. */
+template <typename... P, typename... A>
+static inline void cu_launch(const cu_backend *be, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t s, A... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = smem, c.stream = s;
+    c.attrs = at, c.numAttrs = be->pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&c, kernel, ((P)args)...);
+}
+#endif
 
 /* ---- workspaces -------------------------------------------------------------------------- */
 

@@ -130,6 +130,7 @@ template <int RT> static __device__ __forceinline__ float gw_pick(const float *a
 template <typename T, typename W, int MODE, int RT>
 __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
 {
+    cu_pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int64_t r0 = (int64_t)blockIdx.y * RT;
@@ -176,15 +177,15 @@ static void gw_single(gw_args *a, const void *w, void *y, int64_t N)
 static int gw_tile(int64_t R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
 
 template <typename T, typename W, int MODE>
-static void gw_launch(cudaStream_t s, const gw_args &a)
+static void gw_launch(const cu_backend *be, cudaStream_t s, const gw_args &a)
 {
     int rt = gw_tile(a.R);
     dim3 grid((unsigned)((a.N + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)((a.R + rt - 1) / rt));
     switch (rt) {
-    case 1: gemv_kernel<T, W, MODE, 1><<<grid, GEMV_THREADS, 0, s>>>(a); break;
-    case 2: gemv_kernel<T, W, MODE, 2><<<grid, GEMV_THREADS, 0, s>>>(a); break;
-    case 4: gemv_kernel<T, W, MODE, 4><<<grid, GEMV_THREADS, 0, s>>>(a); break;
-    default: gemv_kernel<T, W, MODE, 8><<<grid, GEMV_THREADS, 0, s>>>(a); break;
+    case 1: cu_launch(be, gemv_kernel<T, W, MODE, 1>, grid, dim3(GEMV_THREADS), 0, s, a); break;
+    case 2: cu_launch(be, gemv_kernel<T, W, MODE, 2>, grid, dim3(GEMV_THREADS), 0, s, a); break;
+    case 4: cu_launch(be, gemv_kernel<T, W, MODE, 4>, grid, dim3(GEMV_THREADS), 0, s, a); break;
+    default: cu_launch(be, gemv_kernel<T, W, MODE, 8>, grid, dim3(GEMV_THREADS), 0, s, a); break;
     }
 }
 
@@ -209,7 +210,6 @@ int cu_gemv_takes(const gdp_node *n)
 
 gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
     const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0];
     gw_args a;
     memset(&a, 0, sizeof a);
@@ -220,7 +220,7 @@ gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, 
     size_t es = gdp_dtype_size(x->dtype);
     a.vec = gw_vec(x->data, w->data, a.K, es, es);
     if (a.N == 0) return GDP_OK;
-    CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(s, a)));
+    CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(be, s, a)));
     return GDP_OK;
 }
 
@@ -251,7 +251,6 @@ static int multi_supports(void *b, const gdp_node *n)
 
 static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
     const gdp_tensor *x = node->in[0];
     const int swiglu = node->n_in == 3;
     gw_args a;
@@ -274,9 +273,9 @@ static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     }
     if (a.N == 0) return GDP_OK;
     if (swiglu) {
-        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU>(s, a)));
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU>(be, s, a)));
     } else {
-        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(s, a)));
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(be, s, a)));
     }
     return GDP_OK;
 }
@@ -313,11 +312,10 @@ static gw_args q8_args(const gdp_node *node)
 
 static gdp_status q8_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
     gw_args a = q8_args(node);
     if (a.N == 0 || a.R == 0) return GDP_OK;
     a.vec = gw_vec(a.x, a.w[0], a.K, gdp_dtype_size(node->in[0]->dtype), 1);
-    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (gw_launch<T, int8_t, GW_Q8>(s, a)));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (gw_launch<T, int8_t, GW_Q8>(be, s, a)));
     return GDP_OK;
 }
 CU_LAUNCHER(q8_run)
@@ -343,6 +341,7 @@ static size_t w8a8_workspace(void *b, const gdp_node *n)
 template <typename T>
 __global__ void __launch_bounds__(GWQ_THREADS) gw_quantize_kernel(const T *x, int8_t *xq, float *sx, int64_t K, int64_t KP)
 {
+    cu_pdl_wait();
     __shared__ float sh[32];
     const int64_t r = blockIdx.x;
     const T *row = x + r * K;
@@ -364,6 +363,7 @@ __global__ void __launch_bounds__(GWQ_THREADS) gw_quantize_kernel(const T *x, in
 template <typename T, int RT>
 __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int8_t *xq, const float *sx, int64_t KP)
 {
+    cu_pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int64_t r0 = (int64_t)blockIdx.y * RT;
@@ -419,16 +419,16 @@ __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int
 }
 
 template <typename T>
-static void w8a8_launch(cudaStream_t s, const gw_args &a, int8_t *xq, float *sx, int64_t KP)
+static void w8a8_launch(const cu_backend *be, cudaStream_t s, const gw_args &a, int8_t *xq, float *sx, int64_t KP)
 {
-    gw_quantize_kernel<T><<<(unsigned)a.R, GWQ_THREADS, 0, s>>>((const T *)a.x, xq, sx, a.K, KP);
+    cu_launch(be, gw_quantize_kernel<T>, dim3((unsigned)a.R), dim3(GWQ_THREADS), 0, s, (const T *)a.x, xq, sx, a.K, KP);
     int rt = gw_tile(a.R);
     dim3 grid((unsigned)((a.N + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)((a.R + rt - 1) / rt));
     switch (rt) {
-    case 1: w8a8_kernel<T, 1><<<grid, GEMV_THREADS, 0, s>>>(a, xq, sx, KP); break;
-    case 2: w8a8_kernel<T, 2><<<grid, GEMV_THREADS, 0, s>>>(a, xq, sx, KP); break;
-    case 4: w8a8_kernel<T, 4><<<grid, GEMV_THREADS, 0, s>>>(a, xq, sx, KP); break;
-    default: w8a8_kernel<T, 8><<<grid, GEMV_THREADS, 0, s>>>(a, xq, sx, KP); break;
+    case 1: cu_launch(be, w8a8_kernel<T, 1>, grid, dim3(GEMV_THREADS), 0, s, a, xq, sx, KP); break;
+    case 2: cu_launch(be, w8a8_kernel<T, 2>, grid, dim3(GEMV_THREADS), 0, s, a, xq, sx, KP); break;
+    case 4: cu_launch(be, w8a8_kernel<T, 4>, grid, dim3(GEMV_THREADS), 0, s, a, xq, sx, KP); break;
+    default: cu_launch(be, w8a8_kernel<T, 8>, grid, dim3(GEMV_THREADS), 0, s, a, xq, sx, KP); break;
     }
 }
 
@@ -440,7 +440,6 @@ static int w8a8_supports(void *b, const gdp_node *n)
 
 static gdp_status w8a8_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
     gw_args a = q8_args(node);
     if (a.N == 0 || a.R == 0) return GDP_OK;
     char *ws = NULL;
@@ -450,7 +449,7 @@ static gdp_status w8a8_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     int8_t *xq = (int8_t *)ws;
     float *sx = (float *)(ws + cu_ws_round((size_t)(a.R * KP)));
     a.vec = cu_aligned16(a.w[0]) && a.K % 16 == 0;
-    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (w8a8_launch<T>(s, a, xq, sx, KP)));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (w8a8_launch<T>(be, s, a, xq, sx, KP)));
     return GDP_OK;
 }
 CU_LAUNCHER(w8a8_run)

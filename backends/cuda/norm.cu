@@ -56,6 +56,7 @@ template <typename T>
 __global__ void norm_fwd_kernel(const T *in, const T *res, T *sum, const T *w, const T *b, T *y, int64_t rows, int64_t C,
                                 double eps, int rms)
 {
+    cu_pdl_wait();
     __shared__ double sh[THREADS];
     const T *x = res != NULL ? sum : in;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -192,7 +193,7 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
     const void *b = node->n_in > 2 + add ? node->in[2 + add]->data : NULL;
     unsigned g = cu_blocks(be, rows * THREADS, THREADS);
     CU_FLOAT_SWITCH(x->dtype, T,
-                    norm_fwd_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
+                    cu_launch(be, norm_fwd_kernel<T>, g, THREADS, 0, s, (const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
                                                              (const T *)b, (T *)y->data, rows, C, eps, rms));
     return GDP_OK;
 }

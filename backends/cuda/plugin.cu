@@ -11,6 +11,9 @@
  *   GRADUS_CUDA_GRAPHS=0   no CUDA graphs: the executor declines, the host launches node
  *                          by node (GRADUS_EXECUTOR=0 turns executors off host-side)
  *   GRADUS_CUDNN=0         convolutions as im2col + cuBLAS even where cuDNN was built in
+ *   GRADUS_CUDA_PDL=0      every kernel waits for the one in front to finish before it is
+ *                          launched (by default the decode-step kernels may start early:
+ *                          cu_launch in cuda_internal.h)
  */
 #include "cuda_internal.h"
 
@@ -193,6 +196,9 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
         snprintf(be->name, sizeof be->name, "%s", prop.name);
         be->sm_count = prop.multiProcessorCount;
         be->smem_optin = prop.sharedMemPerBlockOptin;
+        /* programmatic dependent launch needs sm_90 */
+        const char *pdl = setting(host, "GRADUS_CUDA_PDL");
+        be->pdl = prop.major >= 9 && !(pdl != NULL && strcmp(pdl, "0") == 0);
         if (be->managed && !prop.managedMemory)
             s = gdp_fail(err, GDP_ERR_UNSUPPORTED, "GRADUS_CUDA_MANAGED=1: %s has no managed memory", prop.name);
     }

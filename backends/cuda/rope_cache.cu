@@ -43,6 +43,7 @@ template <typename T>
 __global__ void rope_kernel(const T *x, T *y, const void *pos, int pos64, int64_t pos_step, int64_t pairs, int64_t T_,
                             int64_t H, int64_t D, int interleaved, double theta, double sign)
 {
+    cu_pdl_wait();
     const int64_t half = D / 2;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = p % half, row = p / half, bt = row / H;
@@ -57,6 +58,7 @@ __global__ void rope_kernel(const T *x, T *y, const void *pos, int pos64, int64_
 __global__ void rope_table_kernel(double2 *cs, int64_t rows, int64_t T_, int64_t half, int64_t D, const void *pos,
                                   int pos64, int64_t pos_step, double theta, double sign)
 {
+    cu_pdl_wait();
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < rows * half; k += (int64_t)gridDim.x * blockDim.x) {
         const int64_t bt = k / half, i = k % half;
         const int64_t offset = pos != NULL ? cu_ld_index(pos, pos64, (bt / T_) * pos_step) : 0;
@@ -68,6 +70,7 @@ template <typename T>
 __global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int per_row, int64_t pairs, int64_t T_,
                                         int64_t H, int64_t D, int interleaved)
 {
+    cu_pdl_wait();
     const int64_t half = D / 2;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = p % half, row = p / half, bt = row / H;
@@ -118,7 +121,7 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     const int64_t rows = rope_table_rows(node);
     if (rows == 0) {
         CU_FLOAT_SWITCH(x->dtype, E,
-                        rope_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>((const E *)x->data, (E *)y->data, pd,
+                        cu_launch(be, rope_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)x->data, (E *)y->data, pd,
                                                                                  pos64, step, pairs, T, H, D,
                                                                                  interleaved, theta, sign));
         return GDP_OK;
@@ -127,10 +130,10 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     gdp_status st = cu_ws(node, (size_t)(rows * half) * sizeof(double2), &ws, err);
     if (st != GDP_OK) return st;
     double2 *cs = (double2 *)ws;
-    rope_table_kernel<<<cu_blocks(be, rows * half, 256), 256, 0, s>>>(cs, rows, T, half, D, pd, pos64, step, theta, sign);
+    cu_launch(be, rope_table_kernel, cu_blocks(be, rows * half, 256), 256, 0, s, cs, rows, T, half, D, pd, pos64, step, theta, sign);
     const int per_row = step != 0;
     CU_FLOAT_SWITCH(x->dtype, E,
-                    rope_table_apply_kernel<E><<<cu_blocks(be, pairs, 256), 256, 0, s>>>(
+                    cu_launch(be, rope_table_apply_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, 
                         (const E *)x->data, (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
     return GDP_OK;
 }
@@ -147,6 +150,7 @@ template <typename E>
 __global__ void cache_write_kernel(const E *c, const E *x, E *y, const void *pos, int pos64, int64_t step, int64_t n0,
                                    int64_t outer, int64_t inner, int64_t S, int64_t T, int64_t D, cu_bad bad)
 {
+    cu_pdl_wait();
     if (blockIdx.x == 0) {
         const int64_t rows = step != 0 ? n0 : 1;
         for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) {
@@ -206,11 +210,11 @@ static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStre
     const int p64 = pos->dtype == GDP_I64;
     const unsigned g = cu_blocks(be, in_place ? outer * T * D : outer * S * D, 256);
     if (es == 4)
-        cache_write_kernel<uint32_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint32_t *)c->data,
+        cu_launch(be, cache_write_kernel<uint32_t>, g, 256, 0, s, in_place ? NULL : (const uint32_t *)c->data,
                                                        (const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
                                                        step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
     else
-        cache_write_kernel<uint16_t><<<g, 256, 0, s>>>(in_place ? NULL : (const uint16_t *)c->data,
+        cu_launch(be, cache_write_kernel<uint16_t>, g, 256, 0, s, in_place ? NULL : (const uint16_t *)c->data,
                                                        (const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
                                                        step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
     return GDP_OK;
