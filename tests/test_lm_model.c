@@ -2,9 +2,12 @@
  * heads, head_dim not a multiple of 8, QK-norm, tied and untied embeddings, a padded
  * vocabulary): the parameters carry the Hugging Face names and shapes, the logits agree
  * between the reference and the CPU backend, the causal mask holds (changing a later
- * token leaves earlier logits alone), and a few AdamW steps overfit one batch. */
+ * token leaves earlier logits alone), and a few AdamW steps overfit one batch; GPT-2's
+ * training step sums the gradients of q, k and v (one projection, split) as one concat. */
 #include "gradus_lm.h"
 #include "testutil.h"
+
+#include "program.h"
 
 #include <stdlib.h>
 
@@ -144,6 +147,18 @@ static void overfits(void)
             gd_graph_free(g);
             continue;
         }
+        // the only slice_grad left is the padded vocabulary's (a slice used alone); GPT-2's
+        // q, k and v, split from one projection, get one concat per layer
+        int slice_grads = 0, concats = 0;
+        for (int k = 0; k < p->n_pn; k++) {
+            slice_grads += !p->pn[k].dead && strcmp(p->pn[k].node->op->name, "slice_grad") == 0;
+            concats += !p->pn[k].dead && strcmp(p->pn[k].node->op->name, "concat") == 0;
+        }
+        int want_sg = cfgs[i].vocab_padded != cfgs[i].vocab_size;
+        CHECK(slice_grads == want_sg, "config %d training step: %d slice_grad nodes, want %d", i, slice_grads, want_sg);
+        if (cfgs[i].arch == GD_LM_GPT2)
+            CHECK(concats == cfgs[i].n_layers, "GPT-2 training step: %d concat nodes, want one per layer (%d)",
+                  concats, (int)cfgs[i].n_layers);
         int32_t ids[B * T], tg[B * T];
         fill_ids(ids, B * T, (int)cfgs[i].vocab_size, 5);
         for (int k = 0; k < B * T; k++) tg[k] = (ids[k] * 3 + 1) % (int32_t)cfgs[i].vocab_size;

@@ -137,6 +137,14 @@ typedef struct gd_core_hooks {
     /* autodiff: sums two gradient contributions; makes the ones that seed the backward */
     gd_tensor *(*accumulate)(gd_tensor *a, gd_tensor *b);
     gd_tensor *(*ones_like)(gd_tensor *x);
+    /* autodiff, optional: whether a contribution is partial (zero outside a region of its
+     * tensor, like a slice's gradient), and acc (NULL: nothing yet) plus n >= 2 partial
+     * contributions that came one after another, in that order. Autodiff holds back each
+     * run of partial contributions and adds it at once, so that parts tiling a tensor can
+     * become one concatenation instead of zero-filled scatters and adds. The result must
+     * equal folding the parts onto acc with accumulate, up to the sign of zeros. */
+    int (*partial)(const gd_tensor *t);
+    gd_tensor *(*add_partials)(gd_tensor *acc, int n, gd_tensor *const *parts);
     /* initializers: a tensor holding a parameter's first value (enum gd_init_kind) */
     gd_tensor *(*initializer)(gd_graph *g, int kind, double std, gd_dtype dt, int ndim, const int64_t *shape,
                               uint64_t seed);

@@ -1,6 +1,7 @@
 /* layout.c — ops that move bytes without doing arithmetic: reshape, permute, copy, concat,
  * slice (and its backward, slice_grad). gd_transpose, gd_split, gd_squeeze and
- * gd_unsqueeze are builders over permute, slice and reshape.
+ * gd_unsqueeze are builders over permute, slice and reshape. The autodiff hooks that sum
+ * the gradients of several slices of one tensor (as one concat) are here too.
  *
  * reshape, permute and slice are views: the planner aliases their outputs (their view
  * rules below) and runs no kernel; their reference kernels stay as the sweep's oracle of
@@ -10,6 +11,7 @@
  * Every kernel here copies whole elements, so it works for every dtype as it stands
  * (f16/bf16 included, no conversion through f32) and the sweep compares it bit for bit.
  */
+#include "core.h" /* the sum of slice gradients looks at the nodes that made them */
 #include "refwalk.h"
 
 #include <stdio.h>
@@ -603,11 +605,112 @@ static const char *const slice_grad_cases[] = {
     "f[2,6,2] | axis=-1 start=1 end=3 input_shape=[2,6,3]",
     NULL};
 
+/* ---- sums of slice gradients ---------------------------------------------------------- */
+
+/* A tensor split into parts (gd_split, or slices of it used apart, like the q, k and v of
+ * one projection) gets one slice_grad per part: each a zero-filled tensor of the whole
+ * shape with the part's gradient scattered in. Autodiff holds these back (the hook
+ * `partial`) and hands over each run of them here: where their ranges along one axis are
+ * disjoint, one concat of the parts' gradients, in range order and with zeros for any
+ * gaps, is their sum, and their slice_grad nodes are left unused (a program compiles only
+ * the nodes its targets need). Overlapping ranges, or ranges along different axes, are
+ * added as before, one by one in the order they came.
+ *
+ * With disjoint ranges each element gets one part's value and zeros from the others, so
+ * acc + concat is the same sum, element by element, as adding the parts one by one, with
+ * one difference: a -0.0 stays -0.0 where adding a +0.0 made it +0.0. The two compare
+ * equal; the concat's is the slice's gradient as it was. */
+
+typedef struct part_range {
+    gd_tensor *dy;   /* the part's gradient */
+    int axis;
+    int64_t first, len;
+} part_range;
+
+static int slice_grad_range(const gd_tensor *t, part_range *r)
+{
+    const gd_node *n = t->node;
+    if (n == NULL || strcmp(n->op->name, "slice_grad") != 0) return 0;
+    gdp_attrs a = gd_node_attrs(n);
+    int axis = (int)gdp_attr_int(&a, "axis", 0);
+    if (axis < 0) axis += t->ndim;
+    r->dy = n->in[0];
+    r->axis = axis;
+    slice_bounds(t->shape[axis], gdp_attr_int(&a, "start", 0), gdp_attr_int(&a, "end", INT64_MAX), &r->first,
+                 &r->len);
+    return 1;
+}
+
+static int partial_grad(const gd_tensor *t)
+{
+    part_range r;
+    return t != NULL && slice_grad_range(t, &r);
+}
+
+/* The parts as concat inputs, gaps as zeros; 0 when they do not fit one concat (or all
+ * are empty: nothing to add). */
+static int tile(gd_tensor *const *parts, part_range *r, int n, gd_tensor **pieces)
+{
+    const gd_tensor *x = parts[0];
+    for (int k = 0; k < n; k++) {
+        if (!slice_grad_range(parts[k], &r[k]) || r[k].axis != r[0].axis || parts[k]->dtype != x->dtype ||
+            parts[k]->ndim != x->ndim || memcmp(parts[k]->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+            return 0;
+        for (int j = k; j > 0 && r[j].first < r[j - 1].first; j--) { // range order
+            part_range t = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = t;
+        }
+    }
+    int axis = r[0].axis, m = 0, any = 0;
+    for (int k = 0; k < n; k++) any |= r[k].len > 0;
+    if (!any) return 0;
+    int64_t at = 0, dim = x->shape[axis];
+    for (int k = 0; k <= n; k++) {
+        int64_t first = k < n ? r[k].first : dim;
+        if (k < n && r[k].len == 0) continue;
+        if (first < at || m + 2 > GDP_MAX_INPUTS) return 0;
+        if (first > at) {
+            int64_t shape[GDP_MAX_DIMS];
+            memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+            shape[axis] = first - at;
+            if ((pieces[m++] = gd_zeros(x->g, (gd_dtype)x->dtype, x->ndim, shape)) == NULL) return -1;
+        }
+        if (k < n) {
+            pieces[m++] = r[k].dy;
+            at = first + r[k].len;
+        }
+    }
+    return m;
+}
+
+static gd_tensor *add_slice_grads(gd_tensor *acc, int n, gd_tensor *const *parts)
+{
+    if (n < 1 || parts == NULL) return NULL;
+    part_range *r = gd_calloc((size_t)n, sizeof *r);
+    if (r == NULL) return gd_fail_null(parts[0]->g, GD_ERR_NOMEM, "backward: out of memory");
+    gd_tensor *pieces[GDP_MAX_INPUTS];
+    int m = tile(parts, r, n, pieces), axis = r[0].axis;
+    gd_free(r);
+    if (m < 0) return NULL;
+    gd_tensor *(*add)(gd_tensor *, gd_tensor *) = parts[0]->g->ctx->reg->hooks.accumulate;
+    if (m > 0) {
+        // m == 1: one part is all of it, the others empty
+        gd_tensor *sum = m == 1 ? pieces[0] : gd_concat(parts[0]->g, m, pieces, axis);
+        return acc != NULL && sum != NULL ? add(acc, sum) : sum;
+    }
+    gd_tensor *sum = acc != NULL ? acc : parts[0];
+    for (int k = acc != NULL ? 0 : 1; k < n && sum != NULL; k++) sum = add(sum, parts[k]);
+    return sum;
+}
+
 /* ---- registration ------------------------------------------------------------------- */
 
 GD_FAMILY(layout)
 {
     gd_registry_hooks(r)->contiguous_op = "copy";
+    gd_registry_hooks(r)->partial = partial_grad;
+    gd_registry_hooks(r)->add_partials = add_slice_grads;
     gd_register_op(r, &(gd_op_def){
         .name = "reshape", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "shape:ints",
         .dtypes = GD_FLOATS, .infer = reshape_infer, .grad = reshape_grad, .ref = copy_ref,
