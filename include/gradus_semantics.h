@@ -1,6 +1,7 @@
 /* gradus_semantics.h — op semantics that the core and every backend must agree on, bit
  * for bit: the dtype numbering and predicates, the f16/bf16 conversions, the numbering of
- * activations and pooling modes in op attributes, and the counter-based generator.
+ * activations and pooling modes in op attributes, the counter-based generator, and the
+ * sampler's draw and exp.
  *
  * Header-only, plain C (usable from C++ and from CUDA device code), versioned with the
  * plugin ABI: a change of meaning here is a change of GDP_ABI_MAJOR. A backend includes
@@ -10,6 +11,7 @@
 #ifndef GRADUS_SEMANTICS_H
 #define GRADUS_SEMANTICS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -190,6 +192,95 @@ static inline GDP_HD gdp_philox_out gdp_philox4x32(uint64_t counter_lo, uint64_t
 /* A float in (0, 1) from 32 random bits, never 0 or 1 (safe for log). 23 bits, so that
  * the largest value, (2^23 - 0.5) / 2^23, is still exactly representable below 1. */
 static inline GDP_HD float gdp_u01(uint32_t bits) { return ((float)(bits >> 9) + 0.5f) * (1.0f / 8388608.0f); }
+
+/* ---- sampling (the sample op and gd_lm_sample) --------------------------------------- */
+
+/* Draw `counter` of a sampling run seeded `seed`: a double in [0, 1) from 53 random bits
+ * (every step exact), the same on every machine, so a seed gives the same tokens everywhere. */
+static inline GDP_HD double gdp_sample_u53(uint64_t seed, uint64_t counter)
+{
+    gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, seed);
+    return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
+}
+
+/* One IEEE double operation each. Device code names its rounding, since nvcc would fuse a
+ * multiply and an add into one fma; C11 host code does not fuse across statements, so the
+ * callers below give each operation a statement of its own. */
+#if defined(__CUDA_ARCH__)
+#define GDP_DMUL_(a, b) __dmul_rn((a), (b))
+#define GDP_DADD_(a, b) __dadd_rn((a), (b))
+#else
+#define GDP_DMUL_(a, b) ((a) * (b))
+#define GDP_DADD_(a, b) ((a) + (b))
+#endif
+
+/* 2^k as a double, for -1022 <= k <= 1023 */
+static inline GDP_HD double gdp_pow2_(int k)
+{
+    uint64_t u = (uint64_t)(k + 1023) << 52;
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* exp(x) in double, bit for bit the same on every machine (within about 2 ulp of the true
+ * value). A sampler sums such weights in double and compares the sums with a draw, and the
+ * C library's exp and a GPU's differ in the last bit often enough that a token could
+ * change. x = k ln2 + r with |r| <= ln2/2 (ln2 in two parts, the first with 21 trailing
+ * zero bits so that k * its first part is exact), exp(r) by its Taylor series up to
+ * r^13/13! (the rest below 1e-17 relative), then times 2^k. */
+static inline GDP_HD double gdp_exp(double x)
+{
+    if (x != x) return x;
+    if (x > 709.782712893384) return gdp_pow2_(1023) * 2.0; /* overflows to +inf */
+    if (x < -745.2) return 0.0;
+    double t = GDP_DMUL_(x, 1.4426950408889634);
+    t = GDP_DADD_(t, 0.5);
+    const double kd = floor(t);
+    const int k = (int)kd;
+    t = GDP_DMUL_(kd, -0.6931471803691238); /* exact */
+    double r = GDP_DADD_(x, t);
+    t = GDP_DMUL_(kd, -1.9082149292705877e-10);
+    r = GDP_DADD_(r, t);
+    /* Horner, highest power first: q = q * r + 1/n! */
+    double q = 1.6059043836821613e-10;
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 2.08767569878681e-09);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 2.505210838544172e-08);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 2.755731922398589e-07);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 2.7557319223985893e-06);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 2.48015873015873e-05);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.0001984126984126984);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.001388888888888889);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.008333333333333333);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.041666666666666664);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.16666666666666666);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 0.5);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 1.0);
+    q = GDP_DMUL_(q, r);
+    q = GDP_DADD_(q, 1.0);
+    /* times 2^k in at most two exact-or-once-rounded steps: k runs from -1075 to 1024 */
+    if (k > 1023) {
+        q = GDP_DMUL_(q, gdp_pow2_(1023));
+        return GDP_DMUL_(q, gdp_pow2_(k - 1023));
+    }
+    if (k < -1022) {
+        q = GDP_DMUL_(q, gdp_pow2_(k + 54));
+        return GDP_DMUL_(q, gdp_pow2_(-54));
+    }
+    return GDP_DMUL_(q, gdp_pow2_(k));
+}
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* test_sample.c — gd_lm_sample (src/nn/lm_sample.c): greedy, top-k, top-p and temperature
  * against a plain implementation of the documented steps (a full sort), token for token
  * over many draws and vocabularies; the frequencies of draws against the probabilities
- * they should follow; the sample op on the reference against the host function. */
+ * they should follow; the sample op on the reference against the host function; gdp_exp
+ * (the sampler's weights) against the C library's exp. */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 #include "testutil.h"
@@ -39,7 +40,7 @@ static int32_t plain(const float *lg, int64_t V, const gd_sample_config *c, uint
     float max = s[0].z;
     qsort(s, (size_t)n, sizeof *s, by_id); /* the candidates in id order */
     double total = 0;
-    for (int64_t i = 0; i < n; i++) total += p[i] = exp((double)s[i].z - (double)max);
+    for (int64_t i = 0; i < n; i++) total += p[i] = gdp_exp((double)s[i].z - (double)max);
     gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, c->seed);
     double un = ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
     int32_t out = -1;
@@ -173,11 +174,34 @@ static void op_against_host(void)
     gd_graph_free(g);
 }
 
+/* gdp_exp, the weights' exp that every backend shares, against the C library's: within 2
+ * ulp over the range a sampler uses (x <= 0) and beyond, with the edge values exact. */
+static void exp_against_libm(void)
+{
+    int far = 0, n = 0;
+    double worst = 0;
+    for (int i = 0; i < 200000; i++) {
+        double x = (unit() * 2 - 1) * (i % 4 == 0 ? 740.0 : i % 4 == 1 ? 40.0 : 1.0), a = gdp_exp(x), b = exp(x);
+        if (b < 1e-300) continue; /* subnormal results: ulps of tiny values say little */
+        double ulps = fabs(a - b) / (nextafter(b, INFINITY) - b);
+        if (ulps > worst) worst = ulps;
+        far += ulps > 2;
+        n++;
+    }
+    CHECK(far == 0, "gdp_exp: %d of %d values more than 2 ulp from exp (worst %.2f)", far, n, worst);
+    CHECK(gdp_exp(0) == 1 && gdp_exp(-INFINITY) == 0 && gdp_exp(-800) == 0 && isinf(gdp_exp(INFINITY)) &&
+              isnan(gdp_exp(NAN)) && gdp_exp(-745.1) > 0,
+          "gdp_exp edges: exp(0) %g, exp(-inf) %g, exp(-800) %g, exp(inf) %g, exp(-745.1) %g", gdp_exp(0),
+          gdp_exp(-INFINITY), gdp_exp(-800), gdp_exp(INFINITY), gdp_exp(-745.1));
+    printf("gdp_exp: %d values within %.2f ulp of exp\n", n, worst);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
     against_plain();
     frequencies();
     op_against_host();
+    exp_against_libm();
     return tu_finish("test_sample");
 }

@@ -1,6 +1,6 @@
-/* sample.cu — the sample op (src/ops/sample.c) for greedy decoding: each row's token is
- * picked on the device, so a decode step reads back one id per sequence instead of a row
- * of logits, and the step stays one captured graph.
+/* sample.cu — the sample op (src/ops/sample.c) on the device: each row's token is picked
+ * here, so a decode step reads back one id per sequence instead of a row of logits, and the
+ * step stays one captured graph.
  *
  * Greedy is gd_lm_sample's first highest logit: scanning ids upwards it keeps the first
  * value that is larger than the best so far. So a NaN never wins, except that a NaN at id 0
@@ -8,11 +8,29 @@
  * -inf picks id 0. In parallel: the smallest id holding the largest non-NaN value, then the
  * id-0 rule. A block per row; each thread scans a stride of ids, then a fixed tree.
  *
- * Sampling with a temperature is declined (the host's reference runs it): its sums must
- * follow the reference's sequential order to pick the same tokens.
+ * With a temperature the token must be the reference's to the bit (src/nn/lm_sample.c), so
+ * the kernels follow its steps, and its double sums one addition at a time in its orders:
+ *   1. (a block per row) z = logit / temperature in f32, as a 32-bit key that orders like
+ *      "larger z first" (-0 as +0, since the reference compares values); with (key, id)
+ *      the order is the reference's. top_k: a radix select finds the k-th key, and the
+ *      candidates (keys below it, then the lowest ids of those equal to it) are written in
+ *      id order by a block scan. Their weights p = gdp_exp(z - max z) (the exp every backend
+ *      shares) in parallel; warp 0 then adds them in id order, each lane holding the same
+ *      sum while the warp loads the next 32 values. Without top_p those running sums are
+ *      the draw's walk: the token is the first candidate whose running sum exceeds
+ *      u = gdp_sample_u53(seed, draw) * total, found in parallel.
+ *   2. top_p: the candidates (key << idbits | id, unique) sorted per row (CUB's segmented
+ *      radix sort, scratch in the node's workspace).
+ *   3. top_p (a block per row): p and p / total per sorted candidate in parallel; warp 0
+ *      adds frac += p / total and mass += p in sorted order up to the first that reaches
+ *      top_p; the running masses are the walk of u = gdp_sample_u53 * mass.
+ * Rows holding NaN logits are the exception: the reference's order is not total there
+ * (its quickselect and heap compare NaN as neither ahead nor behind), so their tokens may
+ * differ; they are garbage in any case.
  */
 #include "cuda_internal.h"
 
+#include <cub/device/device_segmented_radix_sort.cuh>
 #include <math.h>
 
 #define SAMPLE_THREADS 512
@@ -50,24 +68,365 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) greedy_kernel(const T *x, int6
     out[blockIdx.x] = (first != first || bi >= V) ? 0 : (int32_t)bi;
 }
 
+/* ---- sampling with a temperature --------------------------------------------------------- */
+
+#define PICK_THREADS 1024
+
+struct pick_args {
+    int64_t s0, s1, B, V, n; /* logits strides and shape; n: candidates per row (top_k or V) */
+    int idbits;              /* bits of an id in a candidate's sort key */
+    float temp;              /* (float)temperature, as the reference divides by */
+    int top_p_on;            /* 0 < top_p < 1 */
+    double top_p;
+    uint64_t seed;
+    const void *draw;        /* (B) i32 or i64, stride ds */
+    int draw_i64;
+    int64_t ds;
+    uint64_t *cand;          /* (B, n) key << idbits | id, in id order; top-p: then p / total */
+    uint64_t *sorted;        /* (B, n) the candidates in order (top-p only) */
+    double *w;               /* (B, n) weights, then their running sums */
+    float *rmax;             /* (B) the largest z of each row (top-p only) */
+    double *rtot;            /* (B) the total weight of each row (top-p only) */
+    int *off;                /* (B + 1) row offsets of the sort's segments (top-p only) */
+    int32_t *out;
+};
+
+/* The order key of z: a smaller key is ahead (a larger z). -0 keys as +0. */
+static __device__ __forceinline__ uint32_t z_key(float z)
+{
+    uint32_t u = __float_as_uint(z == 0.0f ? 0.0f : z);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with z */
+    return ~u;
+}
+
+static __device__ __forceinline__ float key_z(uint32_t k)
+{
+    uint32_t u = ~k;
+    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+template <typename T>
+static __device__ __forceinline__ uint32_t logit_key(const T *row, int64_t v, const pick_args &a)
+{
+    return z_key(__fdiv_rn(cu_ld(row, v * a.s1), a.temp));
+}
+
+static __device__ __forceinline__ uint64_t draw_of(const pick_args &a, int64_t b)
+{
+    int64_t d = a.draw_i64 ? ((const int64_t *)a.draw)[b * a.ds] : (int64_t)((const int32_t *)a.draw)[b * a.ds];
+    return (uint64_t)d;
+}
+
+/* The block's smallest v; sh holds 32 words. */
+static __device__ uint32_t block_min(uint32_t v, uint32_t *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nw ? sh[lane] : 0xffffffffu;
+        for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}
+
+/* The block's inclusive prefix sum of v in thread order, and its total; sh holds 32 words. */
+static __device__ uint32_t block_scan(uint32_t v, uint32_t *sh, uint32_t *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        uint32_t t = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += t;
+    }
+    if (lane == 31) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        uint32_t t = lane < nw ? sh[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            uint32_t u = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += u;
+        }
+        if (lane < nw) sh[lane] = t;
+    }
+    __syncthreads();
+    v += warp > 0 ? sh[warp - 1] : 0;
+    *total = sh[nw - 1];
+    __syncthreads();
+    return v;
+}
+
+/* The first i < n with u < run[i], or n - 1 when none (NaN sums: none); all threads get it. */
+static __device__ int64_t block_first_above(const double *run, int64_t n, double u, uint32_t *sh)
+{
+    uint32_t first = 0xffffffffu;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (u < run[i]) {
+            first = (uint32_t)i;
+            break;
+        }
+    first = block_min(first, sh);
+    return first == 0xffffffffu ? n - 1 : (int64_t)first;
+}
+
+/* Warp 0: acc += w[i] for i = 0, 1, ... n - 1, one addition at a time, as the reference
+ * sums; with `keep`, w[i] becomes the running sum through i. Every lane adds the same
+ * values in the same order (shuffled from the lane that loaded them) while the next 32
+ * are on their way. */
+static __device__ double warp_sum_in_order(double *w, int64_t n, bool keep)
+{
+    const int lane = threadIdx.x & 31;
+    double acc = 0, next = lane < n ? w[lane] : 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += 32) {
+        const double cur = next;
+        next = i0 + 32 + lane < n ? w[i0 + 32 + lane] : 0.0;
+        const int m = n - i0 < 32 ? (int)(n - i0) : 32;
+        double mine = 0;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const double v = __shfl_sync(0xffffffffu, cur, l);
+            if (l < m) acc = __dadd_rn(acc, v);
+            if (l == lane) mine = acc;
+        }
+        if (keep && lane < m) w[i0 + lane] = mine;
+    }
+    return acc;
+}
+
+/* Step 1 (see the top): the candidates, their weights and total, and without top_p the token. */
+template <typename T>
+__global__ void __launch_bounds__(PICK_THREADS) pick_candidates_kernel(const T *x, pick_args a)
+{
+    __shared__ uint32_t sh[32];
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t sel[2];
+    __shared__ double total_sh;
+    const int64_t b = blockIdx.x, V = a.V, n = a.n;
+    const T *row = x + b * a.s0;
+    uint64_t *cand = a.cand + b * n;
+    double *w = a.w + b * n;
+
+    /* the largest z has the smallest key, and is always a candidate */
+    uint32_t kmin = 0xffffffffu;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) kmin = min(kmin, logit_key(row, v, a));
+    const float zmax = key_z(block_min(kmin, sh));
+
+    if (n < V) {
+        /* the n-th smallest key, a byte at a time from the top: `prefix` its bytes so far,
+         * `rank` its rank among the keys that share them */
+        uint32_t prefix = 0, mask = 0, rank = (uint32_t)n;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+            __syncthreads();
+            for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+                uint32_t k = logit_key(row, v, a);
+                if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                uint32_t below = 0, d = 0;
+                for (; d < 255; d++) {
+                    if (below + hist[d] >= rank) break;
+                    below += hist[d];
+                }
+                sel[0] = prefix | d << shift;
+                sel[1] = rank - below;
+            }
+            __syncthreads();
+            prefix = sel[0], rank = sel[1], mask |= 255u << shift;
+        }
+        /* keys below `prefix`, and the first `rank` ids whose key equals it, in id order:
+         * a candidate's place is the count of both kinds taken before it */
+        uint32_t run_lt = 0, run_eq = 0;
+        for (int64_t base = 0; base < V; base += blockDim.x) {
+            const int64_t v = base + threadIdx.x;
+            const uint32_t k = v < V ? logit_key(row, v, a) : 0xffffffffu;
+            const uint32_t lt = v < V && k < prefix, eq = v < V && k == prefix, mine = lt | eq << 16;
+            uint32_t tot, ex = block_scan(mine, sh, &tot) - mine;
+            const uint32_t eq_before = run_eq + (ex >> 16);
+            if (lt || (eq && eq_before < rank))
+                cand[run_lt + (ex & 0xffffu) + min(eq_before, rank)] = (uint64_t)k << a.idbits | (uint64_t)v;
+            run_lt += tot & 0xffffu, run_eq += tot >> 16;
+        }
+    } else {
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) cand[v] = (uint64_t)logit_key(row, v, a) << a.idbits | (uint64_t)v;
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        w[j] = gdp_exp((double)key_z((uint32_t)(cand[j] >> a.idbits)) - (double)zmax);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const double t = warp_sum_in_order(w, n, !a.top_p_on);
+        if (threadIdx.x == 0) total_sh = t;
+    }
+    __syncthreads();
+    const double total = total_sh;
+    if (a.top_p_on) {
+        if (threadIdx.x == 0) {
+            a.rmax[b] = zmax, a.rtot[b] = total, a.off[b] = (int)(b * n);
+            if (b == a.B - 1) a.off[a.B] = (int)(a.B * n);
+        }
+        return;
+    }
+    const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * total;
+    const int64_t j = block_first_above(w, n, u, sh);
+    if (threadIdx.x == 0) a.out[b] = (int32_t)(cand[j] & (((uint64_t)1 << a.idbits) - 1));
+}
+
+/* Step 3 (see the top): top_p over the sorted candidates, and the token. */
+__global__ void __launch_bounds__(PICK_THREADS) pick_top_p_kernel(pick_args a)
+{
+    __shared__ uint32_t sh[32];
+    __shared__ int64_t taken_sh;
+    __shared__ double mass_sh;
+    const int64_t b = blockIdx.x, n = a.n;
+    const uint64_t *sorted = a.sorted + b * n;
+    double *p = a.w + b * n, *r = (double *)(a.cand + b * n); /* the unsorted keys are done with */
+    const float zmax = a.rmax[b];
+    const double total = a.rtot[b];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const double pi = gdp_exp((double)key_z((uint32_t)(sorted[i] >> a.idbits)) - (double)zmax);
+        p[i] = pi;
+        r[i] = pi / total;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        /* frac += p / total and mass += p, in order, through the first that brings frac to
+         * top_p; p becomes the running mass (warp_sum_in_order's scheme, two sums) */
+        const int lane = threadIdx.x;
+        double frac = 0, mass = 0, nr = lane < n ? r[lane] : 0.0, np = lane < n ? p[lane] : 0.0;
+        int64_t taken = n;
+        for (int64_t i0 = 0; i0 < n && taken == n; i0 += 32) {
+            const double cr = nr, cp = np;
+            const int64_t nx = i0 + 32 + lane;
+            nr = nx < n ? r[nx] : 0.0, np = nx < n ? p[nx] : 0.0;
+            const int m = n - i0 < 32 ? (int)(n - i0) : 32;
+            double mine = 0;
+#pragma unroll
+            for (int l = 0; l < 32; l++) {
+                const double rv = __shfl_sync(0xffffffffu, cr, l), pv = __shfl_sync(0xffffffffu, cp, l);
+                if (l < m && taken == n) {
+                    frac = __dadd_rn(frac, rv);
+                    mass = __dadd_rn(mass, pv);
+                    if (l == lane) mine = mass;
+                    if (frac >= a.top_p) taken = i0 + l + 1;
+                }
+            }
+            if (i0 + lane < taken && lane < m) p[i0 + lane] = mine;
+        }
+        if (lane == 0) taken_sh = taken, mass_sh = mass;
+    }
+    __syncthreads();
+    const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * mass_sh;
+    const int64_t i = block_first_above(p, taken_sh, u, sh);
+    if (threadIdx.x == 0) a.out[b] = (int32_t)(sorted[i] & (((uint64_t)1 << a.idbits) - 1));
+}
+
+/* The workspace's parts, each at a multiple of CU_WS_ALIGN; `sort_bytes` is CUB's scratch. */
+struct pick_layout {
+    int64_t n;
+    int idbits, top_p_on;
+    size_t cand, sorted, w, rmax, rtot, off, sort, sort_bytes, total;
+};
+
+static gdp_status pick_plan(const gdp_node *node, pick_layout *l, gdp_err *err)
+{
+    const int64_t B = node->in[0]->shape[0], V = node->in[0]->shape[1];
+    const int64_t k = gdp_attr_int(&node->attrs, "top_k", 0);
+    const double tp = gdp_attr_float(&node->attrs, "top_p", 0);
+    l->n = k > 0 && k < V ? k : V;
+    l->top_p_on = tp > 0 && tp < 1;
+    l->idbits = 1;
+    while (((int64_t)1 << l->idbits) < V) l->idbits++;
+    const size_t rows = (size_t)(B * l->n) * sizeof(uint64_t);
+    size_t at = 0;
+    l->cand = at, at += cu_ws_round(rows);
+    l->w = at, at += cu_ws_round(rows);
+    l->sorted = l->rmax = l->rtot = l->off = l->sort = l->sort_bytes = 0;
+    if (l->top_p_on) {
+        l->sorted = at, at += cu_ws_round(rows);
+        l->rmax = at, at += cu_ws_round((size_t)B * sizeof(float));
+        l->rtot = at, at += cu_ws_round((size_t)B * sizeof(double));
+        l->off = at, at += cu_ws_round((size_t)(B + 1) * sizeof(int));
+        cudaError_t e = cub::DeviceSegmentedRadixSort::SortKeys(
+            (void *)NULL, l->sort_bytes, (const uint64_t *)NULL, (uint64_t *)NULL, (int)(B * l->n), (int)B,
+            (const int *)NULL, (const int *)NULL, 0, 32 + l->idbits);
+        if (e != cudaSuccess) return cu_check(e, "cub::DeviceSegmentedRadixSort::SortKeys (scratch size)", err);
+        l->sort = at, at += cu_ws_round(l->sort_bytes);
+    }
+    l->total = at;
+    return GDP_OK;
+}
+
+/* Greedy needs none; sampling its candidates, weights and (top-p) the sort's. */
+static size_t sample_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (!(gdp_attr_float(&n->attrs, "temperature", 0) > 0)) return 0;
+    pick_layout l;
+    gdp_err err;
+    return pick_plan(n, &l, &err) == GDP_OK ? cu_ws_declare(l.total) : 0;
+}
+
 static int sample_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 2 || n->n_out != 1 || n->out[0]->dtype != GDP_I32) return 0;
+    if (n->n_in != 2 || n->n_out != 1 || n->out[0]->dtype != GDP_I32 || !gdp_is_index(n->in[1]->dtype)) return 0;
     const gdp_tensor *x = n->in[0];
     if (!cu_gpu_float(x->dtype) || x->ndim != 2 || x->shape[1] < 1 || x->shape[0] > 0x7fffffff ||
         x->shape[1] > 0x7fffffff)
         return 0;
-    return !(gdp_attr_float(&n->attrs, "temperature", 0) > 0); /* greedy only */
+    /* sampling's sort counts the keys of all rows in an int */
+    return !(gdp_attr_float(&n->attrs, "temperature", 0) > 0) || x->shape[0] * x->shape[1] <= 0x7fffffff;
 }
 
-// logits (B, V), draw (B) -> ids (B) i32; the draw number is not needed by greedy rows
+template <typename T>
+static gdp_status pick_run(const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[0], *d = node->in[1];
+    pick_layout l;
+    gdp_status st = pick_plan(node, &l, err);
+    if (st != GDP_OK) return st;
+    char *ws;
+    st = cu_ws(node, l.total, &ws, err);
+    if (st != GDP_OK) return st;
+    pick_args a;
+    a.s0 = x->stride[0], a.s1 = x->stride[1], a.B = x->shape[0], a.V = x->shape[1], a.n = l.n;
+    a.idbits = l.idbits;
+    a.temp = (float)gdp_attr_float(&node->attrs, "temperature", 0);
+    a.top_p_on = l.top_p_on, a.top_p = gdp_attr_float(&node->attrs, "top_p", 0);
+    a.seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0);
+    a.draw = d->data, a.draw_i64 = d->dtype == GDP_I64, a.ds = d->stride[0];
+    a.cand = (uint64_t *)(ws + l.cand), a.w = (double *)(ws + l.w);
+    a.sorted = l.top_p_on ? (uint64_t *)(ws + l.sorted) : NULL;
+    a.rmax = l.top_p_on ? (float *)(ws + l.rmax) : NULL;
+    a.rtot = l.top_p_on ? (double *)(ws + l.rtot) : NULL;
+    a.off = l.top_p_on ? (int *)(ws + l.off) : NULL;
+    a.out = (int32_t *)node->out[0]->data;
+    pick_candidates_kernel<T><<<(unsigned)a.B, PICK_THREADS, 0, s>>>((const T *)x->data, a);
+    if (!l.top_p_on) return GDP_OK;
+    size_t bytes = l.sort_bytes;
+    CU_TRY(cub::DeviceSegmentedRadixSort::SortKeys((void *)(ws + l.sort), bytes, (const uint64_t *)a.cand, a.sorted,
+                                                   (int)(a.B * a.n), (int)a.B, (const int *)a.off,
+                                                   (const int *)a.off + 1, 0, 32 + a.idbits, s));
+    pick_top_p_kernel<<<(unsigned)a.B, PICK_THREADS, 0, s>>>(a);
+    return GDP_OK;
+}
+
+// logits (B, V), draw (B) -> ids (B) i32
 static gdp_status sample_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     (void)be;
     const gdp_tensor *x = node->in[0];
     int64_t B = x->shape[0];
     if (B == 0) return GDP_OK;
+    if (gdp_attr_float(&node->attrs, "temperature", 0) > 0) {
+        CU_FLOAT_SWITCH(x->dtype, T, return pick_run<T>(node, s, err));
+    }
     CU_FLOAT_SWITCH(x->dtype, T,
                     greedy_kernel<T><<<(unsigned)B, SAMPLE_THREADS, 0, s>>>((const T *)x->data, x->stride[0],
                                                                            x->stride[1], x->shape[1],
@@ -79,8 +438,8 @@ CU_LAUNCHER(sample_run)
 static const char *const sample_attrs[] = {"temperature", NULL};
 
 static const gdp_kernel kernels[] = {
-    CU_KX("sample", GDP_F32, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, NULL),
-    CU_KX("sample", GDP_F16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, NULL),
-    CU_KX("sample", GDP_BF16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, NULL),
+    CU_KX("sample", GDP_F32, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
+    CU_KX("sample", GDP_F16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
+    CU_KX("sample", GDP_BF16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
 };
 CU_FAMILY(sample, kernels);

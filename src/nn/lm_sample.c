@@ -4,28 +4,22 @@
  * Greedy (temperature 0): the first highest logit. Otherwise, with z = logit / temperature
  * (f32) and the order "larger z first, then lower id" (total):
  *   1. the candidates are the first top_k in that order (all V when top_k is 0);
- *   2. each weighs p = exp(z - max z) in double; their total is summed in id order;
+ *   2. each weighs p = exp(z - max z) in double (gdp_exp: the same bits on every machine);
+ *      their total is summed in id order;
  *   3. with 0 < top_p < 1, the candidates are taken in order while the running mass (each
  *      p / total, added in that order) stays below top_p, the one reaching it included, and
  *      the draw walks them in that order; otherwise the draw walks every candidate in id
  *      order;
- *   4. the draw u = uniform(seed, counter) * (mass walked) picks the first whose running
- *      sum exceeds u.
+ *   4. the draw u = gdp_sample_u53(seed, counter) * (mass walked) picks the first whose
+ *      running sum exceeds u.
+ * The sums follow exactly these orders, one addition at a time: a device kernel reproduces
+ * them to pick the same tokens (backends/cuda/sample.cu).
  * Work: a selection in O(V) for top-k (not a sort of V), a heap for top-p that stops as soon
  * as the mass is reached, so a peaked distribution costs about one pass over the logits. */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 
-#include <math.h>
 #include <stdlib.h>
-
-/* A uniform number in [0, 1) for draw `counter` of a run seeded `seed`: the same on every
- * machine, so a seed gives the same tokens everywhere. */
-static double uniform(uint64_t seed, uint64_t counter)
-{
-    gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, seed);
-    return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
-}
 
 typedef struct cand {
     float z;
@@ -100,7 +94,7 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
     for (int64_t i = 1; i < n; i++)
         if (cs[i].z > max) max = cs[i].z;
     double total = 0;
-    for (int64_t i = 0; i < n; i++) total += p[i] = exp((double)cs[i].z - (double)max);
+    for (int64_t i = 0; i < n; i++) total += p[i] = gdp_exp((double)cs[i].z - (double)max);
     if (c->top_p > 0 && c->top_p < 1) {
         /* candidates in order off a heap until their mass reaches top_p; h[n - k ..) holds
          * the k taken, the first at the end */
@@ -118,14 +112,14 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
         }
         double mass = 0;
         for (int64_t i = n - 1; i >= left; i--) mass += p[h[i]];
-        double u = uniform(c->seed, counter) * mass, acc = 0;
+        double u = gdp_sample_u53(c->seed, counter) * mass, acc = 0;
         for (int64_t i = n - 1; i >= left; i--) {
             acc += p[h[i]];
             if (u < acc) return cs[h[i]].id;
         }
         return cs[h[left]].id;
     }
-    double u = uniform(c->seed, counter) * total, acc = 0;
+    double u = gdp_sample_u53(c->seed, counter) * total, acc = 0;
     for (int64_t i = 0; i < n; i++) {
         acc += p[i];
         if (u < acc) return cs[i].id;

@@ -7,7 +7,7 @@
  * Row b is gd_lm_sample's pick (gradus_lm.h) with draw number draw[b]: greedy takes the
  * first highest logit; otherwise the logits divided by the temperature (f32) are ordered
  * by value, then id, cut to the top k and to the smallest prefix holding top_p of the
- * mass (exp in double), and the Philox draw at (draw[b], seed) picks from what is left.
+ * mass (gdp_exp in double), and the Philox draw at (draw[b], seed) picks from what is left.
  * The reference calls gd_lm_sample itself, so a sampled program and a host-side sampler
  * give the same tokens; another backend must follow the same steps. Not differentiable.
  */
@@ -68,6 +68,19 @@ static const char *const sample_cases[] = {
     "n[4,50] i32[4]<1000 | temperature=1 top_p=0.9 seed=11",
     "n[2,300] i64[2]<1000 | temperature=0.7 top_k=40 top_p=0.95 seed=7",
     "f[1,1] i64[1]<5 | temperature=2",
+    /* wide vocabularies: top-k by selection, top-p over a sort of every logit, and the
+     * sums over all of them in id order (temperature alone) */
+    "n[3,32000] i64[3]<100000 | temperature=0.8 top_k=50 seed=5",
+    "n[2,32000] i32[2]<100000 | temperature=1 top_p=0.9 seed=9",
+    "n[2,32000] i64[2]<100000 | temperature=1.5 top_k=2000 top_p=0.5 seed=23",
+    "n[4,5000] i64[4]<1000 | temperature=0.5 seed=2",
+    "n[1,150000] i64[1]<1000 | temperature=1.2 seed=4",
+    "n[1,150000] i64[1]<1000 | temperature=1 top_p=0.3 seed=6",
+    /* ties: bf16 logits repeat, so the top-k cut and the top-p order fall on equal values
+     * that only the id separates */
+    "bf16[3,4000] i64[3]<1000 | temperature=1 top_k=20 seed=13",
+    "bf16[3,4000] i32[3]<1000 | temperature=0.7 top_p=0.5 seed=17",
+    "bf16[2,300] i64[2]<1000 | temperature=1 top_k=1 seed=1",
     NULL,
 };
 
