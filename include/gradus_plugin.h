@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define GDP_ABI_MAJOR 2
-#define GDP_ABI_MINOR 2
+#define GDP_ABI_MINOR 3
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
 #define GDP_MAX_DIMS 8
@@ -401,6 +401,10 @@ typedef struct gdp_graph_view {
                                 const gdp_attr *attrs, int32_t n_attrs,
                                 int32_t n_out, const int32_t *out_nodes, const int32_t *out_outputs,
                                 gdp_err *err);
+    /* ABI 2.3. Whether input ka of node a and input kb of node b are the same value —
+     * graph inputs, parameters and states included, which node_input reports only as -1.
+     * An older host leaves it out (GDP_HAS_FIELD). */
+    int32_t (*same_input)(void *graph, int32_t a, int32_t ka, int32_t b, int32_t kb);
 } gdp_graph_view;
 
 typedef struct gdp_graph_pass {

@@ -1,5 +1,5 @@
 /* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_qkv,
- * linear_swiglu) on the CPU reference against the ops they stand for, built in the same
+ * linear_swiglu, rope_cache_write) on the CPU reference against the ops they stand for, built in the same
  * graph from the same inputs: the fused and the unfused forms must agree, exactly where
  * both round the same values the same way, and their messages must name the operand. */
 #include "gradus.h"
@@ -124,11 +124,67 @@ static void test_linear_swiglu(void)
     gd_graph_free(g);
 }
 
+/* rope_cache_write against rope, rope and two cache_writes of the transposed k and v, on
+ * two pairs of caches that start equal; a decode step (T 1) and a prefill (T 3). */
+static void test_rope_cache_write(void)
+{
+    for (int64_t T = 1; T <= 3; T += 2) {
+        const int64_t B = 2, H = 4, Hkv = 2, D = 8, S = 6;
+        gd_graph *g = fresh();
+        gd_tensor *q = rand_in(g, "q", 4, (int64_t[]){B, T, H, D}, 20);
+        gd_tensor *k = rand_in(g, "k", 4, (int64_t[]){B, T, Hkv, D}, 21), *v = rand_in(g, "v", 4, (int64_t[]){B, T, Hkv, D}, 22);
+        gd_tensor *pos = gd_input(g, "pos", GD_I32, 1, (int64_t[]){B});
+        const int32_t at[2] = {2, 5 - (int32_t)T}; /* a position per sequence */
+        gd_tensor_write(pos, at, sizeof at);
+        static float init[2 * 2 * 6 * 8];
+        fill(init, (int)(B * Hkv * S * D), 23);
+        gd_tensor *c[4];
+        const char *names[4] = {"kc", "vc", "kc2", "vc2"};
+        for (int j = 0; j < 4; j++) {
+            c[j] = gd_state(g, names[j], GD_F32, 4, (int64_t[]){B, Hkv, S, D});
+            gd_tensor_write(c[j], init, sizeof(float) * (size_t)(B * Hkv * S * D));
+        }
+        gd_attr at2[2] = {gd_attr_f("theta", 500.0), gd_attr_i("interleaved", 0)};
+        gd_tensor *out[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, "rope_cache_write", 6, (gd_tensor *[]){q, k, v, c[0], c[1], pos}, 2, at2, 3, out);
+        CHECK(s == GD_OK, "rope_cache_write: %s", gd_ctx_error(ctx));
+        gd_tensor *rq = gd_rope(q, 500.0, 0, pos);
+        gd_tensor *kw = gd_cache_write(c[2], gd_transpose(gd_rope(k, 500.0, 0, pos), 1, 2), pos);
+        gd_tensor *vw = gd_cache_write(c[3], gd_transpose(v, 1, 2), pos);
+        CHECK(kw != NULL && vw != NULL && rq != NULL, "unfused: %s", gd_ctx_error(ctx));
+        if (s != GD_OK || kw == NULL || vw == NULL || rq == NULL) {
+            gd_graph_free(g);
+            continue;
+        }
+        gd_tensor *targets[2] = {out[0], rq};
+        gd_program *p = gd_compile(g, 2, targets, GD_COMPILE_UPDATES);
+        CHECK(p != NULL && gd_program_run(p) == GD_OK, "run: %s", gd_ctx_error(ctx));
+        static float a[2 * 2 * 6 * 8], b[2 * 2 * 6 * 8];
+        const int64_t nq = B * T * H * D, nc = B * Hkv * S * D;
+        if (p != NULL) {
+            gd_tensor_read(out[0], a, sizeof(float) * (size_t)nq);
+            gd_tensor_read(rq, b, sizeof(float) * (size_t)nq);
+            CHECK(memcmp(a, b, sizeof(float) * (size_t)nq) == 0, "T %lld: rope(q) differs from rope's", (long long)T);
+            for (int j = 0; j < 2; j++) {
+                gd_tensor_read(c[j], a, sizeof(float) * (size_t)nc);
+                gd_tensor_read(c[j + 2], b, sizeof(float) * (size_t)nc);
+                CHECK(memcmp(a, b, sizeof(float) * (size_t)nc) == 0, "T %lld: the %s cache differs from cache_write's",
+                      (long long)T, j ? "value" : "key");
+                CHECK(memcmp(a, init, sizeof(float) * (size_t)nc) != 0, "T %lld: the %s cache was not written",
+                      (long long)T, j ? "value" : "key");
+            }
+            gd_program_free(p);
+        }
+        gd_graph_free(g);
+    }
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
     test_add_norms();
     test_linear_qkv();
     test_linear_swiglu();
+    test_rope_cache_write();
     return tu_finish("test_ops_fused");
 }

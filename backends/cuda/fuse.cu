@@ -13,6 +13,8 @@
  *                                                 (any rows: training graphs too)
  *   mul(linear_act(x, Wg; silu), linear(x, Wu)) -> linear_swiglu(x, Wg, Wu)       (<= 8 rows)
  *   linear(x, W1), linear(x, W2), linear(x, W3) -> linear_qkv(x, W1, W2, W3)      (<= 8 rows)
+ *   rope(q, pos), rope(k, pos) and the cache writes of rope(k) and v that an attention
+ *   reads                                      -> rope_cache_write(q, k, v, kc, vc, pos)  (T <= 4)
  *
  * A fused node takes the place of its chain's last node, so a rule declines when a node
  * between the chain's ends reads a value the fused node now makes.
@@ -168,10 +170,12 @@ static int read_between(gdp_graph_view *g, int32_t p, int32_t k, int32_t from, i
     return 0;
 }
 
-/* The same computed value feeds input ka of node a and input kb of node b (leaves cannot
- * be told apart through the view, so they never match). */
+/* The same value feeds input ka of node a and input kb of node b. A host older than ABI
+ * 2.3 cannot say so for leaves (graph inputs, parameters): then only computed values match. */
 static int same_input(gdp_graph_view *g, int32_t a, int32_t ka, int32_t b, int32_t kb)
 {
+    if (GDP_HAS_FIELD(g, gdp_graph_view, same_input) && g->same_input != NULL)
+        return g->same_input(g->graph, a, ka, b, kb) != 0;
     int32_t oa = -1, ob = -1, pa = g->node_input(g->graph, a, ka, &oa), pb = g->node_input(g->graph, b, kb, &ob);
     return pa >= 0 && pa == pb && oa == ob;
 }
@@ -259,6 +263,72 @@ static gdp_status fuse_qkv(gdp_graph_view *g, int32_t first, gdp_err *err)
     return g->replace_chain(g->graph, lin[0], lin[2], "linear_qkv", 4, in_nodes, in_outs, NULL, 0, 3, lin, out_outs, err);
 }
 
+/* The node making input k of node id, when it is op `op` and that value is its output 0. */
+static int32_t input_op(gdp_graph_view *g, int32_t id, int32_t k, const char *op)
+{
+    int32_t out = -1, p = g->node_input(g->graph, id, k, &out);
+    return p >= 0 && out == 0 && op_is(g, p, op) ? p : -1;
+}
+
+/* A permute swapping dims 1 and 2 of a 4-D value (gd_transpose(x, 1, 2)). */
+static int swaps_1_2(gdp_graph_view *g, int32_t id)
+{
+    int64_t perm[8];
+    return g->node_n_inputs(g->graph, id) == 1 && gdp_attr_ints(g->node_attrs(g->graph, id), "perm", perm, 8) == 4 &&
+           perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && perm[3] == 3;
+}
+
+/* A decode step's attention block, anchored at its attention node:
+ *   attention(transpose(rope(q, pos)), cache_write(kc, transpose(rope(k, pos)), pos),
+ *             cache_write(vc, transpose(v), pos) ...)
+ * -> rope_cache_write(q, k, v, kc, vc, pos; theta, interleaved), which stands for the rope of
+ * q and both cache writes (the rope of k and both transposes then have no reader and go).
+ * Only for a few steps (T <= 4: the kernel computes each angle itself). */
+static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
+{
+    if (!op_is(g, att, "attention")) return GDP_OK;
+    const int32_t cwk = input_op(g, att, 1, "cache_write"), cwv = input_op(g, att, 2, "cache_write");
+    const int32_t pq = input_op(g, att, 0, "permute");
+    if (cwk < 0 || cwv < 0 || pq < 0 || cwk == cwv) return GDP_OK;
+    const int32_t pk = input_op(g, cwk, 1, "permute"), pv = input_op(g, cwv, 1, "permute");
+    const int32_t rq = input_op(g, pq, 0, "rope"), rk = pk >= 0 ? input_op(g, pk, 0, "rope") : -1;
+    if (pk < 0 || pv < 0 || rq < 0 || rk < 0 || rq == rk || !swaps_1_2(g, pq) || !swaps_1_2(g, pk) || !swaps_1_2(g, pv))
+        return GDP_OK;
+    if (g->node_n_inputs(g->graph, rq) != 2 || g->node_n_inputs(g->graph, rk) != 2) return GDP_OK;
+    const gdp_attrs *aq = g->node_attrs(g->graph, rq);
+    const double theta = gdp_attr_float(aq, "theta", 10000.0);
+    const int64_t inter = gdp_attr_int(aq, "interleaved", 1), inv = gdp_attr_int(aq, "inverse", 0);
+    const gdp_attrs *ak = g->node_attrs(g->graph, rk);
+    if (inv != 0 || gdp_attr_int(ak, "inverse", 0) != 0 || gdp_attr_float(ak, "theta", 10000.0) != theta ||
+        gdp_attr_int(ak, "interleaved", 1) != inter)
+        return GDP_OK;
+    /* one position for all four */
+    if (!same_input(g, rq, 1, rk, 1) || !same_input(g, rq, 1, cwk, 2) || !same_input(g, rq, 1, cwv, 2)) return GDP_OK;
+    /* rope(k) and the transposes feed nothing else */
+    if (g->node_users(g->graph, rk, 0) != 1 || g->node_users(g->graph, pk, 0) != 1 || g->node_users(g->graph, pv, 0) != 1)
+        return GDP_OK;
+    gdp_tensor q;
+    if (g->node_input_desc(g->graph, rq, 0, &q) != GDP_OK || q.ndim != 4 || q.shape[1] > 4) return GDP_OK;
+    int32_t first = rq, last = cwk;
+    const int32_t chain[4] = {rq, rk, cwk, cwv};
+    for (int j = 0; j < 4; j++) {
+        first = chain[j] < first ? chain[j] : first;
+        last = chain[j] > last ? chain[j] : last;
+    }
+    if (read_between(g, rq, 0, first, last, -1) || read_between(g, cwk, 0, first, last, -1) ||
+        read_between(g, cwv, 0, first, last, -1))
+        return GDP_OK;
+    const int32_t in_nodes[6] = {-2 - rq, -2 - rk, -2 - pv, -2 - cwk, -2 - cwv, -2 - rq};
+    const int32_t in_outs[6] = {0, 0, 0, 0, 0, 1};
+    const int32_t out_nodes[3] = {rq, cwk, cwv}, out_outs[3] = {0, 0, 0};
+    gdp_attr at[2];
+    memset(at, 0, sizeof at);
+    at[0].name = "theta", at[0].kind = GDP_ATTR_FLOAT, at[0].f = theta;
+    at[1].name = "interleaved", at[1].kind = GDP_ATTR_INT, at[1].i = inter;
+    return g->replace_chain(g->graph, first, last, "rope_cache_write", 6, in_nodes, in_outs, at, 2, 3, out_nodes, out_outs,
+                            err);
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     (void)backend;
@@ -283,10 +353,11 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         gdp_status s = fuse_add_norm(g, id, err);
         if (s == GDP_OK) s = fuse_swiglu(g, id, err);
         if (s == GDP_OK) s = fuse_qkv(g, id, err);
+        if (s == GDP_OK) s = fuse_rope_cache(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
 }
 
-extern const gdp_graph_pass cu_fuse_pass = {sizeof(gdp_graph_pass),
-                                            "fuse linear_act, add_*_norm, linear_swiglu, linear_qkv", fuse_run};
+extern const gdp_graph_pass cu_fuse_pass = {
+    sizeof(gdp_graph_pass), "fuse linear_act, add_*_norm, linear_swiglu, linear_qkv, rope_cache_write", fuse_run};

@@ -1,5 +1,5 @@
 /* rope_cache.cu — the decoder's position ops of the attention family (src/ops/attention.c):
- * rope and cache_write. Positions (a scalar, or one per batch row) are read on the device,
+ * rope, cache_write, and the two together for a decode step (rope_cache_write). Positions (a scalar, or one per batch row) are read on the device,
  * never by the host, so a captured decode step replays with new ones.
  *
  * rope computes each angle's cosine and sine in double with the reference's expressions:
@@ -24,17 +24,30 @@ static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int
     return make_double2(cos(angle), sign * sin(angle));
 }
 
-/* x (B, T, H, D) -> y: pair (i0, i1) of row `row` = (b * T + t) * H + h rotated by c. */
-template <typename T>
-static __device__ __forceinline__ void rope_pair(const T *x, T *y, int64_t row, int64_t i, int64_t D, int interleaved,
-                                                 double2 c)
+/* The elements of pair i in a row of D: (2i, 2i + 1) interleaved, else (i, i + D / 2). */
+static __device__ __forceinline__ int64_t rope_j0(int64_t i, int64_t D, int interleaved) { return interleaved ? 2 * i : i; }
+static __device__ __forceinline__ int64_t rope_j1(int64_t i, int64_t D, int interleaved)
 {
-    const int64_t half = D / 2, base = row * D;
-    const int64_t i0 = interleaved ? base + 2 * i : base + i, i1 = interleaved ? i0 + 1 : i0 + half;
+    return interleaved ? 2 * i + 1 : i + D / 2;
+}
+
+/* Pair i of the row at x (D elements) rotated by c into the row at y. */
+template <typename T>
+static __device__ __forceinline__ void rope_rot(const T *x, T *y, int64_t i, int64_t D, int interleaved, double2 c)
+{
+    const int64_t i0 = rope_j0(i, D, interleaved), i1 = rope_j1(i, D, interleaved);
     const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
     /* no fused multiply-add: the reference rounds each product */
     cu_std(y, i0, __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y)));
     cu_std(y, i1, __dadd_rn(__dmul_rn(x0, c.y), __dmul_rn(x1, c.x)));
+}
+
+/* x (B, T, H, D) -> y: pair i of row `row` = (b * T + t) * H + h rotated by c. */
+template <typename T>
+static __device__ __forceinline__ void rope_pair(const T *x, T *y, int64_t row, int64_t i, int64_t D, int interleaved,
+                                                 double2 c)
+{
+    rope_rot(x + row * D, y + row * D, i, D, interleaved, c);
 }
 
 // A decode step (T <= ROPE_INLINE_T): one launch, a thread per pair computing its own angle.
@@ -221,6 +234,87 @@ static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStre
 }
 CU_LAUNCHER(cache_write_run)
 
+/* ---- rope_cache_write ----------------------------------------------------------------------- */
+
+// A decode step's rope(q), rope(k) and the cache writes of rope(k) and v, in one launch: q
+// (B, T, H, D) -> qo, k and v (B, T, Hkv, D) into the caches (B, Hkv, S, D) at steps pos + t.
+// A thread per pair of a q, k or v head; each computes its angle (T <= ROPE_INLINE_T). A batch
+// row whose position does not fit is reported, and its caches are left as they were.
+template <typename T>
+__global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *kc, T *vc, const void *pos, int pos64,
+                                  int64_t step, int64_t B, int64_t T_, int64_t H, int64_t Hkv, int64_t S, int64_t D,
+                                  int interleaved, double theta, cu_bad bad)
+{
+    cu_pdl_wait();
+    if (blockIdx.x == 0)
+        for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
+            const int64_t p = cu_ld_index(pos, pos64, b * step);
+            if (p < 0 || p > S - T_) cu_report(bad, p, b);
+        }
+    const int64_t half = D / 2, heads = H + 2 * Hkv, pairs = B * T_ * heads * half;
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = p % half, r = p / half, hh = r % heads, bt = r / heads, b = bt / T_, t = bt % T_;
+        const int64_t offset = cu_ld_index(pos, pos64, b * step);
+        if (hh < H) {
+            rope_pair(q, qo, bt * H + hh, i, D, interleaved, rope_cs(t, offset, i, D, theta, 1.0));
+            continue;
+        }
+        if (offset < 0 || offset > S - T_) continue;
+        const int64_t h = (hh - H) % Hkv, src = (bt * Hkv + h) * D, dst = ((b * Hkv + h) * S + offset + t) * D;
+        if (hh < H + Hkv) {
+            rope_rot(k + src, kc + dst, i, D, interleaved, rope_cs(t, offset, i, D, theta, 1.0));
+        } else {
+            const int64_t j0 = rope_j0(i, D, interleaved), j1 = rope_j1(i, D, interleaved);
+            vc[dst + j0] = v[src + j0];
+            vc[dst + j1] = v[src + j1];
+        }
+    }
+}
+
+/* q (B, T, H, D), k, v (B, T, Hkv, D), k_cache, v_cache (B, Hkv, S, D), pos; T a decode step's. */
+static int rope_cache_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 6 || n->n_out != 3) return 0;
+    const gdp_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *kc = n->in[3], *vc = n->in[4];
+    if (q->ndim != 4 || k->ndim != 4 || kc->ndim != 4 || !cu_gpu_float(q->dtype) || q->shape[3] % 2 != 0) return 0;
+    const int64_t B = q->shape[0], T = q->shape[1], D = q->shape[3], Hkv = k->shape[2];
+    if (T > ROPE_INLINE_T || k->shape[0] != B || k->shape[1] != T || k->shape[3] != D || !cu_same_shape(v, k)) return 0;
+    if (kc->shape[0] != B || kc->shape[1] != Hkv || kc->shape[2] < T || kc->shape[3] != D || !cu_same_shape(vc, kc))
+        return 0;
+    const gdp_tensor *t[7] = {k, v, kc, vc, n->out[0], n->out[1], n->out[2]};
+    for (int j = 0; j < 7; j++)
+        if (t[j]->dtype != q->dtype) return 0;
+    return cu_same_shape(n->out[0], q) && cu_same_shape(n->out[1], kc) && cu_same_shape(n->out[2], vc) &&
+           index_per_row(n->in[5], B) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
+}
+
+static gdp_status rope_cache_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *q = node->in[0], *k = node->in[1], *pos = node->in[5];
+    const int64_t B = q->shape[0], T = q->shape[1], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2];
+    const int64_t S = node->in[3]->shape[2];
+    /* the caches are updated in place; out of place (a sweep's run), they are copied first */
+    for (int j = 0; j < 2; j++) {
+        const gdp_tensor *c = node->in[3 + j], *y = node->out[1 + j];
+        if (y->data != c->data)
+            CU_TRY(cudaMemcpyAsync(y->data, c->data, (size_t)gdp_numel(c) * gdp_dtype_size(c->dtype),
+                                   cudaMemcpyDeviceToDevice, s));
+    }
+    const int64_t pairs = B * T * (H + 2 * Hkv) * (D / 2);
+    if (pairs == 0) return GDP_OK;
+    const double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
+    const int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_POS, S, T, NULL);
+    CU_FLOAT_SWITCH(q->dtype, E,
+                    cu_launch(be, rope_cache_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)q->data,
+                              (const E *)k->data, (const E *)node->in[2]->data, (E *)node->out[0]->data,
+                              (E *)node->out[1]->data, (E *)node->out[2]->data, (const void *)pos->data,
+                              (int)(pos->dtype == GDP_I64), index_step(pos), B, T, H, Hkv, S, D, interleaved, theta, bad));
+    return GDP_OK;
+}
+CU_LAUNCHER(rope_cache_run)
+
 static const char *const rope_attrs[] = {"theta", NULL};
 
 #define FLOATS3(op, sup, fn, attrs, ws) \
@@ -230,5 +324,6 @@ static const char *const rope_attrs[] = {"theta", NULL};
 static const gdp_kernel kernels[] = {
     FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
     FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),
+    FLOATS3("rope_cache_write", rope_cache_supports, rope_cache_run_launch, rope_attrs, NULL),
 };
 CU_FAMILY(rope_cache, kernels);

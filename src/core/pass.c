@@ -187,6 +187,13 @@ static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *o
     return GDP_OK;
 }
 
+static int32_t v_same_input(void *g, int32_t a, int32_t ka, int32_t b, int32_t kb)
+{
+    gd_node *na = node_at(g, a), *nb = node_at(g, b);
+    if (na == NULL || nb == NULL || ka < 0 || ka >= na->n_in || kb < 0 || kb >= nb->n_in) return 0;
+    return na->in[ka] == nb->in[kb];
+}
+
 gd_status gd_prog_passes(gd_program *p)
 {
     gd_ctx *ctx = p->g->ctx;
@@ -197,7 +204,8 @@ gd_status gd_prog_passes(gd_program *p)
         gdp_graph_view view = {.size = sizeof view, .graph = p, .node_count = v_count, .node_op = v_op,
                                .node_n_inputs = v_n_inputs, .node_n_outputs = v_n_outputs, .node_input = v_input,
                                .node_input_desc = v_in_desc, .node_output_desc = v_out_desc, .node_attrs = v_attrs,
-                               .node_users = v_users, .replace_chain = v_replace};
+                               .node_users = v_users, .replace_chain = v_replace,
+                               .same_input = v_same_input};
         gdp_err e = {.size = sizeof e};
         gdp_status s = pass->run(b->plugin.backend, &view, &e);
         if (s != GDP_OK)

@@ -506,6 +506,96 @@ static const char *const cache_write_cases[] = {
     "f[2,3,2,10,4] f[2,3,2,1,4] i32[2]<0:10",
     NULL};
 
+/* ---- rope_cache_write: a decode step's RoPE and cache writes in one op ---------------- */
+
+/* q (B, T, H, D), k and v (B, T, Hkv, D), the caches (B, Hkv, S, D), pos: rope(q), and the
+ * caches with steps [pos, pos + T) replaced by rope(k) and v — what rope, rope and two
+ * cache_writes of k and v transposed to (B, Hkv, T, D) compute. A graph pass makes it for
+ * a decode step, where those four launches are most of the attention block's time. */
+static int rope_cache_infer(gd_infer *c)
+{
+    const gd_shape *q = &c->in[0], *k = &c->in[1], *v = &c->in[2], *kc = &c->in[3], *vc = &c->in[4];
+    char qs[160], ks[160], vs[160], cs[160];
+    gd_shape_str(q, qs, sizeof qs);
+    gd_shape_str(k, ks, sizeof ks);
+    gd_shape_str(v, vs, sizeof vs);
+    gd_shape_str(kc, cs, sizeof cs);
+    if (!is_float_dtype(q->dtype) || q->ndim != 4 || q->dim[3] % 2 != 0)
+        return gd_infer_fail(c, "q %s must be a float (B, T, H, D) with D even", qs);
+    if (k->ndim != 4 || k->dtype != q->dtype || k->dim[0] != q->dim[0] || k->dim[1] != q->dim[1] ||
+        k->dim[3] != q->dim[3] || v->ndim != 4 || v->dtype != k->dtype || v->dim[0] != k->dim[0] ||
+        v->dim[1] != k->dim[1] || v->dim[2] != k->dim[2] || v->dim[3] != k->dim[3])
+        return gd_infer_fail(c, "k %s and v %s must be (B, T, Hkv, D) of q %s's B, T, D and dtype", ks, vs, qs);
+    for (int j = 3; j <= 4; j++) {
+        const gd_shape *m = &c->in[j];
+        if (m->ndim != 4 || m->dtype != q->dtype || m->dim[0] != k->dim[0] || m->dim[1] != k->dim[2] ||
+            m->dim[3] != k->dim[3] || m->dim[2] < k->dim[1]) {
+            gd_shape_str(m, cs, sizeof cs);
+            return gd_infer_fail(c, "%s cache %s must be (B, Hkv, S >= T, D) for k %s", j == 3 ? "the key" : "the value",
+                                 cs, ks);
+        }
+    }
+    if (index_per_row(c, 5, "pos", q->dim[0])) return 1;
+    double theta = gdp_attr_float(c->attrs, "theta", 10000.0);
+    if (!(theta > 0)) return gd_infer_fail(c, "theta %g must be positive", theta);
+    c->out[0] = *q, c->out[1] = *kc, c->out[2] = *vc;
+    return 0;
+}
+
+/* rope's scratch, then rope(k) in k's dtype. */
+static size_t ws_rope_cache(const gdp_node *node)
+{
+    const gdp_tensor *k = node->in[1];
+    return rw_doubles(k->shape[3]) + (size_t)gdp_numel(k) * gdp_dtype_size(k->dtype);
+}
+
+/* x (B, T, Hkv, D) seen as (B, Hkv, T, D): the transpose cache_write takes. */
+static gdp_tensor transposed(const gdp_tensor *x)
+{
+    gdp_tensor t = *x;
+    t.shape[1] = x->shape[2], t.shape[2] = x->shape[1];
+    t.stride[1] = x->stride[2], t.stride[2] = x->stride[1];
+    return t;
+}
+
+static gdp_status rope_cache_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *k = node->in[1];
+    char *ws = rw_workspace(node, ws_rope_cache(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    /* rope(q) into output 0, rope(k) into the scratch tensor kr */
+    gdp_tensor kr = *k;
+    kr.data = ws + rw_doubles(k->shape[3]);
+    gd_strides(4, k->shape, kr.stride);
+    const gdp_tensor *rin[2][2] = {{node->in[0], node->in[5]}, {k, node->in[5]}};
+    const gdp_tensor *rout[2] = {node->out[0], &kr};
+    for (int j = 0; j < 2; j++) {
+        gdp_node sub = *node;
+        sub.n_in = 2, sub.in = rin[j], sub.n_out = 1, sub.out = &rout[j];
+        sub.workspace_bytes = rw_doubles(k->shape[3]);
+        gdp_status st = rope_ref(be, &sub, stream, err);
+        if (st != GDP_OK) return st;
+    }
+    /* then the two cache writes, of rope(k) and of v, each (B, Hkv, T, D) */
+    const gdp_tensor kt = transposed(&kr), vt = transposed(node->in[2]);
+    const gdp_tensor *xs[2] = {&kt, &vt};
+    for (int j = 0; j < 2; j++) {
+        const gdp_tensor *in[3] = {node->in[3 + j], xs[j], node->in[5]};
+        gdp_node sub = *node;
+        sub.n_in = 3, sub.in = in, sub.n_out = 1, sub.out = node->out + 1 + j;
+        gdp_status st = cache_write_ref(be, &sub, stream, err);
+        if (st != GDP_OK) return st;
+    }
+    return GDP_OK;
+}
+
+static const char *const rope_cache_cases[] = {
+    "f[1,1,4,8] f[1,1,2,8] f[1,1,2,8] f[1,2,6,8] f[1,2,6,8] i32[]<0:6",
+    "f[3,1,4,64] f[3,1,2,64] f[3,1,2,64] f[3,2,20,64] f[3,2,20,64] i32[3]<0:20 | theta=500",
+    "f[2,2,6,16] f[2,2,6,16] f[2,2,6,16] f[2,6,9,16] f[2,6,9,16] i64[]<0:8 | interleaved=1",
+    "f[1,4,2,4] f[1,4,1,4] f[1,4,1,4] f[1,1,4,4] f[1,1,4,4] i64[]<0:1",
+    NULL};
+
 /* ---- cost ------------------------------------------------------------------------------ */
 
 /* q k^T and p v: 2 D operations each per (query, key) pair of each head, over every key
@@ -557,6 +647,14 @@ GD_FAMILY(attention)
         .cases = attention_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
         .ref_workspace = ws_attention_grad, .ref_strided = 1, .cost = cost_attention_grad,
         .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "rope_cache_write", .min_in = 6, .max_in = 6, .n_out = 3, .attrs = "theta:float interleaved:int",
+        .dtypes = GD_FLOATS, .infer = rope_cache_infer, .grad = NULL, .ref = rope_cache_ref,
+        .ref_dtypes = GD_FLOATS64, .cases = rope_cache_cases, .inplace = {-1, 3, 4, -1}, .updates = 1, .tol = 1e-8,
+        .ref_workspace = ws_rope_cache, .ref_strided = 1,
+        .doc = "(q, k, v, k_cache, v_cache, pos) -> rope(q), the caches with steps [pos, pos + T) replaced by rope(k) "
+               "and v, in place: q (B, T, H, D), k, v (B, T, Hkv, D), caches (B, Hkv, S, D); rope and cache_write "
+               "as one op (fused by graph passes)"});
     gd_register_op(r, &(gd_op_def){
         .name = "cache_write", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = cache_write_infer, .grad = NULL, .ref = cache_write_ref,
