@@ -44,11 +44,13 @@ static int32_t argmax(const float *x, int64_t n) { return gd_lm_sample(x, n, NUL
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N]\n");
+        fprintf(stderr, "usage: bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N] "
+                        "[--batch B] [--quantize int8|w8a8] [--temperature X] [--top-k K] [--top-p P] [--seed S]\n");
         return 2;
     }
     const char *backend = NULL, *dtype = NULL, *quant = "none";
     int64_t P = 16, N = 128, reps = 5, B = 1;
+    gd_sample_config sc = {0}; /* greedy unless a temperature is given */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
         else if (strcmp(argv[i], "--dtype") == 0) dtype = argv[i + 1];
@@ -57,6 +59,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--new") == 0) N = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0) B = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--temperature") == 0) sc.temperature = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--top-k") == 0) sc.top_k = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--top-p") == 0) sc.top_p = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--seed") == 0) sc.seed = strtoull(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", argv[i]);
             return 2;
@@ -87,7 +93,6 @@ int main(int argc, char **argv)
     int32_t *cur = malloc(sizeof *cur * (size_t)B), *next = malloc(sizeof *next * (size_t)B);
     if (prompts == NULL || lens == NULL || cur == NULL || next == NULL) return 1;
     for (int64_t b = 0; b < B; b++) prompts[b] = prompt, lens[b] = P;
-    const gd_sample_config greedy = {0};
     int32_t last = 0;
     for (int64_t r = -1; r < reps; r++) {
         const float *lg = NULL;
@@ -96,7 +101,7 @@ int main(int argc, char **argv)
         double t1 = now_s();
         for (int64_t b = 0; b < B; b++) cur[b] = argmax(lg + b * V, V);
         for (int64_t i = 0; i < N; i++) {
-            if (gd_lm_engine_next_batch(e, cur, &greedy, next) != GD_OK) return die("step");
+            if (gd_lm_engine_next_batch(e, cur, &sc, next) != GD_OK) return die("step");
             memcpy(cur, next, sizeof *cur * (size_t)B);
         }
         last = cur[0];
@@ -118,10 +123,10 @@ int main(int argc, char **argv)
     int64_t bytes = ec.quantize != GD_LM_FLOAT && cfg->arch == GD_LM_LLAMA ? layers + V * D : weights * es;
     printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":%lld,"
            "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-           "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d}\n",
+           "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d,\"temperature\":%g,\"top_k\":%lld,\"top_p\":%g}\n",
            argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), quant, (long long)B, (long long)P, (long long)N,
            (long long)reps, pre[reps / 2], dec[reps / 2], (long long)bytes, t_open,
-           (int)last);
+           (int)last, sc.temperature, (long long)sc.top_k, sc.top_p);
     gd_lm_engine_free(e);
     free(prompts), free(lens), free(cur), free(next);
     free(prompt);
