@@ -3,7 +3,8 @@
  * x is read as (rows, C).
  *
  * Forward: one block per row; the row's statistics are block reductions in double (two
- * passes for the variance, as the reference). Backward: the row kernel writes dx and the
+ * passes for the variance, as the reference); rows of up to 2048 are held in registers
+ * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes dx and the
  * row's statistics; the weight and bias gradients (sums over rows, per column) are then
  * taken by a column kernel over chunks of rows and folded in chunk order: deterministic,
  * with no atomics.
@@ -72,6 +73,77 @@ __global__ void norm_fwd_kernel(const T *in, const T *res, T *sum, const T *w, c
             if (w != NULL) v *= (double)cu_ld(w, k);
             if (b != NULL) v += (double)cu_ld(b, k);
             cu_std(y, r * C + k, v);
+        }
+    }
+}
+
+/* Rows of up to THREADS * NORM_REG elements: the row is read once into registers, the sums
+ * are warp shuffles and one exchange through shared memory, and y is written: one trip to
+ * memory each way where the kernel above makes three (a decode step is a chain of such
+ * latencies). The sums are in double, as above, in another fixed order. */
+#define NORM_REG 8
+
+/* The sum over the block of every thread's v, the same in every thread (fixed order). */
+static __device__ double block_sum_shfl(double v, double *sh)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += sh[w];
+    __syncthreads();
+    return t;
+}
+
+/* f rounded to T and back: the value an op storing f as T would hand the next. */
+template <typename T> static __device__ __forceinline__ float as_stored(float f)
+{
+    T t;
+    cu_st(&t, 0, f);
+    return cu_ld(&t, 0);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS) norm_row_kernel(const T *in, const T *res, T *sum, const T *w, const T *b,
+                                                           T *y, int64_t rows, int C, double eps, int rms)
+{
+    cu_pdl_wait();
+    __shared__ double sh[THREADS / 32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float v[NORM_REG];
+        double s1 = 0.0;
+#pragma unroll
+        for (int j = 0; j < NORM_REG; j++) {
+            const int k = threadIdx.x + j * THREADS;
+            v[j] = 0.0f;
+            if (k >= C) continue;
+            const int64_t i = r * C + k;
+            if (res != NULL) {
+                const float t = __fadd_rn(cu_ld(in, i), cu_ld(res, i));
+                cu_st(sum, i, t);
+                v[j] = as_stored<T>(t);
+            } else {
+                v[j] = cu_ld(in, i);
+            }
+            s1 += (double)v[j];
+        }
+        const double mean = rms ? 0.0 : block_sum_shfl(s1, sh) / (double)C;
+        double ss = 0.0;
+#pragma unroll
+        for (int j = 0; j < NORM_REG; j++)
+            if (threadIdx.x + j * THREADS < C) {
+                const double d = (double)v[j] - mean;
+                ss += d * d;
+            }
+        const double rstd = 1.0 / sqrt(block_sum_shfl(ss, sh) / (double)C + eps);
+#pragma unroll
+        for (int j = 0; j < NORM_REG; j++) {
+            const int k = threadIdx.x + j * THREADS;
+            if (k >= C) continue;
+            double o = ((double)v[j] - mean) * rstd;
+            if (w != NULL) o *= (double)cu_ld(w, k);
+            if (b != NULL) o += (double)cu_ld(b, k);
+            cu_std(y, r * C + k, o);
         }
     }
 }
@@ -192,9 +264,15 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
     const void *w = node->n_in > 1 + add ? node->in[1 + add]->data : NULL;
     const void *b = node->n_in > 2 + add ? node->in[2 + add]->data : NULL;
     unsigned g = cu_blocks(be, rows * THREADS, THREADS);
+    if (C <= THREADS * NORM_REG) {
+        CU_FLOAT_SWITCH(x->dtype, T,
+                        cu_launch(be, norm_row_kernel<T>, g, THREADS, 0, s, (const T *)x->data, (const T *)res, (T *)sum,
+                                  (const T *)w, (const T *)b, (T *)y->data, rows, (int)C, eps, rms));
+        return GDP_OK;
+    }
     CU_FLOAT_SWITCH(x->dtype, T,
-                    cu_launch(be, norm_fwd_kernel<T>, g, THREADS, 0, s, (const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
-                                                             (const T *)b, (T *)y->data, rows, C, eps, rms));
+                    cu_launch(be, norm_fwd_kernel<T>, g, THREADS, 0, s, (const T *)x->data, (const T *)res, (T *)sum,
+                              (const T *)w, (const T *)b, (T *)y->data, rows, C, eps, rms));
     return GDP_OK;
 }
 CU_LAUNCHER(norm_fwd_run)

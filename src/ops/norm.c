@@ -376,6 +376,7 @@ static const char *const layer_norm_cases[] = {
     "f[6]",
     "f[3,1] f[1] f[1]",
     "n[16,64] n[64] n[64]",
+    "n[2,2500] n[2500] n[2500]", /* rows longer than a backend keeps in registers */
     NULL,
 };
 
@@ -394,6 +395,7 @@ static const char *const rms_norm_cases[] = {
     "f[2,3,5] f[5] | eps=1e-5",
     "f[7]",
     "n[16,64] n[64]",
+    "n[3,2500] n[2500]", /* rows longer than a backend keeps in registers */
     NULL,
 };
 
@@ -420,6 +422,7 @@ static const char *const add_rms_norm_cases[] = {
     "f[7] f[7] p[7]",
     "n[1,768] n[1,768] n[768]",
     "n[16,1024] n[16,1024] n[1024]",
+    "n[2,2500] n[2,2500] n[2500]", /* rows longer than a backend keeps in registers */
     NULL,
 };
 
