@@ -57,7 +57,7 @@ int main(int argc, char **argv)
     const float *lr = lrp;
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *x = gd_input(g, "ids", GD_I32, 2, (int64_t[]){B, T}), *y = gd_input(g, "targets", GD_I32, 2, (int64_t[]){B, T});
-    gd_tensor *loss = gd_lm_loss(gd_lm_forward(g, &cfg, x, NULL, dt), y);
+    gd_tensor *loss = gd_lm_forward_loss(g, &cfg, x, y, dt, GD_LM_FLOAT);
     if (loss == NULL || gd_backward(g, loss) != GD_OK) return die("model");
     gd_adamw_config oc = {.lr = lr[0] > 0 ? lr[0] : 1e-3, .beta1 = meta_num(f, "beta1", 0.9),
                           .beta2 = meta_num(f, "beta2", 0.95), .eps = meta_num(f, "eps", 1e-8),

@@ -237,6 +237,12 @@ gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *
                                int64_t cache_len, gd_dtype dtype, gd_lm_quant quant);
 /* Mean cross-entropy of logits (B, T, V) against targets (B, T), computed in f32. */
 gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets);
+/* gd_lm_loss(gd_lm_forward_quant(g, cfg, ids, NULL, NULL, 0, dtype, quant), targets), the
+ * same loss and gradients, taken on the output head's logits with their padding columns
+ * (vocab_padded past vocab_size) left out by the loss rather than sliced off: a training
+ * or evaluation graph then neither copies the slice nor scatters its gradient back. */
+gd_tensor *gd_lm_forward_loss(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *targets, gd_dtype dtype,
+                              gd_lm_quant quant);
 
 /* ---- training ---------------------------------------------------------------------- */
 

@@ -291,6 +291,8 @@ static void bad_data_cases(gd_ctx *ctx, int cpu)
         {"cross_entropy", "n[4,5] i32[4]<-7:-6", "= -7"},
         {"cross_entropy_grad", "f[] n[4,5] i32[4]<6:7", "= 6"},
         {"cross_entropy_grad", "f[] n[4,5] i64[4]<-2:-1", "= -2"},
+        {"cross_entropy", "n[4,8] i64[4]<5:6 | classes=5", "= 5"}, /* a padding column */
+        {"cross_entropy_grad", "f[] n[4,8] i32[4]<7:8 | classes=5", "= 7"},
         {"attention", "n[1,2,3,4] n[1,1,5,4] n[1,1,5,4] i32[]<6:7 | causal=1", "kv_len = 6"},
         {"attention", "n[1,2,3,4] n[1,1,5,4] n[1,1,5,4] i64[]<-1:0", "kv_len = -1"},
         {"attention_grad", "n[1,2,3,4] n[1,2,3,4] n[1,1,5,4] n[1,1,5,4] i32[]<9:10", "kv_len = 9"},
@@ -580,6 +582,9 @@ int main(void)
         {"softmax_grad", "n[64,4099] p[64,4099]"}, {"softmax_grad", "n[30,70,50] p[30,70,50] | axis=1"},
         {"log_softmax_grad", "n[64,4099] n[64,4099]"}, {"log_softmax_grad", "n[30,70,50] n[30,70,50] | axis=-2"},
         {"cross_entropy", "n[512,1000] i64[512]<1000"}, {"cross_entropy_grad", "f[] n[512,1000] i32[512]<1000"},
+        /* a padded vocabulary: the columns past `classes` take no part */
+        {"cross_entropy", "n[256,1024] i64[256]<1000 | classes=1000"},
+        {"cross_entropy_grad", "f[] n[256,1024] i32[256]<-1:1000 | ignore_index=-1 classes=1000"},
         {"mse", "n[300,1001] n[300,1001]"},
         /* strided copies */
         {"permute", "n[64,128,96] | perm=[2,0,1]"}, {"permute", "n[300,500] | perm=[1,0]"},
@@ -597,6 +602,7 @@ int main(void)
         {"add", "n[257,1031] n[1031]"}, {"gelu", "n[70001] | approximate=0"}, {"softmax", "n[64,4099]"},
         {"sum", "n[300,500] | axes=[0]"}, {"matmul", "n[65,70] n[70,33]"}, {"argmax", "n[300,1000] | axis=1"},
         {"cross_entropy", "n[64,100] i32[64]<100"}, {"max_pool2d", "n[4,8,16,16] | kernel=2"},
+        {"cross_entropy_grad", "f[] n[64,112] i32[64]<100 | classes=100"},
         {"permute", "n[300,500] | perm=[1,0]"}, {"maximum_grad", "n[64,100] n[64,100] n[100]"},
         /* the fast paths of the CNN step: direct stride-1 convolutions and their gradients,
          * 2x2 max-pool rows of every width, AdamW, the classifier's GEMM shapes */

@@ -317,6 +317,69 @@ static void test_cross_entropy(void)
     gd_graph_free(g);
 }
 
+/* cross_entropy with classes=K over logits of C > K columns: the loss and the gradient of
+ * slicing the first K columns off first, zeros in the gradient's other columns, targets
+ * past K bad data. (The CPU backend's kernels: test_cpu_ops and the sweep.) */
+static void test_cross_entropy_classes(const char *be)
+{
+    enum { R = 3, C = 6, K = 4 };
+    CHECK(gd_ctx_use_backend(ctx, be) == GD_OK, "backend %s: %s", be, gd_ctx_error(ctx));
+    gd_graph *g = fresh();
+    /* the padding columns are large, so that a kernel that read them would be far off */
+    const float lv[R * C] = {1, 2, 3, 4, 9, 8, 0, 0, 0, 0, 7, 7, -1, 0.5f, 2, 0, 30, -30};
+    gd_tensor *x = in_f32(g, "x", 2, (int64_t[]){R, C}, lv), *xs = in_f32(g, "xs", 2, (int64_t[]){R, C}, lv);
+    gd_tensor *tg = gd_input(g, "targets", GD_I64, 1, (int64_t[]){R});
+    gd_tensor_write(tg, (int64_t[]){3, -1, 0}, R * sizeof(int64_t)); /* the last class; ignored; the first */
+    gd_attr a[2] = {gd_attr_i("ignore_index", -1), gd_attr_i("classes", K)};
+    gd_tensor *ce_in[2] = {x, tg};
+    gd_tensor *lk = gd_op(g, "cross_entropy", 2, ce_in, 2, a);
+    gd_tensor *ls = gd_cross_entropy(gd_slice(xs, -1, 0, K), tg, -1);
+    CHECK(lk != NULL && ls != NULL && gd_backward(g, gd_add(lk, ls)) == GD_OK, "%s: classes: %s", be,
+          gd_ctx_error(ctx));
+    gd_tensor *t[] = {lk, ls, gd_grad(g, x), gd_grad(g, xs)};
+    gd_program *p = compile_run(g, 4, t);
+    if (p == NULL) {
+        gd_graph_free(g);
+        return;
+    }
+    float l[2], dk[R * C], ds[R * C];
+    gd_tensor_read(lk, &l[0], sizeof(float));
+    gd_tensor_read(ls, &l[1], sizeof(float));
+    gd_tensor_read(t[2], dk, sizeof dk);
+    gd_tensor_read(t[3], ds, sizeof ds);
+    double want = ((lse(lv, K) - 4) + (lse(lv + 2 * C, K) - (-1))) / 2;
+    CHECK(fabs(l[0] - want) <= 1e-6 * want && l[0] == l[1], "%s: classes=%d loss %.9g, sliced first %.9g, want %.9g",
+          be, K, l[0], l[1], want);
+    int same = 1, zero = 1;
+    for (int k = 0; k < R * C; k++) {
+        same &= dk[k] == ds[k];
+        if (k % C >= K) zero &= dk[k] == 0.0f;
+    }
+    CHECK(same && zero, "%s: classes gradient (same as slicing first %d, zero past the classes %d)", be, same, zero);
+    double want_dx = (exp(lv[1] - lse(lv, K))) / 2; /* row 0, class 1 */
+    CHECK(fabs(dk[1] - want_dx) <= 1e-6 * want_dx, "%s: d logits[0, 1] = %g, want %g", be, dk[1], want_dx);
+    gd_program_free(p);
+
+    /* a target among the padding columns is no class */
+    gd_tensor_write(tg, (int64_t[]){3, 4, 0}, R * sizeof(int64_t));
+    gd_program *bad = gd_compile(g, 1, &lk, 0);
+    CHECK(bad != NULL, "compile: %s", gd_ctx_error(ctx));
+    if (bad != NULL) {
+        gd_ctx_clear_error(ctx);
+        CHECK(gd_program_run(bad) != GD_OK, "%s: a target of 4 with classes=4 should fail", be);
+        check_error("target 4 of classes 4", (const char *[]){"cross_entropy", "targets[1] = 4", "[0, 4)", NULL});
+        gd_program_free(bad);
+    }
+    gd_ctx_clear_error(ctx);
+    for (int k = 0; k < 2; k++) {
+        gd_attr b[1] = {gd_attr_i("classes", k == 0 ? 0 : C + 1)};
+        CHECK(gd_op(g, "cross_entropy", 2, ce_in, 1, b) == NULL, "%s: classes=%d of %d columns should fail", be,
+              k == 0 ? 0 : C + 1, C);
+        check_error("classes out of range", (const char *[]){"cross_entropy", "classes", "[1, 6]", NULL});
+    }
+    gd_graph_free(g);
+}
+
 /* ---- mse ------------------------------------------------------------------------------------ */
 
 static void test_mse(void)
@@ -375,5 +438,6 @@ int main(void)
     test_cross_entropy();
     test_mse();
     test_bad_axes();
+    test_cross_entropy_classes("ref");
     return tu_finish("test_ops_reduce");
 }

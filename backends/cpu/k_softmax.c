@@ -242,7 +242,8 @@ static int64_t target_at(const gdp_tensor *t, int64_t i)
     return t->dtype == GDP_I32 ? ((const int32_t *)t->data)[i] : ((const int64_t *)t->data)[i];
 }
 
-/* Counts rows whose target is not ignore_index; fails on a target outside [0, C). */
+/* Counts rows whose target is not ignore_index; fails on a target outside [0, C) (C the
+ * node's classes, which may be fewer than the logits' columns). */
 static gdp_status ce_count(const gdp_node *n, const gdp_tensor *t, int64_t rows, int64_t C, int64_t ignore,
                            int64_t *count, gdp_err *err)
 {
@@ -268,7 +269,7 @@ static double logsumexp(const float *x, int64_t n)
 typedef struct ce_job {
     const float *x;
     const gdp_tensor *t;
-    int64_t C, ignore;
+    int64_t C, K, ignore; /* columns of a row, classes among them (the first K) */
     double *loss;   /* per row (forward) */
     float *dx;      /* (backward) */
     double scale;
@@ -281,7 +282,7 @@ static void ce_rows(void *ctx, int64_t begin, int64_t end, int tid)
     for (int64_t r = begin; r < end; r++) {
         int64_t v = target_at(j->t, r);
         const float *x = j->x + r * j->C;
-        j->loss[r] = v == j->ignore ? 0.0 : logsumexp(x, j->C) - (double)x[v];
+        j->loss[r] = v == j->ignore ? 0.0 : logsumexp(x, j->K) - (double)x[v];
     }
 }
 
@@ -297,8 +298,9 @@ static void ce_grad_rows(void *ctx, int64_t begin, int64_t end, int tid)
             for (int64_t k = 0; k < j->C; k++) dx[k] = 0.0f;
             continue;
         }
-        double lse = logsumexp(x, j->C), sc = j->scale;
-        for (int64_t k = 0; k < j->C; k++) dx[k] = (float)((double)gcpu_expf((float)((double)x[k] - lse)) * sc);
+        double lse = logsumexp(x, j->K), sc = j->scale;
+        for (int64_t k = 0; k < j->K; k++) dx[k] = (float)((double)gcpu_expf((float)((double)x[k] - lse)) * sc);
+        for (int64_t k = j->K; k < j->C; k++) dx[k] = 0.0f; /* not classes */
         dx[v] = (float)(((double)gcpu_expf((float)((double)x[v] - lse)) - 1.0) * sc);
     }
 }
@@ -316,8 +318,9 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
     (void)be; (void)stream;
     const gdp_tensor *x = n->in[0], *t = n->in[1];
     ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    j.K = gdp_attr_int(&n->attrs, "classes", j.C);
     int64_t rows = gdp_numel(t), count;
-    gdp_status s = ce_count(n, t, rows, j.C, j.ignore, &count, err);
+    gdp_status s = ce_count(n, t, rows, j.K, j.ignore, &count, err);
     if (s != GDP_OK) return s;
     j.loss = n->workspace;
     if (rows > 0 && (j.loss == NULL || n->workspace_bytes < sizeof(double) * (size_t)rows))
@@ -336,8 +339,9 @@ static gdp_status k_cross_entropy_grad(void *be, const gdp_node *n, void *stream
     const gdp_tensor *dl = n->in[0], *x = n->in[1], *t = n->in[2];
     ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .dx = n->out[0]->data,
                 .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    j.K = gdp_attr_int(&n->attrs, "classes", j.C);
     int64_t rows = gdp_numel(t), count;
-    gdp_status s = ce_count(n, t, rows, j.C, j.ignore, &count, err);
+    gdp_status s = ce_count(n, t, rows, j.K, j.ignore, &count, err);
     if (s != GDP_OK) return s;
     j.scale = count > 0 ? (double)((const float *)dl->data)[0] / (double)count : 0.0;
     gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (4 * j.C + 1) + 1, ce_grad_rows, &j);

@@ -214,29 +214,126 @@ static __device__ __forceinline__ int64_t load_target(const void *t, int is64, i
     return is64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
 }
 
-/* Per row: loss[r] = logsumexp(row) - row[target] (0 for ignored rows) and kept[r].
+/* The cross-entropy kernels read a row of logits once for its log-sum-exp: each thread
+ * keeps a running maximum m and sum s of exp(x - m) over its elements (an online softmax),
+ * rescaling s when m grows, and the block combines the threads' pairs in a fixed order
+ * (a shuffle butterfly, then the warps in order). Elements are widened to float and the
+ * threads' pairs kept in float, as softmax_reg_kernel does (a row of 50k classes sums
+ * ~100 terms per thread, within about 1e-6 relative of the double reference, far inside
+ * the ops' tolerance); the pairs are merged, the loss (m + log(s) - x[target]) and the
+ * mean taken in double.
+ * Rows whose length is a multiple of a 16-byte vector, on aligned tensors, are read in
+ * vectors (a GPT-2 head's 50304 columns are). Only the first K columns (`classes`) take
+ * part; the gradient writes zeros past them. */
+#define CE_THREADS 512
+
+/* Folds V more elements into (m, s). NaN and infinities end as the reference's two
+ * passes end: a NaN element makes s NaN, and so does an infinite maximum. */
+template <int V> static __device__ __forceinline__ void ce_fold(float &m, float &s, const float (&v)[V])
+{
+    float vm = v[0];
+#pragma unroll
+    for (int j = 1; j < V; j++) vm = fmaxf(vm, v[j]);
+    const float nm = fmaxf(m, vm);
+    if (nm == -INFINITY) {
+        /* nothing above -inf yet: no term counts, but a NaN must still reach s */
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; j++) t += v[j] == -INFINITY ? 0.0f : v[j];
+        s += t;
+        return;
+    }
+    float t = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) t += expf(v[j] - nm);
+    s = (m == nm ? s : __fmul_rn(s, expf(m - nm))) + t;
+    m = nm;
+}
+
+/* (m, s) <- the union of (m, s) and (m2, s2), the sums in double (a row has a few dozen
+ * merges, each a rounding of all the terms below it). Symmetric in its two pairs bit for
+ * bit (no contracted multiply-add), so every lane of a butterfly ends with the same pair. */
+static __device__ __forceinline__ void ce_merge(float &m, double &s, float m2, double s2)
+{
+    const float nm = fmaxf(m, m2);
+    if (nm == -INFINITY) {
+        s = s + s2;
+        return;
+    }
+    const double a = m == nm ? s : __dmul_rn(s, exp((double)m - (double)nm));
+    const double b = m2 == nm ? s2 : __dmul_rn(s2, exp((double)m2 - (double)nm));
+    s = a + b;
+    m = nm;
+}
+
+/* The block's log-sum-exp of elements [0, K) of the row at x + base, in double; every
+ * thread gets it. `vec`: read 16-byte vectors (base and the tensor aligned to them). */
+template <typename T>
+static __device__ double ce_row_lse(const T *x, int64_t base, int64_t K, int vec, float *shm, double *shs)
+{
+    constexpr int N = cu_vec<T>::N;
+    float m = -INFINITY, s = 0.0f;
+    if (vec) {
+        const int64_t step = (int64_t)blockDim.x * N, full = K / N * N;
+        int64_t e = (int64_t)threadIdx.x * N;
+        /* four vectors in flight per thread, then one at a time */
+        for (; e + 3 * step < full; e += 4 * step) {
+            float v[4][N];
+#pragma unroll
+            for (int u = 0; u < 4; u++) cu_ld16(x, base + e + u * step, v[u]);
+#pragma unroll
+            for (int u = 0; u < 4; u++) ce_fold<N>(m, s, v[u]);
+        }
+        for (; e < K; e += step) {
+            float v[N];
+            cu_ld16(x, base + e, v); /* the row's columns run to a multiple of N past K */
+#pragma unroll
+            for (int j = 0; j < N; j++)
+                if (e + j >= K) v[j] = -INFINITY;
+            ce_fold<N>(m, s, v);
+        }
+    } else {
+        for (int64_t e = threadIdx.x; e < K; e += blockDim.x) {
+            float v[1] = {cu_ld(x, base + e)};
+            ce_fold<1>(m, s, v);
+        }
+    }
+    double sd = s;
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(CU_FULL_MASK, m, o);
+        double s2 = __shfl_xor_sync(CU_FULL_MASK, sd, o);
+        ce_merge(m, sd, m2, s2);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) shm[warp] = m, shs[warp] = sd;
+    __syncthreads();
+    m = shm[0], sd = shs[0];
+    for (int w = 1; w < nw; w++) ce_merge(m, sd, shm[w], shs[w]); /* warp order, in every thread */
+    __syncthreads(); /* shm, shs are reused by the next row */
+    /* an infinite maximum leaves exp(inf - inf) in the reference's sum: NaN */
+    return isinf(m) ? (double)NAN : (double)m + log(sd);
+}
+
+/* Per row: loss[r] = logsumexp(row[:K]) - row[target] (0 for ignored rows) and kept[r].
  * A target that names no class is reported (baddata.cu) and its row's loss is NaN. */
 template <typename T>
-__global__ void ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore, double *loss,
-                               double *kept, cu_bad bad)
+__global__ void __launch_bounds__(CE_THREADS) ce_rows_kernel(const T *x, const void *t, int t64, int64_t N, int64_t C,
+                                                             int64_t K, int vec, int64_t ignore, double *loss,
+                                                             double *kept, cu_bad bad)
 {
-    __shared__ double sh[THREADS];
+    __shared__ float shm[32];
+    __shared__ double shs[32];
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
         int64_t target = load_target(t, t64, r);
         if (target == ignore) {
             if (threadIdx.x == 0) loss[r] = 0.0, kept[r] = 0.0;
             continue; /* uniform across the block: no thread reaches the reductions */
         }
-        double m = -INFINITY;
-        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) m = fmax(m, (double)cu_ld(x, r * C + k));
-        m = block_max(m, sh);
-        double s = 0.0;
-        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) s += exp((double)cu_ld(x, r * C + k) - m);
-        s = block_sum(s, sh);
+        const double lse = ce_row_lse(x, r * C, K, vec, shm, shs);
         if (threadIdx.x == 0) {
-            int ok = target >= 0 && target < C;
+            int ok = target >= 0 && target < K;
             if (!ok) cu_report(bad, target, r);
-            loss[r] = ok ? m + log(s) - (double)cu_ld(x, r * C + target) : NAN;
+            loss[r] = ok ? lse - (double)cu_ld(x, r * C + target) : NAN;
             kept[r] = 1.0;
         }
     }
@@ -255,50 +352,82 @@ __global__ void ce_total_kernel(const double *loss, const double *kept, int64_t 
     if (threadIdx.x == 0) cu_std(y, 0, c > 0 ? a / c : 0.0);
 }
 
-/* How many targets the mean is over (those not ignored), summed in a block's fixed order.
- * Every block of the grad kernel calls it when N is small (no kernel of its own); one
- * block of ce_count_kernel does, when N is large, for the grad kernel to read. */
+/* How many targets the mean is over (those not ignored), summed in a block's fixed order
+ * (`sh` 32 doubles). Every block of the grad kernel calls it when N is small (no kernel of
+ * its own); one block of ce_count_kernel does, when N is large, for the grad kernel to read. */
 static __device__ double ce_count(const void *t, int t64, int64_t N, int64_t ignore, double *sh)
 {
     double c = 0.0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) c += load_target(t, t64, r) != ignore ? 1.0 : 0.0;
-    return block_sum(c, sh);
+    return cu_block_sum_d(c, sh);
 }
 
 __global__ void ce_count_kernel(const void *t, int t64, int64_t N, int64_t ignore, double *count)
 {
-    __shared__ double sh[THREADS];
+    __shared__ double sh[32];
     double c = ce_count(t, t64, N, ignore, sh);
     if (threadIdx.x == 0) count[0] = c;
 }
 
-// dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count;
-// `counted` holds the count, or is NULL for the block to count itself
-template <typename T>
-__global__ void ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N, int64_t C, int64_t ignore,
-                               const double *counted, T *dx, cu_bad bad)
+/* dx[k] of one element: (p - onehot) * scale among the classes, 0 past them (NaN in a row
+ * whose target is bad). */
+static __device__ __forceinline__ float ce_dx(float x, int64_t k, int64_t target, int64_t K, float lse, float scale,
+                                              int ok)
 {
-    __shared__ double sh[THREADS];
-    double count = counted != NULL ? counted[0] : ce_count(t, t64, N, ignore, sh);
-    double scale = count > 0 ? (double)cu_ld(dl, 0) / count : 0.0;
+    if (k >= K) return 0.0f;
+    if (!ok) return NAN;
+    return (expf(x - lse) - (k == target ? 1.0f : 0.0f)) * scale;
+}
+
+// dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row[:K]) - onehot(target)) * dloss / count,
+// zeros past K; `counted` holds the count, or is NULL for the block to count itself. Two
+// reads of a row (its log-sum-exp, then the gradient) and one write.
+template <typename T>
+__global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N,
+                                                             int64_t C, int64_t K, int vec, int64_t ignore,
+                                                             const double *counted, T *dx, cu_bad bad)
+{
+    constexpr int NV = cu_vec<T>::N;
+    __shared__ float shm[32];
+    __shared__ double shs[32];
+    __shared__ double shc[32];
+    const double count = counted != NULL ? counted[0] : ce_count(t, t64, N, ignore, shc);
+    const float scale = (float)(count > 0 ? (double)cu_ld(dl, 0) / count : 0.0);
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-        int64_t target = load_target(t, t64, r);
+        const int64_t target = load_target(t, t64, r), base = r * C;
         if (target == ignore) {
-            for (int64_t k = threadIdx.x; k < C; k += blockDim.x) cu_std(dx, r * C + k, 0.0);
+            for (int64_t k = threadIdx.x; k < C; k += blockDim.x) cu_st(dx, base + k, 0.0f);
             continue;
         }
-        double m = -INFINITY;
-        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) m = fmax(m, (double)cu_ld(x, r * C + k));
-        m = block_max(m, sh);
-        double s = 0.0;
-        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) s += exp((double)cu_ld(x, r * C + k) - m);
-        s = block_sum(s, sh);
-        double lse = m + log(s);
-        int ok = target >= 0 && target < C;
+        const float lse = (float)ce_row_lse(x, base, K, vec, shm, shs);
+        const int ok = target >= 0 && target < K;
         if (!ok && threadIdx.x == 0) cu_report(bad, target, r);
-        for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
-            double p = exp((double)cu_ld(x, r * C + k) - lse);
-            cu_std(dx, r * C + k, ok ? (p - (k == target ? 1.0 : 0.0)) * scale : NAN);
+        if (vec) {
+            const int64_t step = (int64_t)blockDim.x * NV, full = K / NV * NV;
+            int64_t e = (int64_t)threadIdx.x * NV;
+            /* four vectors of classes in flight per thread (loads are not moved past the
+             * stores by the compiler, which cannot know that dx is not x) */
+            for (; e + 3 * step < full; e += 4 * step) {
+                float v[4][NV];
+#pragma unroll
+                for (int u = 0; u < 4; u++) cu_ld16(x, base + e + u * step, v[u]);
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+#pragma unroll
+                    for (int j = 0; j < NV; j++) v[u][j] = ce_dx(v[u][j], e + u * step + j, target, K, lse, scale, ok);
+                    cu_st16(dx, base + e + u * step, v[u]);
+                }
+            }
+            for (; e < C; e += step) {
+                float v[NV] = {};
+                if (e < K) cu_ld16(x, base + e, v); /* no need to read columns past the classes */
+#pragma unroll
+                for (int j = 0; j < NV; j++) v[j] = e < K ? ce_dx(v[j], e + j, target, K, lse, scale, ok) : 0.0f;
+                cu_st16(dx, base + e, v);
+            }
+        } else {
+            for (int64_t k = threadIdx.x; k < C; k += blockDim.x)
+                cu_st(dx, base + k, k < K ? ce_dx(cu_ld(x, base + k), k, target, K, lse, scale, ok) : 0.0f);
         }
     }
 }
@@ -313,8 +442,8 @@ static int ce_supports(void *b, const gdp_node *n)
     if (is_grad && (n->in[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
         return 0;
     if (!is_grad && gdp_numel(n->out[0]) != 1) return 0;
-    int64_t C = x->shape[x->ndim - 1];
-    return C >= 1 && gdp_numel(t) * C == gdp_numel(x);
+    int64_t C = x->shape[x->ndim - 1], K = gdp_attr_int(&n->attrs, "classes", C);
+    return C >= 1 && K >= 1 && K <= C && gdp_numel(t) * C == gdp_numel(x);
 }
 
 /* Targets up to which each block of the grad kernel counts the kept ones itself. */
@@ -337,15 +466,19 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
 {
     int is_grad = strcmp(node->op, "cross_entropy_grad") == 0;
     const gdp_tensor *x = node->in[is_grad ? 1 : 0], *t = node->in[is_grad ? 2 : 1], *y = node->out[0];
-    int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t);
+    int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t), K = gdp_attr_int(&node->attrs, "classes", C);
     int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int t64 = t->dtype == GDP_I64;
+    /* rows of whole vectors: every row starts on a vector, and the columns past K that a
+     * vector holding the last classes covers are still the row's */
+    int vec = C % (16 / (int64_t)gdp_dtype_size(x->dtype)) == 0 && cu_aligned16(x->data) &&
+              (!is_grad || cu_aligned16(y->data));
     char *ws = NULL;
     gdp_status st = cu_ws(node, ce_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
     double *loss = (double *)ws, *kept = loss + N;
-    cu_bad bad = cu_bad_for(be, node, CU_BAD_TARGET, C, ignore, t);
-    unsigned g = cu_blocks(be, N * THREADS, THREADS);
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_TARGET, K, ignore, t);
+    unsigned g = cu_blocks(be, N * CE_THREADS, CE_THREADS);
     if (is_grad) {
         /* Only the count of kept targets is needed from the whole batch: each block counts
          * them itself when that is cheap, else one small kernel does, before. */
@@ -355,12 +488,14 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
             ce_count_kernel<<<1, THREADS, 0, s>>>(t->data, t64, N, ignore, counted);
         }
         CU_FLOAT_SWITCH(x->dtype, T,
-                        ce_grad_kernel<T><<<g, THREADS, 0, s>>>((const T *)node->in[0]->data, (const T *)x->data,
-                                                               t->data, t64, N, C, ignore, counted, (T *)y->data, bad));
+                        ce_grad_kernel<T><<<g, CE_THREADS, 0, s>>>((const T *)node->in[0]->data, (const T *)x->data,
+                                                                  t->data, t64, N, C, K, vec, ignore, counted,
+                                                                  (T *)y->data, bad));
         return GDP_OK;
     }
     CU_FLOAT_SWITCH(x->dtype, T,
-                    ce_rows_kernel<T><<<g, THREADS, 0, s>>>((const T *)x->data, t->data, t64, N, C, ignore, loss, kept, bad);
+                    ce_rows_kernel<T><<<g, CE_THREADS, 0, s>>>((const T *)x->data, t->data, t64, N, C, K, vec, ignore,
+                                                              loss, kept, bad);
                     ce_total_kernel<T><<<1, THREADS, 0, s>>>(loss, kept, N, (T *)y->data));
     return GDP_OK;
 }
@@ -370,7 +505,8 @@ static const char *const axis_attrs[] = {"axis", NULL};
 
 #define FLOATS3(op, sup, fn, attrs) \
     CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
-#define CE(op, dt) CU_KX(op, dt, 0, ce_supports, ce_run_launch, NULL, ce_workspace)
+static const char *const ce_attrs[] = {"classes", NULL};
+#define CE(op, dt) CU_KX(op, dt, 0, ce_supports, ce_run_launch, ce_attrs, ce_workspace)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("softmax", softmax_supports, softmax_run_launch, axis_attrs),

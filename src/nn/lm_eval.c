@@ -35,7 +35,7 @@ gd_status gd_lm_evaluate(gd_ctx *ctx, const char *where, const int32_t *ids, int
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *x = gd_input(g, "ids", GD_I32, 2, (int64_t[]){B, T}), *y = gd_input(g, "targets", GD_I32, 2, (int64_t[]){B, T});
     gd_lm_quant q = c != NULL ? c->quantize : GD_LM_FLOAT;
-    gd_tensor *loss = gd_lm_loss(gd_lm_forward_quant(g, &cfg, x, NULL, NULL, 0, dt, q), y);
+    gd_tensor *loss = gd_lm_forward_loss(g, &cfg, x, y, dt, q);
     gd_program *p = NULL;
     int32_t *bx = malloc(sizeof *bx * (size_t)(B * T)), *by = malloc(sizeof *by * (size_t)(B * T));
     if (loss == NULL) st = gd_ctx_status(ctx) != GD_OK ? gd_ctx_status(ctx) : GD_ERR_INVALID;

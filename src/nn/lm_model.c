@@ -374,8 +374,9 @@ gd_tensor *gd_lm_forward_cached(gd_graph *g, const gd_lm_config *cfg, gd_tensor 
     return gd_lm_forward_quant(g, cfg, ids, pos, kv_len, cache_len, dtype, GD_LM_FLOAT);
 }
 
-gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
-                               int64_t cache_len, gd_dtype dtype, gd_lm_quant quant)
+/* The output head's logits (B, T, vocab_padded): the model up to its last product. */
+static gd_tensor *head_logits(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
+                              int64_t cache_len, gd_dtype dtype, gd_lm_quant quant)
 {
     if (g == NULL || ids == NULL) return NULL;
     if (cache_len > 0 && (pos == NULL || kv_len == NULL)) {
@@ -409,16 +410,42 @@ gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *
     builder b = {.g = g, .cfg = cfg, .dt = dtype, .pdt = infer ? dtype : GD_F32, .quant = quant, .pos = pos,
                  .kv_len = kv_len, .cache_len = cache_len};
     gd_tensor *logits = cfg->arch == GD_LM_GPT2 ? gpt2(&b, ids, pos) : llama(&b, ids, pos);
-    if (logits == NULL || b.failed) return NULL;
+    return logits == NULL || b.failed ? NULL : logits;
+}
+
+gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len,
+                               int64_t cache_len, gd_dtype dtype, gd_lm_quant quant)
+{
+    gd_tensor *logits = head_logits(g, cfg, ids, pos, kv_len, cache_len, dtype, quant);
+    if (logits == NULL) return NULL;
     if (cfg->vocab_padded != cfg->vocab_size) logits = gd_slice(logits, -1, 0, cfg->vocab_size);
     return gd_label(logits, "logits");
 }
 
-gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets)
+/* The mean cross-entropy of logits (B, T, C) whose first `classes` columns are the
+ * vocabulary (the rest padding, which takes no part), in f32. */
+static gd_tensor *loss_of(gd_tensor *logits, gd_tensor *targets, int64_t classes)
 {
     if (logits == NULL || targets == NULL) return NULL;
-    int64_t B = gd_tensor_dim(logits, 0), T = gd_tensor_dim(logits, 1), V = gd_tensor_dim(logits, 2);
-    gd_tensor *flat = gd_reshape(logits, 2, (int64_t[]){B * T, V});
+    int64_t B = gd_tensor_dim(logits, 0), T = gd_tensor_dim(logits, 1), C = gd_tensor_dim(logits, 2);
+    gd_tensor *flat = gd_reshape(logits, 2, (int64_t[]){B * T, C});
     if (gd_tensor_dtype(flat) != GD_F32) flat = gd_cast(flat, GD_F32); /* the loss in f32 */
-    return gd_label(gd_cross_entropy(flat, gd_reshape(targets, 1, (int64_t[]){B * T}), -1), "loss");
+    gd_tensor *in[2] = {flat, gd_reshape(targets, 1, (int64_t[]){B * T})};
+    if (in[0] == NULL || in[1] == NULL) return NULL;
+    gd_attr a[2] = {gd_attr_i("ignore_index", -1), gd_attr_i("classes", classes)};
+    return gd_label(gd_op(gd_tensor_graph(logits), "cross_entropy", 2, in, classes < C ? 2 : 1, a), "loss");
+}
+
+gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets)
+{
+    return loss_of(logits, targets, logits != NULL ? gd_tensor_dim(logits, 2) : 0);
+}
+
+gd_tensor *gd_lm_forward_loss(gd_graph *g, const gd_lm_config *cfg, gd_tensor *ids, gd_tensor *targets, gd_dtype dtype,
+                              gd_lm_quant quant)
+{
+    /* the padded head's logits as they are: reading them through a slice would copy the
+     * slice out for the loss and scatter its gradient back into a zeroed padded tensor */
+    gd_tensor *logits = head_logits(g, cfg, ids, NULL, NULL, 0, dtype, quant);
+    return loss_of(logits, targets, cfg != NULL ? cfg->vocab_size : 0);
 }

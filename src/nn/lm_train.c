@@ -198,7 +198,7 @@ static gd_status build(trainer *t)
     int64_t B = c->batch, T = c->seq;
     t->ids = gd_input(g, "ids", GD_I32, 2, (int64_t[]){B, T});
     t->targets = gd_input(g, "targets", GD_I32, 2, (int64_t[]){B, T});
-    t->loss = gd_lm_loss(gd_lm_forward(g, &c->model, t->ids, NULL, c->dtype), t->targets);
+    t->loss = gd_lm_forward_loss(g, &c->model, t->ids, t->targets, c->dtype, GD_LM_FLOAT);
     if (t->loss == NULL) return failed(ctx, "building the model");
     gd_tensor *seed = t->loss;
     if (t->scaling) {

@@ -5,6 +5,11 @@
  * inputs may be views). Every row subtracts its maximum before exponentiating, so that
  * large logits do not overflow; sums are kept in double. A target outside the classes is
  * bad data, reported with its position and value.
+ *
+ * cross_entropy's `classes` attribute (default: the whole last axis) counts the columns
+ * that are classes: the ones past it take no part in the loss and get a zero gradient.
+ * A language model whose output head is padded to a friendlier width reads its loss off
+ * the padded logits that way, with no slice copied forward nor scattered back.
  */
 #include "reduce.h"
 #include "refwalk.h"
@@ -150,6 +155,12 @@ static gd_status grad_log_softmax(gd_grad_ctx *c) { return grad_via(c, "log_soft
 
 /* ---- cross_entropy ---------------------------------------------------------------------- */
 
+/* The classes of a cross-entropy node whose logits have C columns: the first `classes`. */
+static int64_t ce_classes(const gdp_attrs *attrs, int64_t C)
+{
+    return gdp_attr_int(attrs, "classes", C);
+}
+
 /* logits (N, C) and targets (N); more generally logits (..., C) and targets (...). */
 static int check_ce(gd_infer *c, const gd_shape *logits, const gd_shape *targets)
 {
@@ -165,6 +176,9 @@ static int check_ce(gd_infer *c, const gd_shape *logits, const gd_shape *targets
     int ok = targets->ndim == logits->ndim - 1;
     for (int d = 0; ok && d < targets->ndim; d++) ok = targets->dim[d] == logits->dim[d];
     if (!ok) return gd_infer_fail(c, "targets %s must have logits %s's shape without its last axis", b, a);
+    const int64_t C = logits->dim[logits->ndim - 1], k = ce_classes(c->attrs, C);
+    if (k < 1 || k > C)
+        return gd_infer_fail(c, "classes = %lld must be in [1, %lld] for logits %s", (long long)k, (long long)C, a);
     return 0;
 }
 
@@ -193,7 +207,7 @@ static gdp_status ce_count(const gdp_node *node, const gdp_tensor *logits, const
                            int64_t *count, gdp_err *err)
 {
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
-    const int64_t classes = logits->shape[logits->ndim - 1];
+    const int64_t classes = ce_classes(&node->attrs, logits->shape[logits->ndim - 1]);
     rw_walk w;
     int64_t rows = ce_rows(&w, logits, targets);
     *count = 0;
@@ -222,9 +236,9 @@ static double logsumexp(const gdp_tensor *x, int64_t base, int64_t n, int64_t st
 
 static gdp_status ref_cross_entropy(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // logits (N, C), targets (N) -> loss () = mean over kept rows of logsumexp(row) - row[target]
+    // logits (N, C), targets (N) -> loss () = mean over kept rows of logsumexp(row[:K]) - row[target]
     const gdp_tensor *x = node->in[0], *t = node->in[1];
-    const int64_t C = x->shape[x->ndim - 1], sc = x->stride[x->ndim - 1];
+    const int64_t K = ce_classes(&node->attrs, x->shape[x->ndim - 1]), sc = x->stride[x->ndim - 1];
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
     gdp_status s = ce_count(node, x, t, &count, err);
@@ -235,7 +249,7 @@ static gdp_status ref_cross_entropy(void *be, const gdp_node *node, void *stream
     for (int64_t r = 0; r < rows; r++, rw_next(&w)) {
         int64_t target = rw_ld_index(t, w.off[0]);
         if (target == ignore) continue;
-        total += logsumexp(x, w.off[1], C, sc) - rw_ld(x, w.off[1] + target * sc);
+        total += logsumexp(x, w.off[1], K, sc) - rw_ld(x, w.off[1] + target * sc);
     }
     rw_st(node->out[0], 0, count > 0 ? total / (double)count : 0.0);
     return GDP_OK;
@@ -257,9 +271,10 @@ static int infer_cross_entropy_grad(gd_infer *c)
 
 static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row) - onehot(target)) * dloss / count
+    // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row[:K]) - onehot(target)) * dloss / count,
+    // 0 in the columns past K
     const gdp_tensor *dl = node->in[0], *x = node->in[1], *t = node->in[2], *dx = node->out[0];
-    const int64_t C = x->shape[x->ndim - 1], sc = x->stride[x->ndim - 1];
+    const int64_t C = x->shape[x->ndim - 1], K = ce_classes(&node->attrs, C), sc = x->stride[x->ndim - 1];
     const int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int64_t count;
     gdp_status s = ce_count(node, x, t, &count, err);
@@ -273,11 +288,12 @@ static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *s
             for (int64_t k = 0; k < C; k++) rw_st(dx, r * C + k, 0.0);
             continue;
         }
-        const double lse = logsumexp(x, w.off[1], C, sc);
-        for (int64_t k = 0; k < C; k++) {
+        const double lse = logsumexp(x, w.off[1], K, sc);
+        for (int64_t k = 0; k < K; k++) {
             double p = exp(rw_ld(x, w.off[1] + k * sc) - lse);
             rw_st(dx, r * C + k, (p - (k == target ? 1.0 : 0.0)) * scale);
         }
+        for (int64_t k = K; k < C; k++) rw_st(dx, r * C + k, 0.0);
     }
     return GDP_OK;
 }
@@ -395,6 +411,12 @@ static const char *const cross_entropy_cases[] = {
     "f[1,1] i64[1]<1",
     "f[2,3,5] i64[2,3]<5",
     "n[16,50] i32[16]<50",
+    "f[4,7] i64[4]<5 | classes=5",
+    "f[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4",
+    "f[2,3,8] i64[2,3]<1 | classes=1",
+    "f[3,4] i64[3]<4 | classes=4",
+    "n[16,64] i32[16]<50 | classes=50",
+    "n[4,16448] i32[4]<16400 | classes=16400", /* rows long enough for a backend's unrolled loops */
     NULL,
 };
 
@@ -404,6 +426,10 @@ static const char *const cross_entropy_grad_cases[] = {
     "f[] f[5,4] i64[5]<-1:4 | ignore_index=-1",
     "f[] f[2,3] i64[2]<-1:0 | ignore_index=-1",
     "f[] n[16,50] i32[16]<50",
+    "f[] f[4,7] i64[4]<5 | classes=5",
+    "f[] f[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4",
+    "f[] n[16,64] i32[16]<50 | classes=50",
+    "f[] n[4,16448] i64[4]<-1:16400 | ignore_index=-1 classes=16400",
     NULL,
 };
 
@@ -436,14 +462,15 @@ GD_FAMILY(softmax)
         .cases = softmax_grad_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "log_softmax_grad(dy, y): dy - exp(y) * sum(dy) along axis"});
     gd_register_op(r, &(gd_op_def){
-        .name = "cross_entropy", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "ignore_index:int",
+        .name = "cross_entropy", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "ignore_index:int classes:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy, .grad = grad_cross_entropy,
         .ref = ref_cross_entropy, .cases = cross_entropy_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "cross_entropy(logits (N, C), targets (N) i32/i64): mean over targets != ignore_index "
                "(default -100) of -log_softmax(logits)[target]; 0 when every target is ignored; any other target "
-               "outside [0, C), negative ones included, is bad data (GD_ERR_INVALID)"});
+               "outside [0, C), negative ones included, is bad data (GD_ERR_INVALID); classes=K (default C) makes only the "
+               "first K columns classes: the rest take no part (targets must be in [0, K)) and get a zero gradient"});
     gd_register_op(r, &(gd_op_def){
-        .name = "cross_entropy_grad", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "ignore_index:int",
+        .name = "cross_entropy_grad", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "ignore_index:int classes:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy_grad, .ref = ref_cross_entropy_grad,
         .cases = cross_entropy_grad_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count; bad "
