@@ -6,7 +6,9 @@
  * value that is larger than the best so far. So a NaN never wins, except that a NaN at id 0
  * is never replaced (nothing compares larger than it), and a row with nothing larger than
  * -inf picks id 0. In parallel: the smallest id holding the largest non-NaN value, then the
- * id-0 rule. A block per row; each thread scans a stride of ids, then a fixed tree.
+ * id-0 rule. A block per row; each thread scans a stride of ids, then a fixed tree. A wide
+ * row (a large vocabulary) is split among blocks whose bests a second small kernel folds:
+ * (value, id) is a total order on non-NaN values, so the parts give the same token.
  *
  * With a temperature the token must be the reference's to the bit (src/nn/lm_sample.c), so
  * the kernels follow its steps, and its double sums one addition at a time in its orders:
@@ -41,15 +43,16 @@ static __device__ __forceinline__ bool ahead(float v, int64_t i, float bv, int64
     return v > bv || (v == bv && i < bi);
 }
 
+/* The block's best (value, id) over ids [lo, hi) of a row, in thread 0 (a fixed tree). */
 template <typename T>
-__global__ void __launch_bounds__(SAMPLE_THREADS) greedy_kernel(const T *x, int64_t s0, int64_t s1, int64_t V, int32_t *out)
+static __device__ void greedy_best(const T *row, int64_t s1, int64_t lo, int64_t hi, int64_t V, float *bv_out,
+                                   int64_t *bi_out)
 {
     __shared__ float shv[SAMPLE_THREADS / 32];
     __shared__ int64_t shi[SAMPLE_THREADS / 32];
-    const T *row = x + (int64_t)blockIdx.x * s0;
     float bv = -INFINITY;
     int64_t bi = V; /* nothing yet: any non-NaN value is ahead, -inf included */
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float v = cu_ld(row, i * s1);
         if (ahead(v, i, bv, bi)) bv = v, bi = i;
     }
@@ -64,8 +67,75 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) greedy_kernel(const T *x, int6
     if (threadIdx.x != 0) return;
     for (int w = 1; w < (int)(blockDim.x >> 5); w++)
         if (ahead(shv[w], shi[w], bv, bi)) bv = shv[w], bi = shi[w];
+    *bv_out = bv, *bi_out = bi;
+}
+
+/* A row's token from its best (value, id): the id-0 rule of the reference applied. */
+template <typename T>
+static __device__ __forceinline__ int32_t greedy_pick(const T *row, int64_t bi, int64_t V)
+{
     float first = cu_ld(row, 0);
-    out[blockIdx.x] = (first != first || bi >= V) ? 0 : (int32_t)bi;
+    return (first != first || bi >= V) ? 0 : (int32_t)bi;
+}
+
+/* One block per row (a row of up to GREEDY_SPAN ids). */
+template <typename T>
+__global__ void __launch_bounds__(SAMPLE_THREADS) greedy_kernel(const T *x, int64_t s0, int64_t s1, int64_t V, int32_t *out)
+{
+    cu_pdl_wait();
+    const T *row = x + (int64_t)blockIdx.x * s0;
+    float bv;
+    int64_t bi;
+    greedy_best(row, s1, 0, V, V, &bv, &bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = greedy_pick(row, bi, V);
+}
+
+/* Wider rows (a large vocabulary): block (p, r) takes ids [p span, (p + 1) span) of row r
+ * into the workspace, then greedy_final_kernel folds each row's parts in part order — the
+ * same (value, id) order, so the same token as one block would pick. */
+#define GREEDY_SPAN ((int64_t)SAMPLE_THREADS * 8)
+#define GREEDY_MAX_PARTS 1024
+
+template <typename T>
+__global__ void __launch_bounds__(SAMPLE_THREADS) greedy_part_kernel(const T *x, int64_t s0, int64_t s1, int64_t V,
+                                                                     float *pv, int64_t *pi)
+{
+    cu_pdl_wait();
+    const int64_t r = blockIdx.y, p = blockIdx.x, lo = p * GREEDY_SPAN;
+    const int64_t hi = lo + GREEDY_SPAN < V ? lo + GREEDY_SPAN : V;
+    float bv;
+    int64_t bi;
+    greedy_best(x + r * s0, s1, lo, hi, V, &bv, &bi);
+    if (threadIdx.x == 0) pv[r * gridDim.x + p] = bv, pi[r * gridDim.x + p] = bi;
+}
+
+template <typename T>
+__global__ void greedy_final_kernel(const T *x, int64_t s0, int64_t B, int64_t V, int parts, const float *pv,
+                                    const int64_t *pi, int32_t *out)
+{
+    cu_pdl_wait();
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= B) return;
+    float bv = -INFINITY;
+    int64_t bi = V;
+    for (int p = 0; p < parts; p++) {
+        const float v = pv[r * parts + p];
+        const int64_t i = pi[r * parts + p];
+        if (ahead(v, i, bv, bi)) bv = v, bi = i;
+    }
+    out[r] = greedy_pick(x + r * s0, bi, V);
+}
+
+/* Parts of a row for greedy_part_kernel, or 1 (one block per row: greedy_kernel). */
+static int greedy_parts(const gdp_node *n)
+{
+    const int64_t B = n->in[0]->shape[0], V = n->in[0]->shape[1], parts = (V + GREEDY_SPAN - 1) / GREEDY_SPAN;
+    return parts > 1 && parts <= GREEDY_MAX_PARTS && B <= 65535 ? (int)parts : 1;
+}
+static size_t greedy_bytes(const gdp_node *n, int parts)
+{
+    const size_t k = (size_t)n->in[0]->shape[0] * (size_t)parts;
+    return cu_ws_round(k * sizeof(float)) + k * sizeof(int64_t);
 }
 
 /* ---- sampling with a temperature --------------------------------------------------------- */
@@ -362,11 +432,15 @@ static gdp_status pick_plan(const gdp_node *node, pick_layout *l, gdp_err *err)
     return GDP_OK;
 }
 
-/* Greedy needs none; sampling its candidates, weights and (top-p) the sort's. */
+/* Greedy over a wide row its parts' bests; sampling its candidates, weights and (top-p) the
+ * sort's. */
 static size_t sample_workspace(void *b, const gdp_node *n)
 {
     (void)b;
-    if (!(gdp_attr_float(&n->attrs, "temperature", 0) > 0)) return 0;
+    if (!(gdp_attr_float(&n->attrs, "temperature", 0) > 0)) {
+        const int parts = greedy_parts(n);
+        return parts > 1 ? cu_ws_declare(greedy_bytes(n, parts)) : 0;
+    }
     pick_layout l;
     gdp_err err;
     return pick_plan(n, &l, &err) == GDP_OK ? cu_ws_declare(l.total) : 0;
@@ -420,17 +494,30 @@ static gdp_status pick_run(const gdp_node *node, cudaStream_t s, gdp_err *err)
 // logits (B, V), draw (B) -> ids (B) i32
 static gdp_status sample_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    (void)be;
     const gdp_tensor *x = node->in[0];
     int64_t B = x->shape[0];
     if (B == 0) return GDP_OK;
     if (gdp_attr_float(&node->attrs, "temperature", 0) > 0) {
         CU_FLOAT_SWITCH(x->dtype, T, return pick_run<T>(node, s, err));
     }
+    const int parts = greedy_parts(node);
+    int32_t *out = (int32_t *)node->out[0]->data;
+    if (parts == 1) {
+        CU_FLOAT_SWITCH(x->dtype, T,
+                        cu_launch(be, greedy_kernel<T>, (unsigned)B, SAMPLE_THREADS, 0, s, (const T *)x->data,
+                                  x->stride[0], x->stride[1], x->shape[1], out));
+        return GDP_OK;
+    }
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, greedy_bytes(node, parts), &ws, err);
+    if (st != GDP_OK) return st;
+    float *pv = (float *)ws;
+    int64_t *pi = (int64_t *)(ws + cu_ws_round((size_t)B * (size_t)parts * sizeof(float)));
     CU_FLOAT_SWITCH(x->dtype, T,
-                    greedy_kernel<T><<<(unsigned)B, SAMPLE_THREADS, 0, s>>>((const T *)x->data, x->stride[0],
-                                                                           x->stride[1], x->shape[1],
-                                                                           (int32_t *)node->out[0]->data));
+                    cu_launch(be, greedy_part_kernel<T>, dim3((unsigned)parts, (unsigned)B), SAMPLE_THREADS, 0, s,
+                              (const T *)x->data, x->stride[0], x->stride[1], x->shape[1], pv, pi);
+                    cu_launch(be, greedy_final_kernel<T>, cu_blocks(be, B, 128), 128, 0, s, (const T *)x->data,
+                              x->stride[0], B, x->shape[1], parts, (const float *)pv, (const int64_t *)pi, out));
     return GDP_OK;
 }
 CU_LAUNCHER(sample_run)

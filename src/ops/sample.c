@@ -63,6 +63,8 @@ static gdp_status sample_ref(void *backend, const gdp_node *node, void *stream, 
 static const char *const sample_cases[] = {
     "f[3,7] i64[3]<100 | temperature=0",
     "n[5,3000] i32[5]<10 | temperature=0", /* greedy over a vocabulary wider than a block */
+    "n[3,50000] i64[3]<10 | temperature=0", /* and wider than a backend's one block takes */
+    "f[2,9000] i32[2]<10 | temperature=0",  /* ties (in f16, bf16) across those blocks */
     "f[2,1] i64[2]<3 | temperature=0",
     "n[2,50] i64[2]<100 | temperature=0.8 top_k=5 seed=3",
     "n[4,50] i32[4]<1000 | temperature=1 top_p=0.9 seed=11",
