@@ -62,8 +62,9 @@ class Llama(nn.Module):
 
     def forward(s, ids):
         B, T = ids.shape
-        inv = 1.0 / (s.c["rope_theta"] ** (torch.arange(0, s.hd, 2).float() / s.hd))
-        ang = torch.arange(T).float()[:, None] * inv[None]
+        dev = ids.device  # the angles where the model runs (cuda as well as cpu)
+        inv = 1.0 / (s.c["rope_theta"] ** (torch.arange(0, s.hd, 2, device=dev).float() / s.hd))
+        ang = torch.arange(T, device=dev).float()[:, None] * inv[None]
         ang = torch.cat([ang, ang], -1)
         cos, sin = ang.cos()[None, None], ang.sin()[None, None]
 
@@ -78,7 +79,7 @@ class Llama(nn.Module):
             q, k, v = (p(h).view(B, T, s.h, s.hd).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
             q, k = rot(q), rot(k)
             att = (q @ k.transpose(-1, -2)) / math.sqrt(s.hd)
-            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=dev).triu(1), float("-inf"))
             y = (att.float().softmax(-1).to(v.dtype) @ v).transpose(1, 2).reshape(B, T, -1)
             x = x + a.o_proj(y)
             h = s.rms(x, l.post_attention_layernorm.weight)
