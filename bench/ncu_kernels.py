@@ -30,6 +30,8 @@ def main(path):
         tot[k] += v
         cnt[k] += 1
     n, s = sum(cnt.values()), sum(tot.values())
+    if n == 0:
+        sys.exit(f"{path}: no kernel durations in the table")
     print(f"{n} kernels, {s:.1f} us in all, {s / n:.2f} us each on average")
     for k, v in sorted(tot.items(), key=lambda x: -x[1]):
         print(f"{v:9.1f} us {cnt[k]:5d} x {v / cnt[k]:7.2f} us  {k}")

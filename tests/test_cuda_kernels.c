@@ -240,7 +240,7 @@ static void count_line(void *user, const char *s)
     c->nodes++;
     c->copies += strstr(s, " copy(") != NULL;
     static const char *const fused_ops[] = {" linear_act(", " add_rms_norm(", " add_layer_norm(", " linear_swiglu(",
-                                            " linear_qkv("};
+                                            " linear_qkv(", " rope_cache_write("};
     for (size_t k = 0; k < sizeof fused_ops / sizeof fused_ops[0]; k++) c->fused += strstr(s, fused_ops[k]) != NULL;
     c->segments += strstr(s, "[segment]") != NULL;
 }

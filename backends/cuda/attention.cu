@@ -758,14 +758,14 @@ static gdp_status attn_decode_launch(cu_backend *be, cudaStream_t s, const gdp_n
     T *y = (T *)node->out[0]->data;
     const size_t smem = dec_smem(a.D, sizeof(T));
     if (a.T == 1)
-        cu_launch(be, attn_decode_kernel<T, DV, 1>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl, a, w, chunk,
-                                                                                  nsplit, bad);
+        cu_launch(be, attn_decode_kernel<T, DV, 1>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl,
+                  a, w, chunk, nsplit, bad);
     else
-        cu_launch(be, attn_decode_kernel<T, DV, DEC_MAXT>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl, a, w,
-                                                                                         chunk, nsplit, bad);
+        cu_launch(be, attn_decode_kernel<T, DV, DEC_MAXT>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po,
+                  pm, pl, a, w, chunk, nsplit, bad);
     if (nsplit > 1)
-        cu_launch(be, attn_decode_combine_kernel<T>, cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s, 
-            po, pm, pl, y, a.B * a.H * a.T, a.T, a.D, nsplit);
+        cu_launch(be, attn_decode_combine_kernel<T>, cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s, po, pm, pl,
+                  y, a.B * a.H * a.T, a.T, a.D, nsplit);
     return GDP_OK;
 }
 

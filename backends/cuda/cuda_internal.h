@@ -167,6 +167,10 @@ static inline unsigned cu_blocks(const cu_backend *be, int64_t n, int threads)
     return (unsigned)want;
 }
 
+/* Rows of x that gemv.cu's products take (a decode step: a few sequences), and so the most
+ * the graph pass fuses into linear_qkv and linear_swiglu. */
+#define CU_GEMV_MAX_ROWS 8
+
 /* ---- programmatic dependent launch -------------------------------------------------------- */
 
 /* A decode step is a chain of small kernels, and most of each one's time is the gap while
@@ -186,6 +190,10 @@ static __device__ __forceinline__ void cu_pdl_wait(void)
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+/* A kernel that only waits: open_backend reads which code the driver loaded for it (a
+ * ptxVersion of 90 or more has the wait) before it lets kernels start early. */
+__global__ void cu_pdl_probe(void);
 
 /* kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the kernel in front of it
  * when be->pdl. A launch error is left for cu_run's check, as with <<<>>>. */

@@ -146,8 +146,6 @@ static gdp_status fuse_matmul_add(gdp_graph_view *g, int32_t act_id, int act, in
 
 /* ---- the decode-step and residual fusions -------------------------------------------------- */
 
-#define DECODE_ROWS 8 /* gemv.cu's GEMV_MAX_ROWS: linear_qkv and linear_swiglu take no more */
-
 /* Rows of a product's x (numel over the last dim), or -1 when x is not a float matrix. */
 static int64_t rows_of(const gdp_tensor *x)
 {
@@ -157,10 +155,10 @@ static int64_t rows_of(const gdp_tensor *x)
 
 /* Whether a node strictly between `from` and `to` reads output k of node p: the fused node
  * takes `to`'s place, so an earlier reader would read the value before it exists. */
-static int read_between(gdp_graph_view *g, int32_t p, int32_t k, int32_t from, int32_t to, int32_t skip)
+static int read_between(gdp_graph_view *g, int32_t p, int32_t k, int32_t from, int32_t to)
 {
     for (int32_t id = from + 1; id < to; id++) {
-        if (id == skip || g->node_op(g->graph, id) == NULL) continue;
+        if (g->node_op(g->graph, id) == NULL) continue;
         int32_t n = g->node_n_inputs(g->graph, id);
         for (int32_t j = 0; j < n; j++) {
             int32_t o = -1;
@@ -198,8 +196,12 @@ static gdp_status fuse_add_norm(gdp_graph_view *g, int32_t norm, gdp_err *err)
     if (rows_of(&x) < 0 || !same_dims(&x, &sum) || !same_dims(&r, &sum) || r.dtype != x.dtype || sum.dtype != x.dtype ||
         y.dtype != x.dtype)
         return GDP_OK;
-    if (read_between(g, add, 0, add, norm, -1)) return GDP_OK;
+    if (read_between(g, add, 0, add, norm)) return GDP_OK;
     const int32_t n_norm = g->node_n_inputs(g->graph, norm);
+    for (int32_t k = 1; k < n_norm; k++) {
+        int32_t o = -1;
+        if (g->node_input(g->graph, norm, k, &o) == add) return GDP_OK; /* the sum as its own weight */
+    }
     int32_t in_nodes[4] = {-1, -1, -2 - norm, -2 - norm}, in_outs[4] = {0, 1, 1, 2};
     const int32_t out_nodes[2] = {add, norm}, out_outs[2] = {0, 0};
     const gdp_attrs *na = g->node_attrs(g->graph, norm);
@@ -226,7 +228,7 @@ static gdp_status fuse_swiglu(gdp_graph_view *g, int32_t mul, gdp_err *err)
             g->node_input_desc(g->graph, up, 1, &wu) != GDP_OK || g->node_output_desc(g->graph, mul, 0, &y) != GDP_OK)
             continue;
         int64_t R = rows_of(&x);
-        if (R < 1 || R > DECODE_ROWS || !same_dims(&wg, &wu) || wg.dtype != x.dtype || wu.dtype != x.dtype ||
+        if (R < 1 || R > CU_GEMV_MAX_ROWS || !same_dims(&wg, &wu) || wg.dtype != x.dtype || wu.dtype != x.dtype ||
             y.dtype != x.dtype)
             continue;
         const int32_t first = gate < up ? gate : up;
@@ -244,7 +246,7 @@ static gdp_status fuse_qkv(gdp_graph_view *g, int32_t first, gdp_err *err)
     gdp_tensor x;
     if (g->node_input_desc(g->graph, first, 0, &x) != GDP_OK) return GDP_OK;
     int64_t R = rows_of(&x);
-    if (R < 1 || R > DECODE_ROWS) return GDP_OK;
+    if (R < 1 || R > CU_GEMV_MAX_ROWS) return GDP_OK;
     int32_t lin[3] = {first, -1, -1}, found = 1;
     const int32_t n = g->node_count(g->graph);
     for (int32_t id = first + 1; id < n && found < 3; id++)
@@ -257,7 +259,11 @@ static gdp_status fuse_qkv(gdp_graph_view *g, int32_t first, gdp_err *err)
             return GDP_OK;
         if (w.dtype != x.dtype || y.dtype != x.dtype || w.ndim != 2) return GDP_OK;
     }
-    if (read_between(g, lin[0], 0, lin[0], lin[2], -1) || read_between(g, lin[1], 0, lin[1], lin[2], -1)) return GDP_OK;
+    if (read_between(g, lin[0], 0, lin[0], lin[2]) || read_between(g, lin[1], 0, lin[1], lin[2])) return GDP_OK;
+    for (int j = 1; j < 3; j++) {
+        int32_t o = -1, w = g->node_input(g->graph, lin[j], 1, &o);
+        if (w == lin[0] || w == lin[1]) return GDP_OK; /* a product of the chain as a weight */
+    }
     const int32_t in_nodes[4] = {-1, -2 - lin[0], -2 - lin[1], -2 - lin[2]}, in_outs[4] = {0, 1, 1, 1};
     const int32_t out_outs[3] = {0, 0, 0};
     return g->replace_chain(g->graph, lin[0], lin[2], "linear_qkv", 4, in_nodes, in_outs, NULL, 0, 3, lin, out_outs, err);
@@ -308,15 +314,16 @@ static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
     if (g->node_users(g->graph, rk, 0) != 1 || g->node_users(g->graph, pk, 0) != 1 || g->node_users(g->graph, pv, 0) != 1)
         return GDP_OK;
     gdp_tensor q;
-    if (g->node_input_desc(g->graph, rq, 0, &q) != GDP_OK || q.ndim != 4 || q.shape[1] > 4) return GDP_OK;
+    if (g->node_input_desc(g->graph, rq, 0, &q) != GDP_OK || !cu_gpu_float(q.dtype) || q.ndim != 4 || q.shape[1] > 4)
+        return GDP_OK;
     int32_t first = rq, last = cwk;
     const int32_t chain[4] = {rq, rk, cwk, cwv};
     for (int j = 0; j < 4; j++) {
         first = chain[j] < first ? chain[j] : first;
         last = chain[j] > last ? chain[j] : last;
     }
-    if (read_between(g, rq, 0, first, last, -1) || read_between(g, cwk, 0, first, last, -1) ||
-        read_between(g, cwv, 0, first, last, -1))
+    if (read_between(g, rq, 0, first, last) || read_between(g, cwk, 0, first, last) ||
+        read_between(g, cwv, 0, first, last))
         return GDP_OK;
     const int32_t in_nodes[6] = {-2 - rq, -2 - rk, -2 - pv, -2 - cwk, -2 - cwv, -2 - rq};
     const int32_t in_outs[6] = {0, 0, 0, 0, 0, 1};

@@ -35,7 +35,7 @@
 
 #define GEMV_WARPS 4
 #define GEMV_THREADS (GEMV_WARPS * 32)
-#define GEMV_MAX_ROWS 8
+#define GEMV_MAX_ROWS CU_GEMV_MAX_ROWS
 #define GEMV_UNROLL 4 /* 16-byte loads of W a lane issues together */
 #define GEMV_MAX_TILES 65535 /* grid rows */
 

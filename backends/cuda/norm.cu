@@ -4,10 +4,10 @@
  *
  * Forward: one block per row; the row's statistics are block reductions in double (two
  * passes for the variance, as the reference); rows of up to 2048 are held in registers
- * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes dx and the
- * row's statistics; the weight and bias gradients (sums over rows, per column) are then
- * taken by a column kernel over chunks of rows and folded in chunk order: deterministic,
- * with no atomics.
+ * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes
+ * dx and the row's statistics; the weight and bias gradients (sums over rows, per column)
+ * are then taken by a column kernel over chunks of rows and folded in chunk order:
+ * deterministic, with no atomics.
  */
 #include "cuda_internal.h"
 

@@ -155,6 +155,8 @@ static void shutdown_backend(void *backend)
     free(be);
 }
 
+__global__ void cu_pdl_probe(void) { cu_pdl_wait(); }
+
 static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *err)
 {
     *out = NULL;
@@ -196,9 +198,14 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
         snprintf(be->name, sizeof be->name, "%s", prop.name);
         be->sm_count = prop.multiProcessorCount;
         be->smem_optin = prop.sharedMemPerBlockOptin;
-        /* programmatic dependent launch needs sm_90 */
+        /* programmatic dependent launch: the device must have it (sm_90), and the code the
+         * driver loaded must have been compiled for it, or cu_pdl_wait is empty (a newer GPU
+         * running the compute_80 PTX, say) and an early start would race */
         const char *pdl = setting(host, "GRADUS_CUDA_PDL");
-        be->pdl = prop.major >= 9 && !(pdl != NULL && strcmp(pdl, "0") == 0);
+        cudaFuncAttributes fa;
+        be->pdl = prop.major >= 9 && !(pdl != NULL && strcmp(pdl, "0") == 0) &&
+                  cudaFuncGetAttributes(&fa, (const void *)cu_pdl_probe) == cudaSuccess && fa.ptxVersion >= 90;
+        (void)cudaGetLastError();
         if (be->managed && !prop.managedMemory)
             s = gdp_fail(err, GDP_ERR_UNSUPPORTED, "GRADUS_CUDA_MANAGED=1: %s has no managed memory", prop.name);
     }

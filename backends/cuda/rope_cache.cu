@@ -1,6 +1,7 @@
 /* rope_cache.cu — the decoder's position ops of the attention family (src/ops/attention.c):
- * rope, cache_write, and the two together for a decode step (rope_cache_write). Positions (a scalar, or one per batch row) are read on the device,
- * never by the host, so a captured decode step replays with new ones.
+ * rope, cache_write, and both together for a decode step (rope_cache_write). Positions (a
+ * scalar, or one per batch row) are read on the device, never by the host, so a captured
+ * decode step replays with new ones.
  *
  * rope computes each angle's cosine and sine in double with the reference's expressions:
  * for a decode step (at most ROPE_INLINE_T positions) in one launch, a thread per rotated
@@ -25,7 +26,7 @@ static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int
 }
 
 /* The elements of pair i in a row of D: (2i, 2i + 1) interleaved, else (i, i + D / 2). */
-static __device__ __forceinline__ int64_t rope_j0(int64_t i, int64_t D, int interleaved) { return interleaved ? 2 * i : i; }
+static __device__ __forceinline__ int64_t rope_j0(int64_t i, int interleaved) { return interleaved ? 2 * i : i; }
 static __device__ __forceinline__ int64_t rope_j1(int64_t i, int64_t D, int interleaved)
 {
     return interleaved ? 2 * i + 1 : i + D / 2;
@@ -35,7 +36,7 @@ static __device__ __forceinline__ int64_t rope_j1(int64_t i, int64_t D, int inte
 template <typename T>
 static __device__ __forceinline__ void rope_rot(const T *x, T *y, int64_t i, int64_t D, int interleaved, double2 c)
 {
-    const int64_t i0 = rope_j0(i, D, interleaved), i1 = rope_j1(i, D, interleaved);
+    const int64_t i0 = rope_j0(i, interleaved), i1 = rope_j1(i, D, interleaved);
     const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
     /* no fused multiply-add: the reference rounds each product */
     cu_std(y, i0, __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y)));
@@ -134,20 +135,20 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     const int64_t rows = rope_table_rows(node);
     if (rows == 0) {
         CU_FLOAT_SWITCH(x->dtype, E,
-                        cu_launch(be, rope_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)x->data, (E *)y->data, pd,
-                                                                                 pos64, step, pairs, T, H, D,
-                                                                                 interleaved, theta, sign));
+                        cu_launch(be, rope_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)x->data,
+                                  (E *)y->data, pd, pos64, step, pairs, T, H, D, interleaved, theta, sign));
         return GDP_OK;
     }
     char *ws = NULL;
     gdp_status st = cu_ws(node, (size_t)(rows * half) * sizeof(double2), &ws, err);
     if (st != GDP_OK) return st;
     double2 *cs = (double2 *)ws;
-    cu_launch(be, rope_table_kernel, cu_blocks(be, rows * half, 256), 256, 0, s, cs, rows, T, half, D, pd, pos64, step, theta, sign);
+    cu_launch(be, rope_table_kernel, cu_blocks(be, rows * half, 256), 256, 0, s, cs, rows, T, half, D, pd, pos64, step,
+              theta, sign);
     const int per_row = step != 0;
     CU_FLOAT_SWITCH(x->dtype, E,
-                    cu_launch(be, rope_table_apply_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, 
-                        (const E *)x->data, (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
+                    cu_launch(be, rope_table_apply_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)x->data,
+                              (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
     return GDP_OK;
 }
 CU_LAUNCHER(rope_run)
@@ -224,12 +225,12 @@ static gdp_status cache_write_run(cu_backend *be, const gdp_node *node, cudaStre
     const unsigned g = cu_blocks(be, in_place ? outer * T * D : outer * S * D, 256);
     if (es == 4)
         cu_launch(be, cache_write_kernel<uint32_t>, g, 256, 0, s, in_place ? NULL : (const uint32_t *)c->data,
-                                                       (const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64,
-                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
+                  (const uint32_t *)x->data, (uint32_t *)y->data, pos->data, p64, step, n0, outer,
+                  inner > 0 ? inner : 1, S, T, D, bad);
     else
         cu_launch(be, cache_write_kernel<uint16_t>, g, 256, 0, s, in_place ? NULL : (const uint16_t *)c->data,
-                                                       (const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64,
-                                                       step, n0, outer, inner > 0 ? inner : 1, S, T, D, bad);
+                  (const uint16_t *)x->data, (uint16_t *)y->data, pos->data, p64, step, n0, outer,
+                  inner > 0 ? inner : 1, S, T, D, bad);
     return GDP_OK;
 }
 CU_LAUNCHER(cache_write_run)
@@ -264,7 +265,7 @@ __global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *
         if (hh < H + Hkv) {
             rope_rot(k + src, kc + dst, i, D, interleaved, rope_cs(t, offset, i, D, theta, 1.0));
         } else {
-            const int64_t j0 = rope_j0(i, D, interleaved), j1 = rope_j1(i, D, interleaved);
+            const int64_t j0 = rope_j0(i, interleaved), j1 = rope_j1(i, D, interleaved);
             vc[dst + j0] = v[src + j0];
             vc[dst + j1] = v[src + j1];
         }
@@ -310,7 +311,8 @@ static gdp_status rope_cache_run(cu_backend *be, const gdp_node *node, cudaStrea
                     cu_launch(be, rope_cache_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)q->data,
                               (const E *)k->data, (const E *)node->in[2]->data, (E *)node->out[0]->data,
                               (E *)node->out[1]->data, (E *)node->out[2]->data, (const void *)pos->data,
-                              (int)(pos->dtype == GDP_I64), index_step(pos), B, T, H, Hkv, S, D, interleaved, theta, bad));
+                              (int)(pos->dtype == GDP_I64), index_step(pos), B, T, H, Hkv, S, D, interleaved, theta,
+                              bad));
     return GDP_OK;
 }
 CU_LAUNCHER(rope_cache_run)

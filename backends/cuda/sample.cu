@@ -114,16 +114,16 @@ __global__ void greedy_final_kernel(const T *x, int64_t s0, int64_t B, int64_t V
                                     const int64_t *pi, int32_t *out)
 {
     cu_pdl_wait();
-    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= B) return;
-    float bv = -INFINITY;
-    int64_t bi = V;
-    for (int p = 0; p < parts; p++) {
-        const float v = pv[r * parts + p];
-        const int64_t i = pi[r * parts + p];
-        if (ahead(v, i, bv, bi)) bv = v, bi = i;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < B; r += (int64_t)gridDim.x * blockDim.x) {
+        float bv = -INFINITY;
+        int64_t bi = V;
+        for (int p = 0; p < parts; p++) {
+            const float v = pv[r * parts + p];
+            const int64_t i = pi[r * parts + p];
+            if (ahead(v, i, bv, bi)) bv = v, bi = i;
+        }
+        out[r] = greedy_pick(x + r * s0, bi, V);
     }
-    out[r] = greedy_pick(x + r * s0, bi, V);
 }
 
 /* Parts of a row for greedy_part_kernel, or 1 (one block per row: greedy_kernel). */

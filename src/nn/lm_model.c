@@ -204,7 +204,10 @@ static gd_tensor *attend(builder *b, gd_tensor *q, gd_tensor *k, gd_tensor *v, i
     int64_t B = gd_tensor_dim(q, 0), T = gd_tensor_dim(q, 1);
     gd_tensor *kk = b->cache_len > 0 ? cached(b, k, layer, "k") : gd_transpose(k, 1, 2);
     gd_tensor *vv = b->cache_len > 0 ? cached(b, v, layer, "v") : gd_transpose(v, 1, 2);
-    gd_tensor *y = gd_label(gd_attention(gd_transpose(q, 1, 2), kk, vv, 1, 0.0, b->kv_len), l);
+    /* q's transpose after the cache writes: a graph pass may put the RoPE of q and k and
+     * both writes in one node, which takes the last write's place in program order */
+    gd_tensor *qt = gd_transpose(q, 1, 2);
+    gd_tensor *y = gd_label(gd_attention(qt, kk, vv, 1, 0.0, b->kv_len), l);
     return gd_reshape(gd_transpose(y, 1, 2), 3, (int64_t[]){B, T, H * hd});
 }
 
