@@ -204,8 +204,10 @@ static inline GDP_HD double gdp_sample_u53(uint64_t seed, uint64_t counter)
 }
 
 /* One IEEE double operation each. Device code names its rounding, since nvcc would fuse a
- * multiply and an add into one fma; C11 host code does not fuse across statements, so the
- * callers below give each operation a statement of its own. */
+ * multiply and an add into one fma. Host code gives each operation a statement of its own,
+ * which ISO C (-std=c11) does not fuse across; GCC's GNU modes (-std=gnu11, the default) do
+ * on machines with fma, so a backend including this header must build with -std=c11 or
+ * -ffp-contract=off (gradus does) to get the same bits as the device. */
 #if defined(__CUDA_ARCH__)
 #define GDP_DMUL_(a, b) __dmul_rn((a), (b))
 #define GDP_DADD_(a, b) __dadd_rn((a), (b))
