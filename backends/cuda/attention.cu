@@ -16,22 +16,7 @@
  * kv_len outside [0, S] or a pos that does not fit the cache is reported as bad data
  * (baddata.cu); kv_len is then clamped, and the batch row's cache is left as it was.
  *
- * Decoding (T <= DEC_MAXT = 4 query rows: attn_decode_kernel). Tiling 16 query rows per
- * block would leave 15/16 of each block idle and B * H blocks for the whole machine, so
- * the keys are split instead:
- *   - a block (4 warps) per (b, h, split), the S keys cut into splits of `chunk` keys (a
- *     multiple of 32, at least 128), as many as give about two blocks per SM (one split
- *     when B * H does); blocks of splits past kv_len find nothing to do;
- *   - within a split, warp w takes the 32-key tiles w, w + 4, ...: copied to the warp's
- *     shared memory 16 bytes at a time (cp.async) when the rows are aligned, then lane j
- *     scores key j against all the query rows (16-byte chunks of its K row from shared
- *     memory, rows an odd number of chunks apart: no bank conflicts), and the warp keeps
- *     an online softmax per query row as below;
- *   - the 4 warps' (m, l, o) are combined in warp order; with one split the block writes
- *     y, else its (m, l, o) per query row go to the workspace and
- *     attn_decode_combine_kernel combines the splits in split order (one thread per
- *     output element).
- * q, k and v may be views whose rows are contiguous (a decode step's q is a transpose).
+ * Decoding (T <= DEC_MAXT = 4 query rows against a cache) goes to attention_decode.cu.
  *
  * Work split of the general forward. A block owns BQ = 16 consecutive query rows of one
  * head: 4 warps of R = 4 rows. Keys stream through shared memory in tiles of BK = 32, one
@@ -176,229 +161,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
                 }
             }
         }
-    }
-}
-
-/* ---- decode: a few query rows against a long cache ----------------------------------------- */
-
-#define DEC_MAXT 4                          /* query rows the decode kernel takes */
-#define DEC_WARPS 4
-#define DEC_THREADS (32 * DEC_WARPS)
-#define DEC_BK 32                           /* keys per warp tile: one per lane */
-#define DEC_MIN_KEYS (DEC_BK * DEC_WARPS)   /* the fewest keys a split is given: a tile per warp */
-
-/* Shared memory of the decode kernel for head size D and elements of es bytes: per warp
- * a K tile and a V tile of DEC_BK rows in the input dtype, rows LD elements apart; then
- * the query rows as floats (QD apart) and each warp's (m, l, o) per query row. A row holds
- * C = ceil(D / N) 16-byte chunks (N elements each); LD = (C | 1) N makes the row stride an
- * odd number of chunks, so the 8 lanes of each quarter-warp reading chunk c of their own
- * rows hit 8 different groups of 4 banks. */
-static __host__ __device__ __forceinline__ int dec_ld(int64_t D, int N) { return (int)((((D + N - 1) / N) | 1) * N); }
-static size_t dec_smem(int64_t D, size_t es)
-{
-    const int N = (int)(16 / es);
-    const int64_t QD = (D + N - 1) / N * N;
-    return (size_t)(DEC_WARPS * 2 * DEC_BK * dec_ld(D, N)) * es +
-           (size_t)(DEC_MAXT * QD + 2 * DEC_WARPS * DEC_MAXT + DEC_WARPS * DEC_MAXT * D) * sizeof(float);
-}
-
-/* A 16-byte copy from global to shared memory that bypasses the registers (sm_80+), so all
- * of a tile's loads are in flight at once; dec_wait_copies waits for this thread's. */
-static __device__ __forceinline__ void dec_copy16(void *dst, const void *src)
-{
-    const unsigned sh = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sh), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void dec_wait_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-/* Rows [first, first + rows) of a (len, D) matrix whose rows lie rs elements apart into a
- * warp's tile (rows LD apart): 16 bytes at a time, consecutive lanes on consecutive chunks,
- * when `vec` (rows 16-byte aligned, D a multiple of N); else element by element. Columns
- * [D, LD) are left alone. The caller waits and syncs the warp. */
-template <typename T>
-static __device__ __forceinline__ void dec_load_tile(const T *src, int64_t rs, int64_t first, int rows, int D, T *sh,
-                                                     int LD, bool vec)
-{
-    const int lane = threadIdx.x & 31;
-    if (vec) {
-        constexpr int N = 16 / (int)sizeof(T);
-        const int C = D / N;
-        for (int i = lane; i < rows * C; i += 32) {
-            const int r = i / C, c = i - r * C;
-            dec_copy16(sh + r * LD + c * N, src + (first + r) * rs + c * N);
-        }
-        return;
-    }
-    for (int i = lane; i < rows * D; i += 32) {
-        const int r = i / D, d = i - r * D;
-        sh[r * LD + d] = src[(first + r) * rs + d];
-    }
-}
-
-/* Query rows t < T <= NT of one (b, h) against the keys [k0, k1) of one split of the cache,
- * k0 = split * chunk. The block's 4 warps take the split's tiles of 32 keys in turn (warp w
- * tiles w, w + 4, ...); each keeps its own online softmax (m, l, o) per query row: lane j
- * scores key j of the tile (16-byte chunks of its K row from shared memory against the
- * query rows, broadcast from shared memory), and o is held as in attn_fwd_kernel (lane
- * owns columns lane + 32 i). The warps' states are then combined in warp order. With one
- * split the block writes y; with more it writes its unnormalized (m, l, o) per query row
- * to the workspace (part (bh * nsplit + split) * T + t) for attn_decode_combine_kernel. */
-template <typename T, int DV, int NT>
-__global__ void __launch_bounds__(DEC_THREADS)
-    attn_decode_kernel(const T *q, const T *k, const T *v, T *y, float *po, float *pm, float *pl, att_dims a,
-                       att_views w, int64_t chunk, int nsplit, cu_bad bad)
-{
-    cu_pdl_wait();
-    extern __shared__ __align__(16) unsigned char dec_smem_raw[];
-    att_check_len(a, bad);
-    constexpr int N = 16 / (int)sizeof(T);
-    const int D = (int)a.D, C = (D + N - 1) / N, QD = C * N, LD = dec_ld(D, N);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    T *Kw = (T *)dec_smem_raw + (size_t)warp * 2 * DEC_BK * LD, *Vw = Kw + DEC_BK * LD;
-    float *Qs = (float *)(dec_smem_raw + (size_t)DEC_WARPS * 2 * DEC_BK * LD * sizeof(T));
-    float *Cm = Qs + DEC_MAXT * QD, *Cl = Cm + DEC_WARPS * DEC_MAXT, *Co = Cl + DEC_WARPS * DEC_MAXT;
-    const bool kvec = w.k.vec && D % N == 0, vvec = w.v.vec && D % N == 0;
-    /* K columns [D, QD) enter the dot products (as do the queries', zero too) but are
-     * never loaded: zeros, once */
-    for (int i = lane; i < DEC_BK * (QD - D); i += 32) {
-        const int r = i / (QD - D), c = i - r * (QD - D);
-        cu_st(Kw, r * LD + D + c, 0.0f);
-    }
-    const int64_t group = a.H / a.Hkv, items = a.B * a.H * nsplit;
-    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-        const int64_t bh = item / nsplit, sp = item % nsplit, b = bh / a.H, h = bh % a.H;
-        a.L = att_len(a, b);
-        const int64_t k0 = sp * chunk, k1 = k0 + chunk < a.S ? k0 + chunk : a.S;
-        int64_t n_eff[NT], n_hi = 0; /* keys below n_eff[t] that query t sees: [k0, n_eff[t]) */
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const int64_t n = t < a.T ? att_visible(a, t) : 0;
-            n_eff[t] = n < k1 ? n : k1;
-            n_hi = n_eff[t] > n_hi ? n_eff[t] : n_hi;
-        }
-        const T *qb = q + b * w.q.b + h * w.q.h;
-        const T *kb = k + b * w.k.b + (h / group) * w.k.h, *vb = v + b * w.v.b + (h / group) * w.v.h;
-        __syncthreads(); /* the previous item's readers of Qs and Co are done */
-        for (int i = threadIdx.x; i < DEC_MAXT * QD; i += DEC_THREADS) {
-            const int t = i / QD, d = i - t * QD;
-            Qs[i] = t < a.T && d < D ? cu_ld(qb, t * w.q.t + d) : 0.0f;
-        }
-        __syncthreads();
-        float m[NT], l[NT], o[NT][DV];
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            m[t] = -INFINITY, l[t] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DV; i++) o[t][i] = 0.0f;
-        }
-        for (int64_t kt = k0 + (int64_t)DEC_BK * warp; kt < n_hi; kt += (int64_t)DEC_BK * DEC_WARPS) {
-            const int rows = n_hi - kt < DEC_BK ? (int)(n_hi - kt) : DEC_BK;
-            __syncwarp(); /* every lane is done with the previous tile */
-            dec_load_tile(kb, w.k.t, kt, rows, D, Kw, LD, kvec);
-            dec_load_tile(vb, w.v.t, kt, rows, D, Vw, LD, vvec);
-            dec_wait_copies();
-            __syncwarp();
-            /* lane's key row against each query row, d ascending; rows past `rows` hold
-             * stale data and are masked below */
-            float acc[NT];
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-            const T *kr = Kw + lane * LD;
-            for (int c = 0; c < C; c++) {
-                const uint4 u = *(const uint4 *)(kr + c * N);
-                const T *e = (const T *)&u;
-#pragma unroll
-                for (int x = 0; x < N; x++) {
-                    const float kx = cu_ld(e, x);
-#pragma unroll
-                    for (int t = 0; t < NT; t++) acc[t] = fmaf(Qs[t * QD + c * N + x], kx, acc[t]);
-                }
-            }
-            float p[NT];
-            int jm[NT];
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                p[t] = 0.0f, jm[t] = 0;
-                if (kt >= n_eff[t]) continue; /* uniform across the warp */
-                const bool valid = kt + lane < n_eff[t];
-                const float sc = valid ? acc[t] * a.scale : -INFINITY;
-                /* lane 0's key is visible (kt < n_eff[t]), so m_new is finite */
-                const float m_new = fmaxf(m[t], cu_warp_max_f(sc));
-                const float alpha = expf(m[t] - m_new); /* 0 on the row's first tile */
-                p[t] = valid ? expf(sc - m_new) : 0.0f;
-                l[t] = l[t] * alpha + cu_warp_sum_f(p[t]);
-                m[t] = m_new;
-                jm[t] = n_eff[t] - kt < DEC_BK ? (int)(n_eff[t] - kt) : DEC_BK;
-#pragma unroll
-                for (int i = 0; i < DV; i++) o[t][i] *= alpha;
-            }
-            for (int j = 0; j < rows; j++) {
-                float pj[NT];
-#pragma unroll
-                for (int t = 0; t < NT; t++) pj[t] = __shfl_sync(CU_FULL_MASK, p[t], j);
-#pragma unroll
-                for (int i = 0; i < DV; i++) {
-                    const int d = lane + 32 * i;
-                    if (d >= D) continue;
-                    const float vx = cu_ld(Vw, j * LD + d);
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-                        if (j < jm[t]) o[t][i] = fmaf(pj[t], vx, o[t][i]);
-                }
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const int c = warp * DEC_MAXT + t;
-            if (lane == 0) Cm[c] = m[t], Cl[c] = l[t];
-#pragma unroll
-            for (int i = 0; i < DV; i++) {
-                const int d = lane + 32 * i;
-                if (d < D) Co[c * D + d] = o[t][i];
-            }
-        }
-        __syncthreads();
-        /* the warps' states, in warp order: rescaled to the largest maximum and summed */
-        for (int i = threadIdx.x; i < a.T * D; i += DEC_THREADS) {
-            const int t = i / D, d = i - t * D;
-            float M = -INFINITY, L = 0.0f, O = 0.0f;
-            for (int ww = 0; ww < DEC_WARPS; ww++) M = fmaxf(M, Cm[ww * DEC_MAXT + t]);
-            for (int ww = 0; ww < DEC_WARPS; ww++) {
-                const int c = ww * DEC_MAXT + t;
-                if (Cm[c] == -INFINITY) continue; /* a warp that saw no key of this row */
-                const float f = expf(Cm[c] - M);
-                L = fmaf(Cl[c], f, L);
-                O = fmaf(Co[c * D + d], f, O);
-            }
-            if (po == NULL) {
-                cu_st(y, (bh * a.T + t) * a.D + d, L > 0.0f ? O / L : 0.0f); /* no visible key: zeros */
-            } else {
-                const int64_t part = (bh * nsplit + sp) * a.T + t;
-                po[part * a.D + d] = O;
-                if (d == 0) pm[part] = M, pl[part] = L;
-            }
-        }
-    }
-}
-
-/* y[bh, t, :] from the splits' (m, l, o) of that query row, in split order. */
-template <typename T>
-__global__ void attn_decode_combine_kernel(const float *po, const float *pm, const float *pl, T *y, int64_t rows,
-                                           int64_t T_, int64_t D, int nsplit)
-{
-    cu_pdl_wait();
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * D; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / D, d = e % D, bh = r / T_, t = r % T_; // r = bh * T + t
-        float M = -INFINITY, L = 0.0f, O = 0.0f;
-        for (int sp = 0; sp < nsplit; sp++) M = fmaxf(M, pm[(bh * nsplit + sp) * T_ + t]);
-        for (int sp = 0; sp < nsplit; sp++) {
-            const int64_t part = (bh * nsplit + sp) * T_ + t;
-            if (pm[part] == -INFINITY) continue; /* a split whose keys the row does not see */
-            const float f = expf(pm[part] - M);
-            L = fmaf(pl[part], f, L);
-            O = fmaf(po[part * D + d], f, O);
-        }
-        cu_st(y, e, L > 0.0f ? O / L : 0.0f);
     }
 }
 
@@ -588,8 +350,6 @@ static void opt_in_dv(size_t cap)
     opt_in((const void *)attn_fwd_kernel<T, DV>, fwd_smem(D), cap);
     opt_in((const void *)attn_dq_kernel<T, DV>, dq_smem(D), cap);
     opt_in((const void *)attn_dkdv_kernel<T, DV>, dkdv_smem(D), cap);
-    opt_in((const void *)attn_decode_kernel<T, DV, 1>, dec_smem(D, sizeof(T)), cap);
-    opt_in((const void *)attn_decode_kernel<T, DV, DEC_MAXT>, dec_smem(D, sizeof(T)), cap);
 }
 
 template <typename T>
@@ -608,6 +368,7 @@ void cu_attention_open(cu_backend *be)
     opt_in_type<__half>(cap);
     opt_in_type<__nv_bfloat16>(cap);
     cu_attention_tc_open(be);
+    cu_attn_decode_open(be);
 }
 
 /* q, k, v as attention_check in attention.c wants them, D within what a lane holds, and
@@ -628,17 +389,6 @@ static int qkv_ok(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k
 /* The dims; kv_len is input `len_at` when the node has it. */
 static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at);
 
-/* Whether the decode kernel takes the forward: at most DEC_MAXT query rows, the rows of q,
- * k and v contiguous (the tensors any views), its shared memory granted. */
-static int decode_ok(const cu_backend *be, const att_dims &a, const gdp_tensor *const *in)
-{
-    if (a.T < 1 || a.T > DEC_MAXT || a.D < 1 || a.D > 32 * ATT_MAX_DV) return 0;
-    for (int i = 0; i < 3; i++)
-        if (in[i]->ndim != 4 || (in[i]->stride[3] != 1 && in[i]->shape[3] != 1)) return 0;
-    size_t need = dec_smem(a.D, gdp_dtype_size(in[0]->dtype));
-    return need <= (size_t)48 * 1024 || need <= be->smem_optin;
-}
-
 /* Views (strided inputs) only for the tensor-core and decode kernels; the others read
  * contiguous inputs, which the host makes when supports() declines a view. */
 static int views_ok(const cu_backend *be, const gdp_node *n, int first, int backward)
@@ -648,7 +398,7 @@ static int views_ok(const cu_backend *be, const gdp_node *n, int first, int back
     for (int i = 0; i < (backward ? 4 : 3); i++) contiguous &= gdp_is_contiguous(n->in[i]);
     if (contiguous) return 1;
     att_dims a = att_dims_of(n, n->in[first], n->in[first + 1], backward ? 4 : 3);
-    if (!backward && decode_ok(be, a, in)) return 1;
+    if (!backward && cu_attn_decode_ok(be, a, in)) return 1;
     const gdp_tensor *views[4] = {in[0], in[1], in[2], backward ? n->in[0] : NULL};
     return cu_attn_tc_ok(be, n->in[first]->dtype, a, backward, views, backward ? 4 : 3);
 }
@@ -713,62 +463,6 @@ static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node
     return GDP_OK;
 }
 
-/* How the decode kernel splits the keys: nsplit splits of *chunk keys (a multiple of DEC_BK,
- * at least DEC_MIN_KEYS), enough (b, h, split) blocks to give every SM two, or one split
- * when the heads alone do. Only the shapes and the device decide, so reruns are bitwise
- * equal. The key range is split by S, not by kv_len (a runtime value): splits past kv_len
- * find no key and cost a block each. */
-static int dec_splits(const cu_backend *be, const att_dims &a, int64_t *chunk)
-{
-    const int64_t heads = a.B * a.H, target = 2 * (int64_t)(be->sm_count > 0 ? be->sm_count : 80);
-    const int64_t want = heads > 0 ? (target + heads - 1) / heads : 1;
-    int64_t c = a.S;
-    if (want > 1) {
-        c = ((a.S + want - 1) / want + DEC_BK - 1) / DEC_BK * DEC_BK;
-        if (c < DEC_MIN_KEYS) c = DEC_MIN_KEYS;
-    }
-    if (c < 1) c = 1;
-    *chunk = c;
-    const int64_t n = (a.S + c - 1) / c;
-    return n > 1 ? (int)n : 1;
-}
-
-/* The splits' (m, l, o) per query row: o (D floats), then m, then l. */
-static size_t dec_scratch(const att_dims &a, int nsplit)
-{
-    return nsplit > 1 ? (size_t)(a.B * a.H * nsplit * a.T * (a.D + 2)) * sizeof(float) : 0;
-}
-
-template <typename T, int DV>
-static gdp_status attn_decode_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a,
-                                     const att_views &w, cu_bad bad, gdp_err *err)
-{
-    int64_t chunk = 0;
-    const int nsplit = dec_splits(be, a, &chunk);
-    const int64_t items = a.B * a.H * nsplit, parts = items * a.T;
-    if (items == 0) return GDP_OK;
-    float *po = NULL, *pm = NULL, *pl = NULL;
-    if (nsplit > 1) {
-        char *ws = NULL;
-        gdp_status st = cu_ws(node, dec_scratch(a, nsplit), &ws, err);
-        if (st != GDP_OK) return st;
-        po = (float *)ws, pm = po + parts * a.D, pl = pm + parts;
-    }
-    const T *q = (const T *)node->in[0]->data, *k = (const T *)node->in[1]->data, *v = (const T *)node->in[2]->data;
-    T *y = (T *)node->out[0]->data;
-    const size_t smem = dec_smem(a.D, sizeof(T));
-    if (a.T == 1)
-        cu_launch(be, attn_decode_kernel<T, DV, 1>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po, pm, pl,
-                  a, w, chunk, nsplit, bad);
-    else
-        cu_launch(be, attn_decode_kernel<T, DV, DEC_MAXT>, att_grid(be, items), DEC_THREADS, smem, s, q, k, v, y, po,
-                  pm, pl, a, w, chunk, nsplit, bad);
-    if (nsplit > 1)
-        cu_launch(be, attn_decode_combine_kernel<T>, cu_blocks(be, a.B * a.H * a.T * a.D, 256), 256, 0, s, po, pm, pl,
-                  y, a.B * a.H * a.T, a.T, a.D, nsplit);
-    return GDP_OK;
-}
-
 /* Passes 1, 2 and 3 of the backward; stats holds lse then delta, B * H * T floats each. */
 template <typename T, int DV>
 static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, float *stats,
@@ -806,9 +500,8 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
     const gdp_tensor *in[3] = {node->in[0], node->in[1], node->in[2]};
     const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
     gdp_status st = GDP_OK;
-    if (decode_ok(be, a, in)) {
-        CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_decode_launch<T, DV>(be, s, node, a, w, bad, err))));
-        return st;
+    if (cu_attn_decode_ok(be, a, in)) {
+        return cu_attn_decode(be, s, node, a, w, bad, err);
     }
     if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
         cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, NULL, NULL, a, w,
@@ -826,9 +519,8 @@ static size_t attention_workspace(void *b, const gdp_node *n)
     const cu_backend *be = (const cu_backend *)b;
     if (n->n_in < 3) return 0;
     att_dims a = att_dims_of(n, n->in[0], n->in[1], 3);
-    if (!decode_ok(be, a, n->in)) return 0;
-    int64_t chunk = 0;
-    return cu_ws_declare(dec_scratch(a, dec_splits(be, a, &chunk)));
+    if (!cu_attn_decode_ok(be, a, n->in)) return 0;
+    return cu_ws_declare(cu_attn_decode_workspace(be, a));
 }
 
 /* lse and delta per query row. */

@@ -74,6 +74,20 @@ static inline att_strides att_strides_of(const gdp_tensor *t)
     return s;
 }
 
+/* ---- attention_decode.cu ---- */
+
+#define DEC_MAXT 4 /* query rows the decode kernel takes */
+
+/* Whether the decode kernel takes the forward: at most DEC_MAXT query rows, q, k and v any
+ * views whose rows are contiguous, its shared memory granted. */
+int cu_attn_decode_ok(const cu_backend *be, const att_dims &a, const gdp_tensor *const *in);
+/* The workspace it needs (the splits' partial results), in bytes. */
+size_t cu_attn_decode_workspace(const cu_backend *be, const att_dims &a);
+gdp_status cu_attn_decode(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a,
+                          const att_views &w, cu_bad bad, gdp_err *err);
+/* Opts the decode kernels into the shared memory they need (at open). */
+void cu_attn_decode_open(cu_backend *be);
+
 /* Whether the tensor-core kernels take this problem: dtype f16/bf16, D 64 or 128, at
  * least 16 query rows, the inputs `in` (q, k, v and, for the backward, dy) any views whose
  * rows are contiguous, and the shared memory the kernels need granted. */

@@ -96,7 +96,10 @@ typedef struct cu_backend {
     int capturing;           /* a segment is being captured: no profiling, no waiting */
     int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
+    int sm90;                /* the code the driver loaded is sm_90's (probe kernel) */
     int pdl;                 /* cu_launch may start a kernel early (GRADUS_CUDA_PDL=0: off) */
+    int clusters;            /* kernels may combine across a thread-block cluster
+                                (GRADUS_CUDA_CLUSTERS=0: off) */
     /* Kernels and copies given a NULL stream run here. The host normally makes a stream
      * of its own (stream_create) and passes it everywhere. */
     cudaStream_t compute;
@@ -195,19 +198,37 @@ static __device__ __forceinline__ void cu_pdl_wait(void)
  * ptxVersion of 90 or more has the wait) before it lets kernels start early. */
 __global__ void cu_pdl_probe(void);
 
+/* cu_launch below in clusters of `cluster` blocks along x (be->clusters must be on, grid.x
+ * a multiple of cluster; 1: no cluster). */
+template <typename... P, typename... A>
+static inline void cu_launch_clustered(const cu_backend *be, unsigned cluster, void (*kernel)(P...), dim3 grid,
+                                       dim3 block, size_t smem, cudaStream_t s, A... args)
+{
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (be->pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (cluster > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster, at[n].val.clusterDim.y = 1, at[n].val.clusterDim.z = 1;
+        n++;
+    }
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = smem, c.stream = s;
+    c.attrs = at, c.numAttrs = n;
+    (void)cudaLaunchKernelEx(&c, kernel, ((P)args)...);
+}
+
 /* kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the kernel in front of it
  * when be->pdl. A launch error is left for cu_run's check, as with <<<>>>. */
 template <typename... P, typename... A>
 static inline void cu_launch(const cu_backend *be, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                              cudaStream_t s, A... args)
 {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t c = {};
-    c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = smem, c.stream = s;
-    c.attrs = at, c.numAttrs = be->pdl ? 1 : 0;
-    (void)cudaLaunchKernelEx(&c, kernel, ((P)args)...);
+    cu_launch_clustered(be, 1, kernel, grid, block, smem, s, args...);
 }
 #endif
 

@@ -198,13 +198,17 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
         snprintf(be->name, sizeof be->name, "%s", prop.name);
         be->sm_count = prop.multiProcessorCount;
         be->smem_optin = prop.sharedMemPerBlockOptin;
-        /* programmatic dependent launch: the device must have it (sm_90), and the code the
-         * driver loaded must have been compiled for it, or cu_pdl_wait is empty (a newer GPU
-         * running the compute_80 PTX, say) and an early start would race */
+        /* programmatic dependent launch and thread-block clusters: the device must have them
+         * (sm_90), and the code the driver loaded must have been compiled for them, or
+         * cu_pdl_wait is empty (a newer GPU running the compute_80 PTX, say) and an early
+         * start would race, and the kernels' cluster paths are not there */
         const char *pdl = setting(host, "GRADUS_CUDA_PDL");
         cudaFuncAttributes fa;
-        be->pdl = prop.major >= 9 && !(pdl != NULL && strcmp(pdl, "0") == 0) &&
-                  cudaFuncGetAttributes(&fa, (const void *)cu_pdl_probe) == cudaSuccess && fa.ptxVersion >= 90;
+        be->sm90 = prop.major >= 9 && cudaFuncGetAttributes(&fa, (const void *)cu_pdl_probe) == cudaSuccess &&
+                   fa.ptxVersion >= 90;
+        be->pdl = be->sm90 && !(pdl != NULL && strcmp(pdl, "0") == 0);
+        const char *cl = setting(host, "GRADUS_CUDA_CLUSTERS");
+        be->clusters = be->sm90 && !(cl != NULL && strcmp(cl, "0") == 0);
         (void)cudaGetLastError();
         if (be->managed && !prop.managedMemory)
             s = gdp_fail(err, GDP_ERR_UNSUPPORTED, "GRADUS_CUDA_MANAGED=1: %s has no managed memory", prop.name);

@@ -324,12 +324,14 @@ static const char *const attention_cases[] = {
     /* decode steps against a long cache (backends' decode paths: few query rows, the keys
      * split among warps and blocks): a length per sequence or one for all, grouped heads,
      * heads of 64, 128 and 20 (not a whole number of 16-byte chunks in f16/bf16), up to 4
-     * query rows (speculative or chunked decoding), many heads (no split across blocks) */
+     * query rows (speculative or chunked decoding), many heads (no split across blocks),
+     * a long cache for few heads (more splits than one cluster of blocks combines) */
     "f[2,4,1,64] f[2,2,300,64] f[2,2,300,64] i32[2]<1:301 | causal=1",
     "f[1,8,1,128] f[1,2,200,128] f[1,2,200,128] i32[]<150:201 | causal=1",
     "f[2,2,3,64] f[2,1,150,64] f[2,1,150,64] i32[2]<0:151 | causal=1",
     "f[2,6,4,20] f[2,3,260,20] f[2,3,260,20] i64[2]<100:261 | causal=0",
     "f[2,160,1,8] f[2,16,300,8] f[2,16,300,8] i32[2]<200:301 | causal=1",
+    "f[1,2,1,64] f[1,1,1100,64] f[1,1,1100,64] i32[]<900:1101 | causal=1",
     NULL};
 
 /* ---- attention_grad: (dy, q, k, v) -> dq, dk, dv ------------------------------------- */
