@@ -12,9 +12,12 @@ weight decay 0.1), clipping at 1, a linear warmup over 10 steps and a cosine dec
 1e-3 to 1e-4, in f32 and in bf16 (gradus: bf16 activations and f32 master weights;
 PyTorch: autocast to bf16). One JSON line per step with the four losses, then a summary:
 the largest and mean difference of gradus from PyTorch at each precision, beside the
-difference of PyTorch's bf16 from its own f32 — how far bf16 alone moves the curve, the
-noise the comparison is held to ("within bf16 noise": gradus's bf16 gap to PyTorch's bf16
-no larger than that, over the mean of the steps).
+difference of each one's bf16 curve from its own f32 curve — how far bf16 alone moves it.
+"Within bf16 noise": the mean gap between the two bf16 curves is no larger than two
+independent runs' bf16 noise would make it — the two own gaps added as independent errors
+(the square root of the sum of their squares: for zero-mean normal errors X and Y,
+E|X - Y| = sqrt(E|X|^2 + E|Y|^2)) — plus the gap between the two f32 curves. Each bf16
+curve rounds in its own way, so their gap is expected to exceed either one's own.
 
 Needs only torch and numpy (the safetensors file is written by hand)."""
 import argparse, json, math, os, struct, subprocess, sys, tempfile
@@ -201,11 +204,12 @@ def main():
                          "gradus_bf16_vs_f32": ("gradus_bf16", "gradus_f32")}.items():
         d = diff(x, y)
         summ[name] = dict(max=float(d.max()), mean=float(d.mean()), last=float(d[-1]))
-    noise = summ["torch_bf16_vs_f32"]["mean"]
+    noise = math.hypot(summ["torch_bf16_vs_f32"]["mean"], summ["gradus_bf16_vs_f32"]["mean"]) + \
+        summ["gradus_vs_torch_f32"]["mean"]
     ok = summ["gradus_vs_torch_bf16"]["mean"] <= max(noise, 1e-3)
     print(json.dumps(dict(kind="curve", steps=a.steps, batch=a.batch, seq=a.seq, torch=torch.__version__,
                           first={k: v[0] for k, v in curves.items()}, final={k: v[-1] for k, v in curves.items()},
-                          diffs=summ, within_bf16_noise=ok)))
+                          diffs=summ, bf16_noise=noise, within_bf16_noise=ok)))
     if out:
         out.close()
 

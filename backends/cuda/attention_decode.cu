@@ -89,13 +89,17 @@ static __device__ __forceinline__ void dec_block_reduce(float *v, float *sh)
     }
 }
 
+/* Two blocks of one query row fit an SM (at most 128 registers a thread, which ptxas meets
+ * without spilling): a batch whose heads alone fill the machine runs one split per head, and
+ * one 256-thread block per SM left it waiting at every barrier (batch 64 decoded 12-19%
+ * slower than with the kernel before this one, which fit two blocks). */
 /* Query rows t < T <= NT of one (b, h) against keys [k0, k1) of one split of the cache,
  * k0 = split * chunk. With one split the block writes y; with more, its (m, l, o) per query
  * row go to the workspace (part (bh * nsplit + split) * T + t) for
  * attn_decode_combine_kernel, or (CL: a cluster per (b, h), a block per split) are combined
  * across the cluster. */
 template <typename T, int DV, int NT, bool CL>
-__global__ void __launch_bounds__(DEC_THREADS, 1)
+__global__ void __launch_bounds__(DEC_THREADS, NT == 1 ? 2 : 1)
     attn_decode_kernel(const T *q, const T *k, const T *v, T *y, float *po, float *pm, float *pl, att_dims a,
                        att_views w, int64_t chunk, int nsplit, cu_bad bad)
 {
