@@ -1,8 +1,10 @@
 /* test_slice_grads.c — the gradient of a tensor used through several slices: where the
  * slices' ranges along one axis are disjoint, autodiff sums their gradients as one concat
  * (zeros in any gaps) instead of a zero-filled slice_grad per slice and adds; overlapping
- * slices keep the slice_grads and adds. Each case checks which nodes the compiled gradient
- * program holds and the gradient's values against the ones the test works out itself. */
+ * slices keep the slice_grads and adds, as do slices along different axes and more parts
+ * than one concat takes. Each case checks which nodes the compiled gradient program holds
+ * and the gradient's values against the ones the test works out itself, one case with
+ * values whose float sum shows the order of the additions. */
 #include "gradus.h"
 #include "testutil.h"
 
@@ -166,6 +168,103 @@ static void test_split_last_axis(void)
     gd_graph_free(g);
 }
 
+/* x (R, C) used through slices given as (axis, start, end), each multiplied by an input
+ * w_k: dx is the sum of the w_k, zero-extended, added in the order autodiff meets the uses
+ * (the reverse of theirs). The fallbacks: slices along different axes, and more parts than
+ * one concat takes (GDP_MAX_INPUTS), are added one by one as zero-filled slice_grads. */
+#define FB_R 4
+#define FB_C 20
+#define FB_MAX 24
+typedef struct fb_use {
+    int axis;
+    int64_t start, end;
+} fb_use;
+
+static void run_fallback(const char *name, int n, const fb_use *u, float (*wval)(int k, int64_t r, int64_t c),
+                         int concats, int slice_grads)
+{
+    gd_graph *g = fresh();
+    gd_tensor *x = gd_param(g, "x", GD_F32, 2, (int64_t[]){FB_R, FB_C}), *w[FB_MAX], *loss = NULL;
+    int64_t rows[FB_MAX], cols[FB_MAX];
+    for (int k = 0; k < n; k++) {
+        gd_tensor *s = gd_slice(x, u[k].axis, u[k].start, u[k].end);
+        rows[k] = u[k].axis == 0 ? u[k].end - u[k].start : FB_R;
+        cols[k] = u[k].axis == 1 ? u[k].end - u[k].start : FB_C;
+        char wn[8];
+        snprintf(wn, sizeof wn, "w%d", k);
+        w[k] = in_f32(g, wn, 2, (int64_t[]){rows[k], cols[k]}, NULL);
+        gd_tensor *term = gd_sum(gd_mul(s, w[k]), 0, NULL, 0);
+        loss = loss == NULL ? term : gd_add(loss, term);
+    }
+    CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "%s: backward: %s", name, gd_ctx_error(ctx));
+    gd_tensor *dx = gd_grad(g, x);
+    gd_program *p = dx != NULL ? gd_compile(g, 1, &dx, 0) : NULL;
+    CHECK(p != NULL, "%s: compile: %s", name, gd_ctx_error(ctx));
+    if (p == NULL) {
+        gd_graph_free(g);
+        return;
+    }
+    CHECK(count_op(p, "concat") == concats && count_op(p, "slice_grad") == slice_grads,
+          "%s: the gradient program has %d concat and %d slice_grad nodes, want %d and %d", name, count_op(p, "concat"),
+          count_op(p, "slice_grad"), concats, slice_grads);
+    static float wv[FB_MAX][FB_R * FB_C];
+    float want[FB_R * FB_C], dxv[FB_R * FB_C];
+    for (int k = 0; k < n; k++) {
+        for (int64_t r = 0; r < rows[k]; r++)
+            for (int64_t c = 0; c < cols[k]; c++) wv[k][r * cols[k] + c] = wval(k, r, c);
+        gd_tensor_write(w[k], wv[k], (size_t)(rows[k] * cols[k]) * sizeof(float));
+    }
+    for (int k = n - 1; k >= 0; k--) /* the last use's contribution first */
+        for (int64_t r = 0; r < FB_R; r++)
+            for (int64_t c = 0; c < FB_C; c++) {
+                const int64_t a = u[k].axis == 0 ? r : c, lr = u[k].axis == 0 ? r - u[k].start : r,
+                              lc = u[k].axis == 1 ? c - u[k].start : c;
+                const float d = a >= u[k].start && a < u[k].end ? wv[k][lr * cols[k] + lc] : 0.0f;
+                want[r * FB_C + c] = k == n - 1 ? d : want[r * FB_C + c] + d;
+            }
+    if (gd_program_run(p) == GD_OK && gd_tensor_read(dx, dxv, sizeof dxv) == GD_OK) {
+        int bad = 0;
+        for (int i = 0; i < FB_R * FB_C && bad < 4; i++)
+            if (dxv[i] != want[i]) {
+                CHECK(0, "%s: dx[%d] = %.9g, want %.9g", name, i, dxv[i], want[i]);
+                bad++;
+            }
+    } else {
+        CHECK(0, "%s: run: %s", name, gd_ctx_error(ctx));
+    }
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
+static float w_plain(int k, int64_t r, int64_t c) { return (float)(k + 1) * 0.25f + (float)(r * 7 + c) / 9.0f; }
+
+/* Columns 2 and 3 lie in all three slices of the order case with weights 1, 1e8 and -1e8:
+ * added last use first, (-1e8 + 1e8) + 1 = 1; in any order that adds the 1 to a 1e8 first,
+ * float rounding loses it and the sum is 0. */
+static float w_order(int k, int64_t r, int64_t c)
+{
+    const int64_t x = c + k; /* the column of x: slice k starts at k */
+    if (x == 2 || x == 3) return k == 0 ? 1.0f : k == 1 ? 1e8f : -1e8f;
+    return w_plain(k, r, c);
+}
+
+static void test_fallbacks(void)
+{
+    /* overlapping slices: slice_grads added in the order autodiff meets them */
+    const fb_use order[3] = {{1, 0, 4}, {1, 1, 5}, {1, 2, 6}};
+    run_fallback("overlap, order of additions", 3, order, w_order, 0, 3);
+    /* disjoint ranges, but along two axes: no concat */
+    const fb_use axes[2] = {{1, 0, 7}, {0, 2, 4}};
+    run_fallback("slices along two axes", 2, axes, w_plain, 0, 2);
+    /* 20 disjoint columns tile the axis, but 20 parts are more than one concat takes */
+    fb_use cols[FB_C];
+    for (int k = 0; k < FB_C; k++) cols[k] = (fb_use){1, k, k + 1};
+    run_fallback("20 parts", FB_C, cols, w_plain, 0, FB_C);
+    /* 15 parts and a gap at the end: 16 concat inputs, the most it takes; 16 and a gap: 17 */
+    run_fallback("15 parts and a gap", 15, cols, w_plain, 1, 0);
+    run_fallback("16 parts and a gap", 16, cols, w_plain, 0, 16);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -191,5 +290,6 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     test_split_last_axis();
+    test_fallbacks();
     return tu_finish("test_slice_grads");
 }

@@ -669,7 +669,7 @@ static int tile(gd_tensor *const *parts, part_range *r, int n, gd_tensor **piece
     for (int k = 0; k <= n; k++) {
         int64_t first = k < n ? r[k].first : dim;
         if (k < n && r[k].len == 0) continue;
-        if (first < at || m + 2 > GDP_MAX_INPUTS) return 0;
+        if (first < at || m + (first > at) + (k < n) > GDP_MAX_INPUTS) return 0; /* a gap, the part */
         if (first > at) {
             int64_t shape[GDP_MAX_DIMS];
             memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
