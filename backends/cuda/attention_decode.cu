@@ -283,6 +283,10 @@ __global__ void __launch_bounds__(DEC_THREADS, NT == 1 ? 2 : 1)
             }
             cl.sync(); /* no block leaves while another reads its shared memory */
         }
+#else
+        /* the host launches clusters only on code compiled for sm_90 (cu_backend.clusters):
+         * a cluster launch reaching this code would leave y unwritten, so it fails loudly */
+        if (CL) __trap();
 #endif
     }
 }

@@ -14,6 +14,8 @@
  *   GRADUS_CUDA_PDL=0      every kernel waits for the one in front to finish before it is
  *                          launched (by default the decode-step kernels may start early:
  *                          cu_launch in cuda_internal.h)
+ *   GRADUS_CUDA_CLUSTERS=0 no thread-block clusters: decode attention combines its splits
+ *                          with a second kernel (the same bits; attention_decode.cu)
  */
 #include "cuda_internal.h"
 
