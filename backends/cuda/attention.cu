@@ -332,41 +332,31 @@ static size_t dkdv_smem(int64_t D)
     return (size_t)(2 * ATT_BQ * D + 2 * ATT_BK * (D | 1) + 2 * ATT_BK) * sizeof(float);
 }
 
-/* Shared memory beyond the default 48 KiB must be opted into per kernel. That is done once
- * at open for every instantiation, at the most its D range needs (and the device allows),
- * not at launch: a launch must do nothing but launch, so that it can be captured. */
-static void opt_in(const void *kernel, size_t bytes, size_t cap)
-{
-    if (bytes <= (size_t)48 * 1024) return;
-    if (bytes > cap) bytes = cap;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
-        (void)cudaGetLastError(); /* supports() declines what the device cannot give */
-}
-
+/* Shared memory past 48 KiB, opted into at open (cu_smem_opt_in) for the largest D of each
+ * instantiation. */
 template <typename T, int DV>
-static void opt_in_dv(size_t cap)
+static void opt_in_dv(const cu_backend *be)
 {
     const int64_t D = 32 * DV;
-    opt_in((const void *)attn_fwd_kernel<T, DV>, fwd_smem(D), cap);
-    opt_in((const void *)attn_dq_kernel<T, DV>, dq_smem(D), cap);
-    opt_in((const void *)attn_dkdv_kernel<T, DV>, dkdv_smem(D), cap);
+    cu_smem_opt_in(be, (const void *)attn_fwd_kernel<T, DV>, fwd_smem(D));
+    cu_smem_opt_in(be, (const void *)attn_dq_kernel<T, DV>, dq_smem(D));
+    cu_smem_opt_in(be, (const void *)attn_dkdv_kernel<T, DV>, dkdv_smem(D));
 }
 
 template <typename T>
-static void opt_in_type(size_t cap)
+static void opt_in_type(const cu_backend *be)
 {
-    opt_in_dv<T, 1>(cap);
-    opt_in_dv<T, 2>(cap);
-    opt_in_dv<T, 4>(cap);
-    opt_in_dv<T, 8>(cap);
+    opt_in_dv<T, 1>(be);
+    opt_in_dv<T, 2>(be);
+    opt_in_dv<T, 4>(be);
+    opt_in_dv<T, 8>(be);
 }
 
 void cu_attention_open(cu_backend *be)
 {
-    size_t cap = be->smem_optin > 0 ? be->smem_optin : (size_t)48 * 1024;
-    opt_in_type<float>(cap);
-    opt_in_type<__half>(cap);
-    opt_in_type<__nv_bfloat16>(cap);
+    opt_in_type<float>(be);
+    opt_in_type<__half>(be);
+    opt_in_type<__nv_bfloat16>(be);
     cu_attention_tc_open(be);
     cu_attn_decode_open(be);
 }

@@ -431,40 +431,36 @@ gdp_status cu_attn_decode(cu_backend *be, cudaStream_t s, const gdp_node *node, 
     return st;
 }
 
-/* Shared memory beyond 48 KiB is opted into once, at open, at the most a kernel needs. */
+/* Shared memory past 48 KiB, opted into at open (cu_smem_opt_in) at the most a kernel asks
+ * for: the largest D of its DV, DEC_MAX_CHUNK keys. */
 template <typename T, int DV, int NT, bool CL>
-static void dec_opt_in(size_t cap)
+static void dec_opt_in(const cu_backend *be)
 {
-    size_t bytes = dec_smem(32 * DV, NT, DEC_MAX_CHUNK, dec_shape<T, DV>::GROUPS);
-    if (bytes <= (size_t)48 * 1024) return;
-    if (bytes > cap) bytes = cap;
-    if (cudaFuncSetAttribute((const void *)attn_decode_kernel<T, DV, NT, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)bytes) != cudaSuccess)
-        (void)cudaGetLastError(); /* cu_attn_decode_ok declines what the device cannot give */
+    cu_smem_opt_in(be, (const void *)attn_decode_kernel<T, DV, NT, CL>,
+                   dec_smem(32 * DV, NT, DEC_MAX_CHUNK, dec_shape<T, DV>::GROUPS));
 }
 
 template <typename T, int DV>
-static void dec_opt_in_dv(size_t cap)
+static void dec_opt_in_dv(const cu_backend *be)
 {
-    dec_opt_in<T, DV, 1, false>(cap);
-    dec_opt_in<T, DV, 1, true>(cap);
-    dec_opt_in<T, DV, DEC_MAXT, false>(cap);
-    dec_opt_in<T, DV, DEC_MAXT, true>(cap);
+    dec_opt_in<T, DV, 1, false>(be);
+    dec_opt_in<T, DV, 1, true>(be);
+    dec_opt_in<T, DV, DEC_MAXT, false>(be);
+    dec_opt_in<T, DV, DEC_MAXT, true>(be);
 }
 
 template <typename T>
-static void dec_opt_in_type(size_t cap)
+static void dec_opt_in_type(const cu_backend *be)
 {
-    dec_opt_in_dv<T, 1>(cap);
-    dec_opt_in_dv<T, 2>(cap);
-    dec_opt_in_dv<T, 4>(cap);
-    dec_opt_in_dv<T, 8>(cap);
+    dec_opt_in_dv<T, 1>(be);
+    dec_opt_in_dv<T, 2>(be);
+    dec_opt_in_dv<T, 4>(be);
+    dec_opt_in_dv<T, 8>(be);
 }
 
 void cu_attn_decode_open(cu_backend *be)
 {
-    const size_t cap = be->smem_optin > 0 ? be->smem_optin : (size_t)48 * 1024;
-    dec_opt_in_type<float>(cap);
-    dec_opt_in_type<__half>(cap);
-    dec_opt_in_type<__nv_bfloat16>(cap);
+    dec_opt_in_type<float>(be);
+    dec_opt_in_type<__half>(be);
+    dec_opt_in_type<__nv_bfloat16>(be);
 }

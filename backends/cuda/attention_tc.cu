@@ -444,26 +444,19 @@ void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *d
     }
 }
 
-static void tc_opt_in(const void *kernel, size_t bytes, size_t cap)
-{
-    if (bytes <= (size_t)48 * 1024 || bytes > cap) return; /* cu_attn_tc_ok declines what is not granted */
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
-        (void)cudaGetLastError();
-}
-
+/* cu_attn_tc_ok declines what was not granted */
 template <typename T, int D>
-static void tc_open_one(size_t cap)
+static void tc_open_one(const cu_backend *be)
 {
-    tc_opt_in((const void *)tc_fwd_kernel<T, D>, tc_dims<D>::fwd_smem, cap);
-    tc_opt_in((const void *)tc_dq_kernel<T, D>, tc_dims<D>::dq_smem, cap);
-    tc_opt_in((const void *)tc_dkdv_kernel<T, D>, tc_dims<D>::dkdv_smem, cap);
+    cu_smem_opt_in(be, (const void *)tc_fwd_kernel<T, D>, tc_dims<D>::fwd_smem);
+    cu_smem_opt_in(be, (const void *)tc_dq_kernel<T, D>, tc_dims<D>::dq_smem);
+    cu_smem_opt_in(be, (const void *)tc_dkdv_kernel<T, D>, tc_dims<D>::dkdv_smem);
 }
 
 void cu_attention_tc_open(cu_backend *be)
 {
-    size_t cap = be->smem_optin;
-    tc_open_one<__half, 64>(cap);
-    tc_open_one<__half, 128>(cap);
-    tc_open_one<__nv_bfloat16, 64>(cap);
-    tc_open_one<__nv_bfloat16, 128>(cap);
+    tc_open_one<__half, 64>(be);
+    tc_open_one<__half, 128>(be);
+    tc_open_one<__nv_bfloat16, 64>(be);
+    tc_open_one<__nv_bfloat16, 128>(be);
 }

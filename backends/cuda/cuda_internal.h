@@ -232,6 +232,21 @@ static inline void cu_launch(const cu_backend *be, void (*kernel)(P...), dim3 gr
 }
 #endif
 
+/* ---- shared memory beyond 48 KiB ---------------------------------------------------------- */
+
+/* A kernel that may use more than the default 48 KiB of dynamic shared memory must opt in.
+ * That is done once at open for every instantiation, at the most it can ask for (capped at
+ * what the device gives a block), never at launch: a launch must do nothing but launch, so
+ * that it can be captured. The kernels' supports() decline what was not granted. */
+static inline void cu_smem_opt_in(const cu_backend *be, const void *kernel, size_t bytes)
+{
+    const size_t cap = be->smem_optin > 0 ? be->smem_optin : (size_t)48 * 1024;
+    if (bytes <= (size_t)48 * 1024) return;
+    if (bytes > cap) bytes = cap;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* ---- workspaces -------------------------------------------------------------------------- */
 
 /* Scratch a kernel needs is declared through gdp_kernel.workspace and planned by the host
