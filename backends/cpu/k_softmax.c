@@ -444,5 +444,18 @@ gdp_status gcpu_register_softmax(gcpu_regctx *r, gdp_err *err)
         gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, 0, NULL, err);
         if (s != GDP_OK) return s;
     }
+    /* f16/bf16 logits with an f32 loss (and its f32 dloss): the half kernel widens only the
+     * half operands, and the f32 kernels write the loss, and read dloss, as f32 */
+    static const char *const ce_mixed[] = {"bf16,i32->f32", "bf16,i64->f32", "f16,i32->f32", "f16,i64->f32"};
+    static const char *const grad_mixed[] = {"f32,bf16,i32->bf16", "f32,bf16,i64->bf16", "f32,f16,i32->f16",
+                                             "f32,f16,i64->f16"};
+    for (int i = 0; i < 4; i++) {
+        gdp_status s = gcpu_reg_mixed(r, "cross_entropy", ce_mixed[i], 0, k_cross_entropy_half, k_cross_entropy_half_ok,
+                                      k_cross_entropy_half_ws, err);
+        if (s == GDP_OK)
+            s = gcpu_reg_mixed(r, "cross_entropy_grad", grad_mixed[i], 0, k_cross_entropy_grad_half,
+                               k_cross_entropy_grad_half_ok, k_cross_entropy_grad_half_ws, err);
+        if (s != GDP_OK) return s;
+    }
     return GDP_OK;
 }

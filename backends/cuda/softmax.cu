@@ -340,16 +340,20 @@ __global__ void __launch_bounds__(CE_THREADS) ce_rows_kernel(const T *x, const v
 }
 
 /* One block: total = sum of loss, count = sum of kept, each in a fixed order; writes the
- * mean loss total / count (0 when nothing is kept) to y[0]. */
+ * mean loss total / count (0 when nothing is kept) to y[0], a T or (y32: the mixed forms'
+ * loss of f16/bf16 logits) a float. */
 template <typename T>
-__global__ void ce_total_kernel(const double *loss, const double *kept, int64_t N, T *y)
+__global__ void ce_total_kernel(const double *loss, const double *kept, int64_t N, void *y, int y32)
 {
     __shared__ double sh[THREADS];
     double a = 0.0, c = 0.0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) a += loss[r], c += kept[r];
     a = block_sum(a, sh);
     c = block_sum(c, sh);
-    if (threadIdx.x == 0) cu_std(y, 0, c > 0 ? a / c : 0.0);
+    if (threadIdx.x == 0) {
+        if (y32) cu_std((float *)y, 0, c > 0 ? a / c : 0.0);
+        else cu_std((T *)y, 0, c > 0 ? a / c : 0.0);
+    }
 }
 
 /* How many targets the mean is over (those not ignored), summed in a block's fixed order
@@ -381,9 +385,10 @@ static __device__ __forceinline__ float ce_dx(float x, int64_t k, int64_t target
 
 // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row[:K]) - onehot(target)) * dloss / count,
 // zeros past K; `counted` holds the count, or is NULL for the block to count itself. Two
-// reads of a row (its log-sum-exp, then the gradient) and one write.
+// reads of a row (its log-sum-exp, then the gradient) and one write. dloss is a T or (dl32:
+// the mixed forms, f16/bf16 logits) a float.
 template <typename T>
-__global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const T *dl, const T *x, const void *t, int t64, int64_t N,
+__global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const void *dl, int dl32, const T *x, const void *t, int t64, int64_t N,
                                                              int64_t C, int64_t K, int vec, int64_t ignore,
                                                              const double *counted, T *dx, cu_bad bad)
 {
@@ -392,7 +397,8 @@ __global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const T *dl, const 
     __shared__ double shs[32];
     __shared__ double shc[32];
     const double count = counted != NULL ? counted[0] : ce_count(t, t64, N, ignore, shc);
-    const float scale = (float)(count > 0 ? (double)cu_ld(dl, 0) / count : 0.0);
+    const double dloss = dl32 ? (double)((const float *)dl)[0] : (double)cu_ld((const T *)dl, 0);
+    const float scale = (float)(count > 0 ? dloss / count : 0.0);
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
         const int64_t target = load_target(t, t64, r), base = r * C;
         if (target == ignore) {
@@ -438,8 +444,11 @@ static int ce_supports(void *b, const gdp_node *n)
     int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
     if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1) return 0;
     const gdp_tensor *x = n->in[is_grad ? 1 : 0], *t = n->in[is_grad ? 2 : 1];
-    if (!cu_gpu_float(x->dtype) || !gdp_is_index(t->dtype) || n->out[0]->dtype != x->dtype || x->ndim < 1) return 0;
-    if (is_grad && (n->in[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
+    /* the loss (and dloss) in the logits' dtype, or f32 for f16/bf16 logits (the mixed forms) */
+    const gdp_tensor *loss = is_grad ? n->in[0] : n->out[0];
+    const int loss_ok = loss->dtype == x->dtype || (loss->dtype == GDP_F32 && x->dtype != GDP_F32);
+    if (!cu_gpu_float(x->dtype) || !gdp_is_index(t->dtype) || !loss_ok || x->ndim < 1) return 0;
+    if (is_grad && (n->out[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
         return 0;
     if (!is_grad && gdp_numel(n->out[0]) != 1) return 0;
     int64_t C = x->shape[x->ndim - 1], K = gdp_attr_int(&n->attrs, "classes", C);
@@ -469,6 +478,7 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t), K = gdp_attr_int(&node->attrs, "classes", C);
     int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
     int t64 = t->dtype == GDP_I64;
+    const int dl32 = is_grad && node->in[0]->dtype != x->dtype, y32 = !is_grad && y->dtype != x->dtype;
     /* rows of whole vectors: every row starts on a vector, and the columns past K that a
      * vector holding the last classes covers are still the row's */
     int vec = C % (16 / (int64_t)gdp_dtype_size(x->dtype)) == 0 && cu_aligned16(x->data) &&
@@ -488,7 +498,7 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
             ce_count_kernel<<<1, THREADS, 0, s>>>(t->data, t64, N, ignore, counted);
         }
         CU_FLOAT_SWITCH(x->dtype, T,
-                        ce_grad_kernel<T><<<g, CE_THREADS, 0, s>>>((const T *)node->in[0]->data, (const T *)x->data,
+                        ce_grad_kernel<T><<<g, CE_THREADS, 0, s>>>(node->in[0]->data, dl32, (const T *)x->data,
                                                                   t->data, t64, N, C, K, vec, ignore, counted,
                                                                   (T *)y->data, bad));
         return GDP_OK;
@@ -496,7 +506,7 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     CU_FLOAT_SWITCH(x->dtype, T,
                     ce_rows_kernel<T><<<g, CE_THREADS, 0, s>>>((const T *)x->data, t->data, t64, N, C, K, vec, ignore,
                                                               loss, kept, bad);
-                    ce_total_kernel<T><<<1, THREADS, 0, s>>>(loss, kept, N, (T *)y->data));
+                    ce_total_kernel<T><<<1, THREADS, 0, s>>>(loss, kept, N, y->data, y32));
     return GDP_OK;
 }
 CU_LAUNCHER(ce_run)
@@ -507,6 +517,7 @@ static const char *const axis_attrs[] = {"axis", NULL};
     CU_K(op, GDP_F32, sup, fn, attrs), CU_K(op, GDP_F16, sup, fn, attrs), CU_K(op, GDP_BF16, sup, fn, attrs)
 static const char *const ce_attrs[] = {"classes", NULL};
 #define CE(op, dt) CU_KX(op, dt, 0, ce_supports, ce_run_launch, ce_attrs, ce_workspace)
+#define CE_SIG(op, sig) CU_KSIG(op, sig, ce_supports, ce_run_launch, ce_attrs, ce_workspace)
 
 static const gdp_kernel kernels[] = {
     FLOATS3("softmax", softmax_supports, softmax_run_launch, axis_attrs),
@@ -515,5 +526,10 @@ static const gdp_kernel kernels[] = {
     FLOATS3("log_softmax_grad", softmax_supports, softmax_run_launch, axis_attrs),
     CE("cross_entropy", GDP_F32), CE("cross_entropy", GDP_F16), CE("cross_entropy", GDP_BF16),
     CE("cross_entropy_grad", GDP_F32), CE("cross_entropy_grad", GDP_F16), CE("cross_entropy_grad", GDP_BF16),
+    /* f16/bf16 logits with an f32 loss, and its gradient from an f32 dloss */
+    CE_SIG("cross_entropy", "bf16,i32->f32"), CE_SIG("cross_entropy", "bf16,i64->f32"),
+    CE_SIG("cross_entropy", "f16,i32->f32"), CE_SIG("cross_entropy", "f16,i64->f32"),
+    CE_SIG("cross_entropy_grad", "f32,bf16,i32->bf16"), CE_SIG("cross_entropy_grad", "f32,bf16,i64->bf16"),
+    CE_SIG("cross_entropy_grad", "f32,f16,i32->f16"), CE_SIG("cross_entropy_grad", "f32,f16,i64->f16"),
 };
 CU_FAMILY(softmax, kernels);

@@ -426,17 +426,22 @@ gd_tensor *gd_lm_forward_quant(gd_graph *g, const gd_lm_config *cfg, gd_tensor *
 }
 
 /* The mean cross-entropy of logits (B, T, C) whose first `classes` columns are the
- * vocabulary (the rest padding, which takes no part), in f32. */
+ * vocabulary (the rest padding, which takes no part), in f32: f16/bf16 logits are read as
+ * they are (out_dtype), with no f32 copy of them or of their gradient. */
 static gd_tensor *loss_of(gd_tensor *logits, gd_tensor *targets, int64_t classes)
 {
     if (logits == NULL || targets == NULL) return NULL;
     int64_t B = gd_tensor_dim(logits, 0), T = gd_tensor_dim(logits, 1), C = gd_tensor_dim(logits, 2);
     gd_tensor *flat = gd_reshape(logits, 2, (int64_t[]){B * T, C});
-    if (gd_tensor_dtype(flat) != GD_F32) flat = gd_cast(flat, GD_F32); /* the loss in f32 */
     gd_tensor *in[2] = {flat, gd_reshape(targets, 1, (int64_t[]){B * T})};
     if (in[0] == NULL || in[1] == NULL) return NULL;
-    gd_attr a[2] = {gd_attr_i("ignore_index", -1), gd_attr_i("classes", classes)};
-    return gd_label(gd_op(gd_tensor_graph(logits), "cross_entropy", 2, in, classes < C ? 2 : 1, a), "loss");
+    const gd_dtype dt = gd_tensor_dtype(flat);
+    gd_attr a[3];
+    int na = 0;
+    a[na++] = gd_attr_i("ignore_index", -1);
+    if (classes < C) a[na++] = gd_attr_i("classes", classes);
+    if (dt == GD_BF16 || dt == GD_F16) a[na++] = gd_attr_i("out_dtype", GD_F32);
+    return gd_label(gd_op(gd_tensor_graph(logits), "cross_entropy", 2, in, na, a), "loss");
 }
 
 gd_tensor *gd_lm_loss(gd_tensor *logits, gd_tensor *targets)

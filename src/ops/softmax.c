@@ -182,11 +182,26 @@ static int check_ce(gd_infer *c, const gd_shape *logits, const gd_shape *targets
     return 0;
 }
 
+/* The loss's dtype: the logits' own, or (out_dtype) f32 for f16/bf16 logits — a
+ * mixed-precision model's loss without an f32 copy of its logits. */
+static int ce_loss_dtype(gd_infer *c, int32_t logits_dt, int32_t *out)
+{
+    const int64_t dt = gdp_attr_int(c->attrs, "out_dtype", logits_dt);
+    if (dt != logits_dt && !(dt == GDP_F32 && (logits_dt == GDP_BF16 || logits_dt == GDP_F16)))
+        return gd_infer_fail(c, "out_dtype %s: the loss of %s logits is %s%s", gd_dtype_name((gd_dtype)dt),
+                             gd_dtype_name((gd_dtype)logits_dt), gd_dtype_name((gd_dtype)logits_dt),
+                             logits_dt == GDP_BF16 || logits_dt == GDP_F16 ? " or f32" : "");
+    *out = (int32_t)dt;
+    return 0;
+}
+
 static int infer_cross_entropy(gd_infer *c)
 {
     int s = check_ce(c, &c->in[0], &c->in[1]);
     if (s != 0) return s;
-    c->out[0].dtype = c->in[0].dtype;
+    int32_t dt = c->in[0].dtype;
+    if ((s = ce_loss_dtype(c, c->in[0].dtype, &dt)) != 0) return s;
+    c->out[0].dtype = dt;
     c->out[0].ndim = 0;
     return 0;
 }
@@ -262,9 +277,10 @@ static int infer_cross_entropy_grad(gd_infer *c)
     int s = check_ce(c, x, &c->in[2]);
     if (s != 0) return s;
     char a[240], b[240];
-    if (dl->ndim != 0 || dl->dtype != x->dtype)
-        return gd_infer_fail(c, "dloss %s must be a scalar of logits %s's dtype", rd_desc(dl, a, sizeof a),
-                             rd_desc(x, b, sizeof b));
+    const int half = x->dtype == GDP_BF16 || x->dtype == GDP_F16;
+    if (dl->ndim != 0 || (dl->dtype != x->dtype && !(half && dl->dtype == GDP_F32)))
+        return gd_infer_fail(c, "dloss %s must be a scalar of logits %s's dtype%s", rd_desc(dl, a, sizeof a),
+                             rd_desc(x, b, sizeof b), half ? " or f32" : "");
     c->out[0] = *x;
     return 0;
 }
@@ -302,7 +318,12 @@ static gd_status grad_cross_entropy(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
     gd_attr a[4];
-    int na = rd_attrs_copy(c->attrs, a, 4);
+    int na = 0;
+    /* the loss's dtype is dloss's: the gradient op has no out_dtype */
+    for (int k = 0; c->attrs != NULL && k < c->attrs->n && na < 4; k++) {
+        const gdp_attrs one = {1, &c->attrs->items[k]};
+        if (strcmp(c->attrs->items[k].name, "out_dtype") != 0) na += rd_attrs_copy(&one, a + na, 1);
+    }
     gd_tensor *in[3] = {c->dout[0], c->in[0], c->in[1]};
     c->din[0] = gd_op(c->g, "cross_entropy_grad", 3, in, na, a);
     return built(c->din[0]); /* targets are indices: no gradient */
@@ -420,6 +441,31 @@ static const char *const cross_entropy_cases[] = {
     NULL,
 };
 
+/* f16/bf16 logits with an f32 loss, and the gradient of one (dloss f32) */
+static const char *const cross_entropy_mixed[] = {"bf16,i32->f32", "bf16,i64->f32", "f16,i32->f32", "f16,i64->f32",
+                                                  NULL};
+static const char *const cross_entropy_mixed_cases[] = {
+    "bf16[4,5] i64[4]<5 | out_dtype=f32",
+    "bf16[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4 out_dtype=f32",
+    "bf16[2,3,8] i64[2,3]<8 | out_dtype=f32",
+    "bf16[4,16448] i32[4]<16400 | classes=16400 out_dtype=f32",
+    "f16[6,3] i32[6]<3 | out_dtype=f32",
+    "f16[5,4] i64[5]<-1:4 | ignore_index=-1 out_dtype=f32",
+    "f16[4,16448] i64[4]<16400 | classes=16400 out_dtype=f32",
+    NULL,
+};
+static const char *const cross_entropy_grad_mixed[] = {"f32,bf16,i32->bf16", "f32,bf16,i64->bf16", "f32,f16,i32->f16",
+                                                       "f32,f16,i64->f16", NULL};
+static const char *const cross_entropy_grad_mixed_cases[] = {
+    "f32[] bf16[4,5] i64[4]<5",
+    "f32[] bf16[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4",
+    "f32[] bf16[4,16448] i64[4]<-1:16400 | ignore_index=-1 classes=16400",
+    "f32[] f16[6,3] i32[6]<3",
+    "f32[] f16[5,4] i64[5]<-1:4 | ignore_index=-1",
+    "f32[] f16[4,16448] i32[4]<16400 | classes=16400",
+    NULL,
+};
+
 static const char *const cross_entropy_grad_cases[] = {
     "f[] f[4,5] i64[4]<5",
     "f[] f[6,3] i32[6]<3",
@@ -462,19 +508,22 @@ GD_FAMILY(softmax)
         .cases = softmax_grad_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "log_softmax_grad(dy, y): dy - exp(y) * sum(dy) along axis"});
     gd_register_op(r, &(gd_op_def){
-        .name = "cross_entropy", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "ignore_index:int classes:int",
-        .dtypes = GD_FLOATS, .infer = infer_cross_entropy, .grad = grad_cross_entropy,
-        .ref = ref_cross_entropy, .cases = cross_entropy_cases, .ref_strided = 1, .tol = 1e-8,
+        .name = "cross_entropy", .min_in = 2, .max_in = 2, .n_out = 1,
+        .attrs = "ignore_index:int classes:int out_dtype:int", .dtypes = GD_FLOATS, .infer = infer_cross_entropy,
+        .grad = grad_cross_entropy, .ref = ref_cross_entropy, .cases = cross_entropy_cases,
+        .mixed = cross_entropy_mixed, .mixed_cases = cross_entropy_mixed_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "cross_entropy(logits (N, C), targets (N) i32/i64): mean over targets != ignore_index "
                "(default -100) of -log_softmax(logits)[target]; 0 when every target is ignored; any other target "
                "outside [0, C), negative ones included, is bad data (GD_ERR_INVALID); classes=K (default C) makes only the "
-               "first K columns classes: the rest take no part (targets must be in [0, K)) and get a zero gradient"});
+               "first K columns classes: the rest take no part (targets must be in [0, K)) and get a zero gradient; "
+               "out_dtype=f32 gives f16/bf16 logits an f32 loss (the mixed forms)"});
     gd_register_op(r, &(gd_op_def){
         .name = "cross_entropy_grad", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "ignore_index:int classes:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy_grad, .ref = ref_cross_entropy_grad,
-        .cases = cross_entropy_grad_cases, .ref_strided = 1, .tol = 1e-8,
+        .cases = cross_entropy_grad_cases, .mixed = cross_entropy_grad_mixed,
+        .mixed_cases = cross_entropy_grad_mixed_cases, .ref_strided = 1, .tol = 1e-8,
         .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count; bad "
-               "targets as cross_entropy"});
+               "targets as cross_entropy; dloss f32 for f16/bf16 logits (the mixed forms)"});
     gd_register_op(r, &(gd_op_def){
         .name = "mse", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS,
         .infer = infer_mse, .grad = grad_mse, .ref = ref_mse, .cases = mse_cases,
