@@ -19,6 +19,8 @@
 #include "vmath.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #define COLS 64   /* columns per work item when the axis is not the last */
 #define BLOCK 8192 /* elements per partial sum of mse */
@@ -268,41 +270,89 @@ static double logsumexp(const float *x, int64_t n)
 
 typedef struct ce_job {
     const float *x;
+    const uint16_t *xh;   /* or f16/bf16 logits (the mixed forms), dtype half_dt */
     const gdp_tensor *t;
     int64_t C, K, ignore; /* columns of a row, classes among them (the first K) */
     double *loss;   /* per row (forward) */
-    float *dx;      /* (backward) */
+    float *dx;      /* (backward; with xh, a row at a time in scratch, then dxh) */
+    uint16_t *dxh;
     double scale;
+    int32_t half_dt;
+    atomic_int status; /* a failure inside the pool (no scratch) */
 } ce_job;
+
+/* Row r of the logits as floats: in place, or (half logits) widened into the thread's
+ * scratch, which has room for a second row after it (the gradient's). NULL: no memory. */
+static const float *ce_row(ce_job *j, int64_t r, int tid)
+{
+    if (j->xh == NULL) return j->x + r * j->C;
+    float *f = gcpu_scratch(tid, GCPU_SLOT_KERNEL, sizeof(float) * (size_t)(2 * j->C));
+    if (f == NULL) {
+        atomic_store(&j->status, GDP_ERR_NOMEM);
+        return NULL;
+    }
+    const uint16_t *h = j->xh + r * j->C;
+    if (j->half_dt == GDP_BF16)
+        for (int64_t k = 0; k < j->C; k++) f[k] = gdp_bf16_to_f32(h[k]);
+    else
+        for (int64_t k = 0; k < j->C; k++) f[k] = gdp_f16_to_f32(h[k]);
+    return f;
+}
 
 static void ce_rows(void *ctx, int64_t begin, int64_t end, int tid)
 {
-    (void)tid;
-    const ce_job *j = ctx;
+    ce_job *j = ctx;
     for (int64_t r = begin; r < end; r++) {
         int64_t v = target_at(j->t, r);
-        const float *x = j->x + r * j->C;
-        j->loss[r] = v == j->ignore ? 0.0 : logsumexp(x, j->K) - (double)x[v];
+        if (v == j->ignore) {
+            j->loss[r] = 0.0;
+            continue;
+        }
+        const float *x = ce_row(j, r, tid);
+        if (x == NULL) return;
+        j->loss[r] = logsumexp(x, j->K) - (double)x[v];
     }
 }
 
 static void ce_grad_rows(void *ctx, int64_t begin, int64_t end, int tid)
 {
-    (void)tid;
-    const ce_job *j = ctx;
+    ce_job *j = ctx;
     for (int64_t r = begin; r < end; r++) {
         int64_t v = target_at(j->t, r);
-        const float *x = j->x + r * j->C;
-        float *dx = j->dx + r * j->C;
         if (v == j->ignore) {
-            for (int64_t k = 0; k < j->C; k++) dx[k] = 0.0f;
+            if (j->dxh != NULL) memset(j->dxh + r * j->C, 0, sizeof(uint16_t) * (size_t)j->C); /* +0.0 in both */
+            else
+                for (int64_t k = 0; k < j->C; k++) j->dx[r * j->C + k] = 0.0f;
             continue;
         }
+        const float *x = ce_row(j, r, tid);
+        if (x == NULL) return;
+        float *dx = j->dxh != NULL ? (float *)x + j->C : j->dx + r * j->C;
         double lse = logsumexp(x, j->K), sc = j->scale;
         for (int64_t k = 0; k < j->K; k++) dx[k] = (float)((double)gcpu_expf((float)((double)x[k] - lse)) * sc);
         for (int64_t k = j->K; k < j->C; k++) dx[k] = 0.0f; /* not classes */
         dx[v] = (float)(((double)gcpu_expf((float)((double)x[v] - lse)) - 1.0) * sc);
+        if (j->dxh != NULL) { /* rounded to nearest even, as the half kernels round */
+            uint16_t *h = j->dxh + r * j->C;
+            if (j->half_dt == GDP_BF16)
+                for (int64_t k = 0; k < j->C; k++) h[k] = gdp_f32_to_bf16(dx[k]);
+            else
+                for (int64_t k = 0; k < j->C; k++) h[k] = gdp_f32_to_f16(dx[k]);
+        }
     }
+}
+
+/* The logits of a node: f32, or f16/bf16 (the mixed forms: f32 loss and dloss), read a row
+ * at a time into the thread's scratch. */
+static void ce_logits(ce_job *j, const gdp_tensor *x)
+{
+    atomic_init(&j->status, GDP_OK);
+    if (x->dtype == GDP_F32) {
+        j->x = x->data;
+        return;
+    }
+    j->xh = x->data;
+    j->half_dt = x->dtype;
 }
 
 /* Each row's loss, added in row order once the threads are done. */
@@ -317,7 +367,8 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
 {
     (void)be; (void)stream;
     const gdp_tensor *x = n->in[0], *t = n->in[1];
-    ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    ce_job j = {.t = t, .C = x->shape[x->ndim - 1], .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    ce_logits(&j, x);
     j.K = gdp_attr_int(&n->attrs, "classes", j.C);
     int64_t rows = gdp_numel(t), count;
     gdp_status s = ce_count(n, t, rows, j.K, j.ignore, &count, err);
@@ -326,6 +377,7 @@ static gdp_status k_cross_entropy(void *be, const gdp_node *n, void *stream, gdp
     if (rows > 0 && (j.loss == NULL || n->workspace_bytes < sizeof(double) * (size_t)rows))
         return gdp_fail(err, GDP_ERR_INVALID, "%s: workspace of %zu bytes is too small", n->op, n->workspace_bytes);
     gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (4 * j.C + 1) + 1, ce_rows, &j);
+    if (atomic_load(&j.status) != GDP_OK) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for a row", n->op);
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) total += j.loss[r]; /* in row order, as the reference */
     ((float *)n->out[0]->data)[0] = (float)(count > 0 ? total / (double)count : 0.0);
@@ -337,14 +389,17 @@ static gdp_status k_cross_entropy_grad(void *be, const gdp_node *n, void *stream
 {
     (void)be; (void)stream;
     const gdp_tensor *dl = n->in[0], *x = n->in[1], *t = n->in[2];
-    ce_job j = {.x = x->data, .t = t, .C = x->shape[x->ndim - 1], .dx = n->out[0]->data,
-                .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    ce_job j = {.t = t, .C = x->shape[x->ndim - 1], .ignore = gdp_attr_int(&n->attrs, "ignore_index", -100)};
+    ce_logits(&j, x);
+    if (j.xh != NULL) j.dxh = n->out[0]->data;
+    else j.dx = n->out[0]->data;
     j.K = gdp_attr_int(&n->attrs, "classes", j.C);
     int64_t rows = gdp_numel(t), count;
     gdp_status s = ce_count(n, t, rows, j.K, j.ignore, &count, err);
     if (s != GDP_OK) return s;
     j.scale = count > 0 ? (double)((const float *)dl->data)[0] / (double)count : 0.0;
     gcpu_parallel_for_grain(rows, GCPU_GRAIN_ELEMS / (4 * j.C + 1) + 1, ce_grad_rows, &j);
+    if (atomic_load(&j.status) != GDP_OK) return gdp_fail(err, GDP_ERR_NOMEM, "%s: out of memory for a row", n->op);
     return GDP_OK;
 }
 
@@ -418,6 +473,16 @@ static int s_ce(void *backend, const gdp_node *n)
     return n->out[0]->dtype == GDP_F32 && gdp_is_index(t->dtype);
 }
 
+/* the mixed forms: f16/bf16 logits, the loss (or dloss) f32, read natively */
+static int s_ce_mixed(void *backend, const gdp_node *n)
+{
+    (void)backend;
+    const int grad = n->n_in == 3;
+    const gdp_tensor *x = n->in[grad ? 1 : 0], *loss = grad ? n->in[0] : n->out[0], *t = n->in[n->n_in - 1];
+    return (x->dtype == GDP_BF16 || x->dtype == GDP_F16) && loss->dtype == GDP_F32 && gdp_is_index(t->dtype) &&
+           (!grad || n->out[0]->dtype == x->dtype);
+}
+
 GCPU_HALF_OF(k_softmax, s_f32, NULL)
 GCPU_HALF_OF(k_log_softmax, s_f32, NULL)
 GCPU_HALF_OF(k_softmax_grad, s_f32, NULL)
@@ -444,17 +509,16 @@ gdp_status gcpu_register_softmax(gcpu_regctx *r, gdp_err *err)
         gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, 0, NULL, err);
         if (s != GDP_OK) return s;
     }
-    /* f16/bf16 logits with an f32 loss (and its f32 dloss): the half kernel widens only the
-     * half operands, and the f32 kernels write the loss, and read dloss, as f32 */
+    /* f16/bf16 logits with an f32 loss (and its f32 dloss): the kernels read the half rows
+     * one at a time into a thread's scratch (no f32 copy of the logits) */
     static const char *const ce_mixed[] = {"bf16,i32->f32", "bf16,i64->f32", "f16,i32->f32", "f16,i64->f32"};
     static const char *const grad_mixed[] = {"f32,bf16,i32->bf16", "f32,bf16,i64->bf16", "f32,f16,i32->f16",
                                              "f32,f16,i64->f16"};
     for (int i = 0; i < 4; i++) {
-        gdp_status s = gcpu_reg_mixed(r, "cross_entropy", ce_mixed[i], 0, k_cross_entropy_half, k_cross_entropy_half_ok,
-                                      k_cross_entropy_half_ws, err);
+        gdp_status s = gcpu_reg_mixed(r, "cross_entropy", ce_mixed[i], 0, k_cross_entropy, s_ce_mixed,
+                                      ws_cross_entropy, err);
         if (s == GDP_OK)
-            s = gcpu_reg_mixed(r, "cross_entropy_grad", grad_mixed[i], 0, k_cross_entropy_grad_half,
-                               k_cross_entropy_grad_half_ok, k_cross_entropy_grad_half_ws, err);
+            s = gcpu_reg_mixed(r, "cross_entropy_grad", grad_mixed[i], 0, k_cross_entropy_grad, s_ce_mixed, NULL, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
