@@ -123,7 +123,10 @@ def read_tokens(path):
         return np.frombuffer(f.read(n * width), dtype="<u2" if width == 2 else "<u4").astype(np.int64)
 
 
-def torch_curve(model0, ids, lr, bf16, device, meta):
+def torch_curve(model0, ids, lr, bf16, device, meta, parts=1):
+    # parts > 1: each step's batch as that many equal micro-batches whose gradients add up,
+    # the same mean loss and gradient in another rounding order
+
     m = Llama(CFG).to(device)
     m.load_state_dict(model0.state_dict())
     opt = torch.optim.AdamW(m.parameters(), lr=lr[0], betas=(meta["beta1"], meta["beta2"]), eps=meta["eps"],
@@ -133,11 +136,14 @@ def torch_curve(model0, ids, lr, bf16, device, meta):
         x = torch.from_numpy(ids[s]).to(device)
         for g in opt.param_groups:
             g["lr"] = float(lr[s])
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
-            logits = m(x[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        for xp in x.chunk(parts):
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+                logits = m(xp[:, :-1])
+            lp = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), xp[:, 1:].reshape(-1)) / parts
+            lp.backward()
+            loss = loss + lp.detach()
         torch.nn.utils.clip_grad_norm_(m.parameters(), meta["clip"])
         opt.step()
         out.append(loss.item())
@@ -191,6 +197,7 @@ def main():
                   "gradus_bf16": gradus_curve(a.build, mdir, batches, a.backend, "bf16")}
     curves["torch_f32"] = torch_curve(model0, ids.astype(np.int64), lr, False, a.device, meta)
     curves["torch_bf16"] = torch_curve(model0, ids.astype(np.int64), lr, True, a.device, meta)
+    curves["torch_bf16_2"] = torch_curve(model0, ids.astype(np.int64), lr, True, a.device, meta, parts=2)
     out = open(a.out, "w") if a.out else None
     for s in range(a.steps):
         row = dict(step=s, lr=lr[s], **{k: v[s] for k, v in curves.items()})
@@ -201,7 +208,8 @@ def main():
     for name, (x, y) in {"gradus_vs_torch_f32": ("gradus_f32", "torch_f32"),
                          "gradus_vs_torch_bf16": ("gradus_bf16", "torch_bf16"),
                          "torch_bf16_vs_f32": ("torch_bf16", "torch_f32"),
-                         "gradus_bf16_vs_f32": ("gradus_bf16", "gradus_f32")}.items():
+                         "gradus_bf16_vs_f32": ("gradus_bf16", "gradus_f32"),
+                         "torch_bf16_vs_torch_bf16_2": ("torch_bf16", "torch_bf16_2")}.items():
         d = diff(x, y)
         summ[name] = dict(max=float(d.max()), mean=float(d.mean()), last=float(d[-1]))
     noise = math.hypot(summ["torch_bf16_vs_f32"]["mean"], summ["gradus_bf16_vs_f32"]["mean"]) + \

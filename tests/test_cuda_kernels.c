@@ -41,6 +41,8 @@ static const tcase cases[] = {
     {"attention_grad", GDP_F32, 0, "n[1,2,40,130] n[1,2,40,130] n[1,1,33,130] n[1,1,33,130] | causal=1"},
     {"attention_grad", GDP_F32, 0, "n[2,4,96,128] n[2,4,96,128] n[2,4,96,128] n[2,4,96,128] | causal=0 scale=0.2"},
     {"attention_grad", GDP_BF16, 0, "n[1,2,20,256] n[1,2,20,256] n[1,2,50,256] n[1,2,50,256]"},
+    {"attention_grad", GDP_BF16, 0, "n[2,4,300,64] n[2,4,300,64] n[2,2,300,64] n[2,2,300,64] | causal=1"},
+    {"attention_grad", GDP_F16, 0, "n[1,4,200,128] n[1,4,200,128] n[1,4,200,128] n[1,4,200,128] | causal=1"},
     /* attention with kv_len: keys past it ignored, causal rows lined up with the last valid
      * key (a decoder's cache); several key tiles, and rows that see no key */
     {"attention", GDP_F32, 1, "n[2,4,37,40] n[2,2,70,40] n[2,2,70,40] i32[]<50:51 | causal=1"},

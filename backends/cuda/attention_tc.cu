@@ -1,29 +1,37 @@
 /* attention_tc.cu — attention and attention_grad on tensor cores, for f16 and bf16 q, k, v
- * with heads of 64 or 128: the FlashAttention-2 design, written with the WMMA fragments
- * of 16x16x16 products (f16/bf16 operands, f32 accumulation).
+ * with heads of 64 or 128: the FlashAttention-2 design, written with the m16n8k16 matrix
+ * instructions (mma.sync: f16/bf16 operands, f32 accumulation) whose register layouts the
+ * PTX ISA fixes, so scores, probabilities and outputs stay in registers.
+ *
+ * Layouts. A warp owns 16 rows of a product. A thread of lane l (g = l / 4, c = l % 4)
+ * holds, of a 16x8 f32 accumulator, rows g and g + 8 at columns 2c and 2c + 1; of a 16x16
+ * operand A, the same rows at columns 2c, 2c + 1 and 2c + 8, 2c + 9. So the scores of two
+ * adjacent 8-column blocks are, element for element, the A operand of the next product
+ * (P V, dS K, ...): the probabilities never leave registers. Operands read from shared
+ * memory come through ldmatrix (four 8x8 matrices a load), transposed on the way when the
+ * product needs a tile's columns as its rows. Tiles in shared memory have rows of D + 8
+ * halves, 16-byte aligned and with successive rows in different banks for ldmatrix.
  *
  * Forward. A block owns TC_BQ = 64 query rows of one head, a warp 16 of them. Keys and
- * values stream through shared memory in tiles of TC_BK = 64. Per tile a warp computes
- * its 16x64 scores S = Q K^T on tensor cores into shared memory; its lanes (two per row,
- * 32 columns each) mask them (causal, kv_len), scale them, and update the row's running
- * maximum m and sum l the online-softmax way; the probabilities P = exp(S - m), rounded to
- * the input dtype, go back to shared memory; O is rescaled by exp(m_old - m_new) and
- * gains P V, again on tensor cores. O lives in shared memory in f32 (a WMMA accumulator's
- * element layout is unspecified, so a per-row rescale cannot be done in registers). The
- * score matrix never reaches global memory; tiles past the block's last visible key are
- * skipped.
+ * values stream through shared memory in tiles of 64 rows, the next tile loading (cp.async)
+ * while the current one is used. Per tile: S = Q K^T, masked (causal, kv_len) and scaled;
+ * the running row maximum m and sum l the online-softmax way (exp2 of scores pre-scaled by
+ * log2 e); P = exp(S - m) rounded to the input dtype, O rescaled and O += P V. Tiles past
+ * the block's last visible key are skipped.
  *
  * Backward, as FlashAttention-2, with no atomics:
  *   1. the forward kernel in statistics mode writes lse = m + log l and delta = dy . o per
  *      query row (o unrounded, in f32);
  *   2. dq: a block of 64 query rows walks the key tiles, recomputes P = exp(S - lse),
- *      dP = dO V^T, dS = P (dP - delta), and accumulates dQ += dS K in registers;
+ *      dP = dO V^T, dS = P (dP - delta), and accumulates dQ += dS K;
  *   3. dk, dv: a block of 64 key rows of one kv head walks the query tiles of every query
  *      head of its group in ascending order, recomputes P^T and dP^T = V dO^T, and
- *      accumulates dV += P^T dO and dK += dS^T Q in registers.
+ *      accumulates dV += P^T dO and dK += dS^T Q.
  * Every output element is written once by one lane, after sums in a fixed order, so the
  * results are deterministic. P and dS are rounded to the input dtype before their
  * products, as FlashAttention does; the sweep's half-precision tolerance covers that.
+ * With heads of 128 the backward's inner tiles are 32 rows, which keeps its accumulators
+ * (dq, or dk and dv, 64 floats each a thread) beside the scores within the registers.
  *
  * Inputs may be views (attention's q, k, v are transposes of the projections' outputs):
  * a tile is loaded row by row through the view's strides, so the planner makes no copies.
@@ -35,49 +43,142 @@
 #include "attention.h"
 #include "cu_vec.h"
 
-#include <mma.h>
+#include <stdint.h>
 
-using namespace nvcuda;
-
-#define TC_BQ 64       /* query rows per block */
-#define TC_BK 64       /* key rows per tile */
+#define TC_BQ 64       /* query rows per block (forward, dq) and key rows per block (dk, dv) */
 #define TC_THREADS 128 /* 4 warps of 16 rows */
-#define TC_SL (TC_BK + 4) /* f32 score rows in shared memory (a multiple of 4, as WMMA wants) */
-#define TC_PL (TC_BK + 8) /* half-precision probability rows (a multiple of 8) */
+#define TC_LOG2E 1.4426950408889634f
+#define TC_LN2 0.6931471805599453f
 
 template <int D> struct tc_dims {
-    static constexpr int LD = D + 8;  /* half-precision tile rows: 16-byte aligned, banks staggered */
-    static constexpr int OL = D + 4;  /* f32 output rows */
-    static constexpr size_t tile = (size_t)TC_BK * LD * 2; /* bytes of one 64-row tile */
-    /* per warp, in floats: scores, output, a 16x16 scratch, probabilities */
-    static constexpr size_t fwd_warp = 16 * TC_SL + 16 * OL + 256 + 16 * TC_PL / 2;
-    /* per warp: scores, dP, scratch, dS (dq); plus P for dk/dv */
-    static constexpr size_t dq_warp = 2 * 16 * TC_SL + 256 + 16 * TC_PL / 2;
-    static constexpr size_t dkdv_warp = 2 * 16 * TC_SL + 256 + 2 * (16 * TC_PL / 2);
-    static constexpr size_t fwd_smem = 3 * tile + 4 * fwd_warp * 4;
-    static constexpr size_t dq_smem = 4 * tile + 4 * dq_warp * 4;
-    static constexpr size_t dkdv_smem = 4 * tile + 2 * TC_BK * 4 + 4 * dkdv_warp * 4;
+    static constexpr int LD = D + 8;                 /* halves between rows of a shared tile */
+    static constexpr int NB = D == 128 ? 32 : 64;    /* the backward's inner tile rows */
+    static constexpr size_t rows = (size_t)LD * 2;   /* bytes of one tile row */
+    /* forward: Q, then two buffers of K and V (64 rows each) */
+    static constexpr size_t fwd_smem = 5 * TC_BQ * rows;
+    /* dq: Q and dO (64 rows), two buffers of K and V (NB rows) */
+    static constexpr size_t dq_smem = 2 * TC_BQ * rows + 4 * NB * rows;
+    /* dk, dv: K and V (64 rows), two buffers of Q and dO (NB rows) and of lse, delta */
+    static constexpr size_t dkdv_smem = 2 * TC_BQ * rows + 4 * NB * rows + 4 * NB * sizeof(float);
 };
 
-/* Rows [first, first + 64) of a (len, D) matrix whose rows start `rs` elements apart (the
- * elements of a row contiguous) into a shared tile (rows LD apart); rows past len are
- * zeros. With `vec` (every row 16-byte aligned: the host checked the view's base and
- * strides) 16 bytes at a time, all of a thread's loads in flight together; otherwise
- * element by element. */
-template <typename T, int D>
+/* ---- the matrix instructions ---------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t tc_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Four 8x8 matrices of 16-bit elements; thread l gives the address of row l % 8 of matrix
+ * l / 8 and gets, of matrix j, row l / 4 at columns 2 (l % 4), +1 in r[j] (transposed: the
+ * matrix's column l / 4 at rows 2 (l % 4), +1). */
+static __device__ __forceinline__ void tc_ldsm(uint32_t *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_smem_addr(p))
+                 : "memory");
+}
+static __device__ __forceinline__ void tc_ldsm_t(uint32_t *r, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_smem_addr(p))
+                 : "memory");
+}
+
+/* c (16x8) += a (16x16) b (16x8), f32 accumulation. */
+static __device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, const uint32_t *b, const __nv_bfloat16 *)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, const uint32_t *b, const __half *)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Two floats rounded to T, the first in the low half (the lower column). */
+static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi, const __nv_bfloat16 *)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi, const __half *)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+/* x rounded to T and back. */
+template <typename T> static __device__ __forceinline__ float tc_round(float x)
+{
+    T h;
+    cu_st(&h, 0, x);
+    return cu_ld(&h, 0);
+}
+
+/* A operand: rows [r0, r0 + 16) and columns [c0, c0 + 16) of a tile (rows LD apart). */
+template <typename T, int LD>
+static __device__ __forceinline__ void tc_lda(uint32_t *a, const T *X, int r0, int c0)
+{
+    const int l = threadIdx.x & 31, m = l >> 3;
+    tc_ldsm(a, X + (r0 + (m & 1) * 8 + (l & 7)) * LD + c0 + (m >> 1) * 8);
+}
+/* B operands of two 8-column blocks, from a tile holding B's columns as its rows: columns
+ * [n0, n0 + 16) of B are rows n0.. of X, the product's k runs along X's row from c0.
+ * b[0..1]: columns n0..n0+7; b[2..3]: n0+8..n0+15. */
+template <typename T, int LD>
+static __device__ __forceinline__ void tc_ldb_rows(uint32_t *b, const T *X, int n0, int c0)
+{
+    const int l = threadIdx.x & 31, m = l >> 3;
+    tc_ldsm(b, X + (n0 + (m >> 1) * 8 + (l & 7)) * LD + c0 + (m & 1) * 8);
+}
+/* B operands of two 8-column blocks from a tile holding B as it is: k is X's row (from k0),
+ * the columns X's columns [n0, n0 + 16). */
+template <typename T, int LD>
+static __device__ __forceinline__ void tc_ldb_cols(uint32_t *b, const T *X, int k0, int n0)
+{
+    const int l = threadIdx.x & 31, m = l >> 3;
+    tc_ldsm_t(b, X + (k0 + (m & 1) * 8 + (l & 7)) * LD + n0 + (m >> 1) * 8);
+}
+
+/* ---- loads ------------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ void tc_cp16(void *dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits for every group but the last one committed. */
+static __device__ __forceinline__ void tc_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+/* Waits for all: before a block's next tile reuses the buffers (a tile with nothing to
+ * visit never waited for its first loads). */
+static __device__ __forceinline__ void tc_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Rows [first, first + R) of a (len, D) matrix whose rows start `rs` elements apart into a
+ * shared tile (rows LD apart); rows past len are zeros. With `vec` (every row 16-byte
+ * aligned: the host checked the view's base and strides) 16 bytes at a time, in flight
+ * until the group is waited for; otherwise element by element, done on return. */
+template <typename T, int D, int R>
 static __device__ __forceinline__ void tc_load(const T *src, int64_t rs, int64_t first, int64_t len, T *sh, bool vec)
 {
     constexpr int V = D / 8, LD = tc_dims<D>::LD;
     if (vec) {
 #pragma unroll
-        for (int i = threadIdx.x; i < TC_BK * V; i += TC_THREADS) {
+        for (int i = threadIdx.x; i < R * V; i += TC_THREADS) {
             const int r = i / V, c = (i - r * V) * 8;
             const int64_t row = first + r;
-            *(uint4 *)(sh + r * LD + c) = row < len ? *(const uint4 *)(src + row * rs + c) : make_uint4(0u, 0u, 0u, 0u);
+            tc_cp16(sh + r * LD + c, row < len ? src + row * rs + c : src, row < len ? 16 : 0);
         }
         return;
     }
-    for (int i = threadIdx.x; i < TC_BK * D; i += TC_THREADS) {
+    for (int i = threadIdx.x; i < R * D; i += TC_THREADS) {
         const int r = i / D, c = i - r * D;
         const int64_t row = first + r;
         cu_st(sh, r * LD + c, row < len ? cu_ld(src, row * rs + c) : 0.0f); /* exact for f16/bf16 */
@@ -91,69 +192,17 @@ static __device__ __forceinline__ const T *tc_mat(const T *base, const att_strid
     return base + b * st.b + h * st.h;
 }
 
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_acc;
-template <typename T> using tc_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T> using tc_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-template <typename T> using tc_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-
-/* out (16 x 64, f32, rows TC_SL apart) = A (16 x D, rows LD apart) B^T, B (64 x D, rows LD
- * apart): the scores of 16 rows against a tile of 64. */
+/* Rows g and g + 8 of a warp's 16 of out (rows D apart; rows `rows` and past are not
+ * written) from accumulators acc[D / 8][4] times mul. */
 template <typename T, int D>
-static __device__ __forceinline__ void tc_abt(const T *A, const T *B, float *out)
+static __device__ __forceinline__ void tc_store(const float (*acc)[4], float mul, T *out, int64_t row0, int64_t rows)
 {
-    constexpr int LD = tc_dims<D>::LD;
+    const int l = threadIdx.x & 31, g = l >> 2, c = (l & 3) * 2;
+    const int64_t ra = row0 + g, rb = ra + 8;
 #pragma unroll
-    for (int j = 0; j < TC_BK / 16; j++) {
-        tc_acc acc;
-        wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            tc_a<T> fa;
-            tc_bt<T> fb;
-            wmma::load_matrix_sync(fa, A + kk * 16, LD);
-            wmma::load_matrix_sync(fb, B + j * 16 * LD + kk * 16, LD);
-            wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(out + j * 16, acc, TC_SL, wmma::mem_row_major);
-    }
-}
-
-/* acc[n] += P (16 x 64, rows TC_PL apart) B[:, 16n .. 16n + 16) for B (64 x D, rows LD apart). */
-template <typename T, int D>
-static __device__ __forceinline__ void tc_pb(const T *P, const T *B, tc_acc *acc)
-{
-    constexpr int LD = tc_dims<D>::LD;
-#pragma unroll
-    for (int kk = 0; kk < TC_BK / 16; kk++) {
-        tc_a<T> fa;
-        wmma::load_matrix_sync(fa, P + kk * 16, TC_PL);
-#pragma unroll
-        for (int n = 0; n < D / 16; n++) {
-            tc_b<T> fb;
-            wmma::load_matrix_sync(fb, B + kk * 16 * LD + n * 16, LD);
-            wmma::mma_sync(acc[n], fa, fb, acc[n]);
-        }
-    }
-}
-
-/* Writes acc[] * mul (16 x D) to rows [row0, row0 + 16) of out (rows D apart), the rows
- * below `rows` only, through the warp's 16x16 scratch. */
-template <typename T, int D>
-static __device__ __forceinline__ void tc_store_rows(tc_acc *acc, float mul, float *scratch, T *out, int64_t row0,
-                                                     int64_t rows)
-{
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int n = 0; n < D / 16; n++) {
-#pragma unroll
-        for (int i = 0; i < acc[n].num_elements; i++) acc[n].x[i] *= mul;
-        wmma::store_matrix_sync(scratch, acc[n], 16, wmma::mem_row_major);
-        __syncwarp();
-        for (int e = lane; e < 256; e += 32) {
-            const int64_t row = row0 + (e >> 4);
-            if (row < rows) cu_st(out, row * D + n * 16 + (e & 15), scratch[e]);
-        }
-        __syncwarp();
+    for (int n = 0; n < D / 8; n++) {
+        if (ra < rows) *reinterpret_cast<uint32_t *>(out + ra * D + n * 8 + c) = tc_pack(acc[n][0] * mul, acc[n][1] * mul, out);
+        if (rb < rows) *reinterpret_cast<uint32_t *>(out + rb * D + n * 8 + c) = tc_pack(acc[n][2] * mul, acc[n][3] * mul, out);
     }
 }
 
@@ -166,89 +215,142 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
+    constexpr int LD = Dm::LD, KT = TC_BQ; /* keys per tile */
     att_check_len(a, bad);
-    T *Qs = (T *)tc_smem, *Ks = (T *)(tc_smem + Dm::tile), *Vs = (T *)(tc_smem + 2 * Dm::tile);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *Sw = (float *)(tc_smem + 3 * Dm::tile) + warp * Dm::fwd_warp;
-    float *Ow = Sw + 16 * TC_SL, *Xw = Ow + 16 * Dm::OL;
-    T *Pw = (T *)(Xw + 256);
-    const int r = lane >> 1, c0 = (lane & 1) * (TC_BK / 2), d0 = (lane & 1) * (D / 2);
+    T *Qs = (T *)tc_smem, *KV = Qs + TC_BQ * LD; /* buffer j: K at KV + 2 j KT LD, V after it */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
     const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    const float sl = a.scale * TC_LOG2E; /* scores in log2 units */
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         a.L = att_len(a, b);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
-        const int64_t n_max = att_visible(a, t_last);
-        const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
+        const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
+        const int64_t ta = t0 + warp * 16 + g, tb = ta + 8; /* the thread's two rows */
+        const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
         __syncthreads(); /* the previous tile's readers are done */
-        tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
-        float m = -INFINITY, l = 0.0f;
-        for (int d = d0; d < d0 + D / 2; d++) Ow[r * Dm::OL + d] = 0.0f;
-        for (int64_t kt = 0; kt < n_max; kt += TC_BK) {
-            __syncthreads();
-            tc_load<T, D>(kb, w.k.t, kt, a.S, Ks, w.k.vec);
-            tc_load<T, D>(vb, w.v.t, kt, a.S, Vs, w.v.vec);
-            __syncthreads();
-            tc_abt<T, D>(Qs + warp * 16 * Dm::LD, Ks, Sw);
-            __syncwarp();
-            float *srow = Sw + r * TC_SL;
-            float mx = -INFINITY;
-            for (int c = c0; c < c0 + TC_BK / 2; c++) {
-                const float x = kt + c < n_t ? srow[c] * a.scale : -INFINITY;
-                srow[c] = x;
-                mx = fmaxf(mx, x);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(CU_FULL_MASK, mx, 1));
-            const float m_new = fmaxf(m, mx);
-            /* a row that has seen no key yet keeps m = -inf, l = 0, O = 0 */
-            const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
-            float sum = 0.0f;
-            T *prow = Pw + r * TC_PL;
-            for (int c = c0; c < c0 + TC_BK / 2; c++) {
-                const float x = srow[c];
-                cu_st(prow, c, x == -INFINITY ? 0.0f : expf(x - m_new));
-                sum += cu_ld(prow, c); /* the sum of what P V multiplies */
-            }
-            sum += __shfl_xor_sync(CU_FULL_MASK, sum, 1);
-            l = l * alpha + sum;
-            m = m_new;
-            for (int d = d0; d < d0 + D / 2; d++) Ow[r * Dm::OL + d] *= alpha;
-            __syncwarp();
+        tc_load<T, D, TC_BQ>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
+        if (tiles > 0) {
+            tc_load<T, D, KT>(kb, w.k.t, 0, a.S, KV, w.k.vec);
+            tc_load<T, D, KT>(vb, w.v.t, 0, a.S, KV + KT * LD, w.v.vec);
+        }
+        tc_commit();
+        float o[D / 8][4];
 #pragma unroll
-            for (int n = 0; n < D / 16; n++) {
-                tc_acc acc;
-                wmma::fill_fragment(acc, 0.0f);
+        for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        for (int64_t it = 0; it < tiles; it++) {
+            const int64_t kt = it * KT;
+            const T *Ks = KV + (it & 1) * 2 * KT * LD, *Vs = Ks + KT * LD;
+            __syncthreads(); /* the buffer about to be refilled was read in the last round */
+            if (it + 1 < tiles) {
+                T *nk = KV + ((it + 1) & 1) * 2 * KT * LD;
+                tc_load<T, D, KT>(kb, w.k.t, kt + KT, a.S, nk, w.k.vec);
+                tc_load<T, D, KT>(vb, w.v.t, kt + KT, a.S, nk + KT * LD, w.v.vec);
+            }
+            tc_commit();
+            tc_wait_prev();
+            __syncthreads();
+            float s[KT / 8][4];
 #pragma unroll
-                for (int kk = 0; kk < TC_BK / 16; kk++) {
-                    tc_a<T> fa;
-                    tc_b<T> fb;
-                    wmma::load_matrix_sync(fa, Pw + kk * 16, TC_PL);
-                    wmma::load_matrix_sync(fb, Vs + kk * 16 * Dm::LD + n * 16, Dm::LD);
-                    wmma::mma_sync(acc, fa, fb, acc);
+            for (int j = 0; j < KT / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t qa[4];
+                tc_lda<T, LD>(qa, Qs, warp * 16, kk * 16);
+#pragma unroll
+                for (int jp = 0; jp < KT / 16; jp++) {
+                    uint32_t kf[4];
+                    tc_ldb_rows<T, LD>(kf, Ks, jp * 16, kk * 16);
+                    tc_mma(s[2 * jp], qa, kf, q);
+                    tc_mma(s[2 * jp + 1], qa, kf + 2, q);
                 }
-                wmma::store_matrix_sync(Xw, acc, 16, wmma::mem_row_major);
-                __syncwarp();
-                for (int e = lane; e < 256; e += 32) Ow[(e >> 4) * Dm::OL + n * 16 + (e & 15)] += Xw[e];
-                __syncwarp();
+            }
+            /* mask and scale; the rows' maxima over the quad of lanes sharing them */
+            float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++) {
+                const int64_t key = kt + j * 8 + c2;
+                s[j][0] = key < na ? s[j][0] * sl : -INFINITY;
+                s[j][1] = key + 1 < na ? s[j][1] * sl : -INFINITY;
+                s[j][2] = key < nb ? s[j][2] * sl : -INFINITY;
+                s[j][3] = key + 1 < nb ? s[j][3] * sl : -INFINITY;
+                xa = fmaxf(xa, fmaxf(s[j][0], s[j][1]));
+                xb = fmaxf(xb, fmaxf(s[j][2], s[j][3]));
+            }
+            xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 1));
+            xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 2));
+            xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 1));
+            xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 2));
+            const float mna = fmaxf(ma, xa), mnb = fmaxf(mb, xb);
+            /* a row that has seen no key yet keeps m = -inf, l = 0, O = 0 */
+            const float alpha_a = mna == -INFINITY ? 1.0f : exp2f(ma - mna);
+            const float alpha_b = mnb == -INFINITY ? 1.0f : exp2f(mb - mnb);
+            ma = mna, mb = mnb;
+            /* P, rounded to T, as the A operand of P V; the sums are of what P V multiplies */
+            uint32_t pf[KT / 16][4];
+            float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++) {
+                const float p0 = tc_round<T>(s[j][0] == -INFINITY ? 0.0f : exp2f(s[j][0] - mna));
+                const float p1 = tc_round<T>(s[j][1] == -INFINITY ? 0.0f : exp2f(s[j][1] - mna));
+                const float p2 = tc_round<T>(s[j][2] == -INFINITY ? 0.0f : exp2f(s[j][2] - mnb));
+                const float p3 = tc_round<T>(s[j][3] == -INFINITY ? 0.0f : exp2f(s[j][3] - mnb));
+                sa += p0 + p1;
+                sb += p2 + p3;
+                pf[j / 2][(j & 1) * 2] = tc_pack(p0, p1, q);
+                pf[j / 2][(j & 1) * 2 + 1] = tc_pack(p2, p3, q);
+            }
+            sa += __shfl_xor_sync(CU_FULL_MASK, sa, 1);
+            sa += __shfl_xor_sync(CU_FULL_MASK, sa, 2);
+            sb += __shfl_xor_sync(CU_FULL_MASK, sb, 1);
+            sb += __shfl_xor_sync(CU_FULL_MASK, sb, 2);
+            la = la * alpha_a + sa;
+            lb = lb * alpha_b + sb;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) o[n][0] *= alpha_a, o[n][1] *= alpha_a, o[n][2] *= alpha_b, o[n][3] *= alpha_b;
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; kk++) {
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t vf[4];
+                    tc_ldb_cols<T, LD>(vf, Vs, kk * 16, np * 16);
+                    tc_mma(o[2 * np], pf[kk], vf, q);
+                    tc_mma(o[2 * np + 1], pf[kk], vf + 2, q);
+                }
             }
         }
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: zeros */
-        const float *orow = Ow + r * Dm::OL;
-        float dsum = 0.0f;
-        if (t < a.T) {
-            const int64_t row = (bh * a.T + t) * D; /* y is contiguous */
-            const T *dyrow = y == NULL ? tc_mat(dy, w.dy, b, h) + t * w.dy.t : NULL;
-            for (int d = d0; d < d0 + D / 2; d++) {
-                const float val = orow[d] * inv;
-                if (y != NULL) cu_st(y, row + d, val);
-                else dsum = fmaf(cu_ld(dyrow, d), val, dsum);
+        tc_wait_all();
+        const float inva = la > 0.0f ? 1.0f / la : 0.0f, invb = lb > 0.0f ? 1.0f / lb : 0.0f; /* no key: zeros */
+        if (y != NULL) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[n][0] *= inva, o[n][1] *= inva, o[n][2] *= invb, o[n][3] *= invb;
             }
+            tc_store<T, D>(o, 1.0f, y + bh * a.T * D, t0 + warp * 16, a.T);
         }
-        dsum += __shfl_xor_sync(CU_FULL_MASK, dsum, 1);
-        if (lse != NULL && t < a.T && (lane & 1) == 0) {
-            lse[bh * a.T + t] = l > 0.0f ? m + logf(l) : 0.0f;
-            delta[bh * a.T + t] = dsum;
+        if (lse != NULL) {
+            const T *dyb = tc_mat(dy, w.dy, b, h);
+            float da = 0.0f, db = 0.0f;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                if (ta < a.T)
+                    da += cu_ld(dyb, ta * w.dy.t + n * 8 + c2) * (o[n][0] * inva) +
+                          cu_ld(dyb, ta * w.dy.t + n * 8 + c2 + 1) * (o[n][1] * inva);
+                if (tb < a.T)
+                    db += cu_ld(dyb, tb * w.dy.t + n * 8 + c2) * (o[n][2] * invb) +
+                          cu_ld(dyb, tb * w.dy.t + n * 8 + c2 + 1) * (o[n][3] * invb);
+            }
+            da += __shfl_xor_sync(CU_FULL_MASK, da, 1);
+            da += __shfl_xor_sync(CU_FULL_MASK, da, 2);
+            db += __shfl_xor_sync(CU_FULL_MASK, db, 1);
+            db += __shfl_xor_sync(CU_FULL_MASK, db, 2);
+            if ((lane & 3) == 0) {
+                /* natural units: m and l are of scores times log2 e */
+                if (ta < a.T) lse[bh * a.T + ta] = la > 0.0f ? (ma + log2f(la)) * TC_LN2 : 0.0f, delta[bh * a.T + ta] = da;
+                if (tb < a.T) lse[bh * a.T + tb] = lb > 0.0f ? (mb + log2f(lb)) * TC_LN2 : 0.0f, delta[bh * a.T + tb] = db;
+            }
         }
     }
 }
@@ -262,44 +364,90 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    T *Qs = (T *)tc_smem, *Ys = (T *)(tc_smem + Dm::tile), *Ks = (T *)(tc_smem + 2 * Dm::tile);
-    T *Vs = (T *)(tc_smem + 3 * Dm::tile);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *Sw = (float *)(tc_smem + 4 * Dm::tile) + warp * Dm::dq_warp;
-    float *Dw = Sw + 16 * TC_SL, *Xw = Dw + 16 * TC_SL;
-    T *dSw = (T *)(Xw + 256);
-    const int r = lane >> 1, c0 = (lane & 1) * (TC_BK / 2);
+    constexpr int LD = Dm::LD, KT = Dm::NB;
+    T *Qs = (T *)tc_smem, *Ys = Qs + TC_BQ * LD, *KV = Ys + TC_BQ * LD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
     const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    const float sl = a.scale * TC_LOG2E;
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         a.L = att_len(a, b);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
-        const int64_t n_max = att_visible(a, t_last);
-        const int64_t t = t0 + warp * 16 + r, n_t = t < a.T ? att_visible(a, t) : 0;
-        const float lse_t = t < a.T ? lse[bh * a.T + t] : 0.0f, delta_t = t < a.T ? delta[bh * a.T + t] : 0.0f;
+        const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
+        const int64_t ta = t0 + warp * 16 + g, tb = ta + 8;
+        const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
+        const float lsa = ta < a.T ? lse[bh * a.T + ta] * TC_LOG2E : 0.0f, lsb = tb < a.T ? lse[bh * a.T + tb] * TC_LOG2E : 0.0f;
+        const float dla = ta < a.T ? delta[bh * a.T + ta] : 0.0f, dlb = tb < a.T ? delta[bh * a.T + tb] : 0.0f;
         __syncthreads();
-        tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
-        tc_load<T, D>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, Ys, w.dy.vec);
-        tc_acc acc[D / 16];
-#pragma unroll
-        for (int n = 0; n < D / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
-        for (int64_t kt = 0; kt < n_max; kt += TC_BK) {
-            __syncthreads();
-            tc_load<T, D>(kb, w.k.t, kt, a.S, Ks, w.k.vec);
-            tc_load<T, D>(vb, w.v.t, kt, a.S, Vs, w.v.vec);
-            __syncthreads();
-            tc_abt<T, D>(Qs + warp * 16 * Dm::LD, Ks, Sw); /* S = Q K^T */
-            tc_abt<T, D>(Ys + warp * 16 * Dm::LD, Vs, Dw); /* dP = dO V^T */
-            __syncwarp();
-            for (int c = c0; c < c0 + TC_BK / 2; c++) {
-                const float p = kt + c < n_t ? expf(Sw[r * TC_SL + c] * a.scale - lse_t) : 0.0f;
-                cu_st(dSw, r * TC_PL + c, p * (Dw[r * TC_SL + c] - delta_t));
-            }
-            __syncwarp();
-            tc_pb<T, D>(dSw, Ks, acc); /* dQ += dS K */
+        tc_load<T, D, TC_BQ>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
+        tc_load<T, D, TC_BQ>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, Ys, w.dy.vec);
+        if (tiles > 0) {
+            tc_load<T, D, KT>(kb, w.k.t, 0, a.S, KV, w.k.vec);
+            tc_load<T, D, KT>(vb, w.v.t, 0, a.S, KV + KT * LD, w.v.vec);
         }
-        tc_store_rows<T, D>(acc, a.scale, Xw, dq + bh * a.T * D, t0 + warp * 16, a.T);
+        tc_commit();
+        float acc[D / 8][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int64_t it = 0; it < tiles; it++) {
+            const int64_t kt = it * KT;
+            const T *Ks = KV + (it & 1) * 2 * KT * LD, *Vs = Ks + KT * LD;
+            __syncthreads();
+            if (it + 1 < tiles) {
+                T *nk = KV + ((it + 1) & 1) * 2 * KT * LD;
+                tc_load<T, D, KT>(kb, w.k.t, kt + KT, a.S, nk, w.k.vec);
+                tc_load<T, D, KT>(vb, w.v.t, kt + KT, a.S, nk + KT * LD, w.v.vec);
+            }
+            tc_commit();
+            tc_wait_prev();
+            __syncthreads();
+            float s[KT / 8][4], dp[KT / 8][4];
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++) {
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+                dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t qa[4], ya[4];
+                tc_lda<T, LD>(qa, Qs, warp * 16, kk * 16);
+                tc_lda<T, LD>(ya, Ys, warp * 16, kk * 16);
+#pragma unroll
+                for (int jp = 0; jp < KT / 16; jp++) {
+                    uint32_t kf[4], vf[4];
+                    tc_ldb_rows<T, LD>(kf, Ks, jp * 16, kk * 16);
+                    tc_ldb_rows<T, LD>(vf, Vs, jp * 16, kk * 16);
+                    tc_mma(s[2 * jp], qa, kf, q); /* S = Q K^T */
+                    tc_mma(s[2 * jp + 1], qa, kf + 2, q);
+                    tc_mma(dp[2 * jp], ya, vf, q); /* dP = dO V^T */
+                    tc_mma(dp[2 * jp + 1], ya, vf + 2, q);
+                }
+            }
+            uint32_t df[KT / 16][4]; /* dS = P (dP - delta), rounded to T */
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++) {
+                const int64_t key = kt + j * 8 + c2;
+                const float p0 = key < na ? exp2f(s[j][0] * sl - lsa) : 0.0f;
+                const float p1 = key + 1 < na ? exp2f(s[j][1] * sl - lsa) : 0.0f;
+                const float p2 = key < nb ? exp2f(s[j][2] * sl - lsb) : 0.0f;
+                const float p3 = key + 1 < nb ? exp2f(s[j][3] * sl - lsb) : 0.0f;
+                df[j / 2][(j & 1) * 2] = tc_pack(p0 * (dp[j][0] - dla), p1 * (dp[j][1] - dla), q);
+                df[j / 2][(j & 1) * 2 + 1] = tc_pack(p2 * (dp[j][2] - dlb), p3 * (dp[j][3] - dlb), q);
+            }
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; kk++) {
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t kf[4];
+                    tc_ldb_cols<T, LD>(kf, Ks, kk * 16, np * 16);
+                    tc_mma(acc[2 * np], df[kk], kf, q); /* dQ += dS K */
+                    tc_mma(acc[2 * np + 1], df[kk], kf + 2, q);
+                }
+            }
+        }
+        tc_wait_all();
+        tc_store<T, D>(acc, a.scale, dq + bh * a.T * D, t0 + warp * 16, a.T);
     }
 }
 
@@ -312,57 +460,107 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    T *Ks = (T *)tc_smem, *Vs = (T *)(tc_smem + Dm::tile), *Qs = (T *)(tc_smem + 2 * Dm::tile);
-    T *Ys = (T *)(tc_smem + 3 * Dm::tile);
-    float *lse_s = (float *)(tc_smem + 4 * Dm::tile), *delta_s = lse_s + TC_BK;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *Sw = delta_s + TC_BK + warp * Dm::dkdv_warp;
-    float *Dw = Sw + 16 * TC_SL, *Xw = Dw + 16 * TC_SL;
-    T *Pw = (T *)(Xw + 256), *dSw = Pw + 16 * TC_PL;
-    const int r = lane >> 1, c0 = (lane & 1) * (TC_BK / 2);
-    const int64_t stiles = (a.S + TC_BK - 1) / TC_BK, group = a.H / a.Hkv;
+    constexpr int LD = Dm::LD, QT = Dm::NB; /* query rows per tile */
+    T *Ks = (T *)tc_smem, *Vs = Ks + TC_BQ * LD, *QY = Vs + TC_BQ * LD; /* buffer j: Q at QY + 2 j QT LD, dO after */
+    float *stat = (float *)(QY + 4 * QT * LD);                          /* buffer j: lse at stat + 2 j QT, delta after */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
+    const int64_t stiles = (a.S + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    const float sl = a.scale * TC_LOG2E;
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
-        const int64_t bk = tile / stiles, s0 = (tile % stiles) * TC_BK; // bk = b * Hkv + kv head
+        const int64_t bk = tile / stiles, s0 = (tile % stiles) * TC_BQ; // bk = b * Hkv + kv head
         const int64_t b = bk / a.Hkv, hk = bk % a.Hkv;
         a.L = att_len(a, b);
-        const int64_t s = s0 + warp * 16 + r; /* the lane's key row */
-        __syncthreads();
-        tc_load<T, D>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks, w.k.vec);
-        tc_load<T, D>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs, w.v.vec);
-        tc_acc dK[D / 16], dV[D / 16];
-#pragma unroll
-        for (int n = 0; n < D / 16; n++) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
+        const int64_t sa = s0 + warp * 16 + g, sb = sa + 8; /* the thread's two key rows */
         /* keys past kv_len are seen by no query: their gradients stay zero */
         const int64_t t_first = s0 >= a.L ? a.T : a.causal ? (s0 - a.L + a.T > 0 ? s0 - a.L + a.T : 0) : 0;
-        for (int64_t hh = 0; hh < group; hh++) {
-            const int64_t h = hk * group + hh, bh = b * a.H + h;
-            for (int64_t t0 = (t_first / TC_BQ) * TC_BQ; t0 < a.T; t0 += TC_BQ) {
-                __syncthreads();
-                tc_load<T, D>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
-                tc_load<T, D>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, Ys, w.dy.vec);
-                for (int i = threadIdx.x; i < TC_BQ; i += TC_THREADS) {
-                    const int64_t t = t0 + i;
-                    lse_s[i] = t < a.T ? lse[bh * a.T + t] : 0.0f;
-                    delta_s[i] = t < a.T ? delta[bh * a.T + t] : 0.0f;
+        const int64_t qt0 = t_first / QT, nq = t_first < a.T ? (a.T + QT - 1) / QT - qt0 : 0, items = group * nq;
+        __syncthreads();
+        tc_load<T, D, TC_BQ>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks, w.k.vec);
+        tc_load<T, D, TC_BQ>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs, w.v.vec);
+        /* the (head, query tile) of item i, and its loads into buffer j */
+        auto fetch = [&](int64_t i, int j) {
+            const int64_t h = hk * group + i / nq, t0 = (qt0 + i % nq) * QT, bh = b * a.H + h;
+            T *dst = QY + j * 2 * QT * LD;
+            tc_load<T, D, QT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst, w.q.vec);
+            tc_load<T, D, QT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + QT * LD, w.dy.vec);
+            for (int r = threadIdx.x; r < QT; r += TC_THREADS) {
+                const int64_t t = t0 + r;
+                stat[j * 2 * QT + r] = t < a.T ? lse[bh * a.T + t] * TC_LOG2E : 0.0f;
+                stat[j * 2 * QT + QT + r] = t < a.T ? delta[bh * a.T + t] : 0.0f;
+            }
+        };
+        if (items > 0) fetch(0, 0);
+        tc_commit();
+        float dK[D / 8][4], dV[D / 8][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            dK[n][0] = dK[n][1] = dK[n][2] = dK[n][3] = 0.0f;
+            dV[n][0] = dV[n][1] = dV[n][2] = dV[n][3] = 0.0f;
+        }
+        for (int64_t i = 0; i < items; i++) {
+            const int64_t t0 = (qt0 + i % nq) * QT;
+            const T *Qs = QY + (i & 1) * 2 * QT * LD, *Ys = Qs + QT * LD;
+            const float *ls = stat + (i & 1) * 2 * QT, *dl = ls + QT;
+            __syncthreads();
+            if (i + 1 < items) fetch(i + 1, (int)((i + 1) & 1));
+            tc_commit();
+            tc_wait_prev();
+            __syncthreads();
+            float s[QT / 8][4], dp[QT / 8][4];
+#pragma unroll
+            for (int j = 0; j < QT / 8; j++) {
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+                dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t ka[4], va[4];
+                tc_lda<T, LD>(ka, Ks, warp * 16, kk * 16);
+                tc_lda<T, LD>(va, Vs, warp * 16, kk * 16);
+#pragma unroll
+                for (int jp = 0; jp < QT / 16; jp++) {
+                    uint32_t qf[4], yf[4];
+                    tc_ldb_rows<T, LD>(qf, Qs, jp * 16, kk * 16);
+                    tc_ldb_rows<T, LD>(yf, Ys, jp * 16, kk * 16);
+                    tc_mma(s[2 * jp], ka, qf, q); /* S^T = K Q^T */
+                    tc_mma(s[2 * jp + 1], ka, qf + 2, q);
+                    tc_mma(dp[2 * jp], va, yf, q); /* dP^T = V dO^T */
+                    tc_mma(dp[2 * jp + 1], va, yf + 2, q);
                 }
-                __syncthreads();
-                tc_abt<T, D>(Ks + warp * 16 * Dm::LD, Qs, Sw); /* S^T = K Q^T */
-                tc_abt<T, D>(Vs + warp * 16 * Dm::LD, Ys, Dw); /* dP^T = V dO^T */
-                __syncwarp();
-                for (int c = c0; c < c0 + TC_BQ / 2; c++) {
-                    const int64_t t = t0 + c;
-                    const bool seen = t < a.T && s < att_visible(a, t);
-                    const float p = seen ? expf(Sw[r * TC_SL + c] * a.scale - lse_s[c]) : 0.0f;
-                    cu_st(Pw, r * TC_PL + c, p);
-                    cu_st(dSw, r * TC_PL + c, p * (Dw[r * TC_SL + c] - delta_s[c]));
+            }
+            uint32_t pf[QT / 16][4], df[QT / 16][4];
+#pragma unroll
+            for (int j = 0; j < QT / 8; j++) {
+                const int r = j * 8 + c2;
+                const int64_t t = t0 + r;
+                /* query t sees key s when s < att_visible(t) (0 for rows past T) */
+                const int64_t v0 = t < a.T ? att_visible(a, t) : 0, v1 = t + 1 < a.T ? att_visible(a, t + 1) : 0;
+                const float p0 = sa < v0 ? exp2f(s[j][0] * sl - ls[r]) : 0.0f;
+                const float p1 = sa < v1 ? exp2f(s[j][1] * sl - ls[r + 1]) : 0.0f;
+                const float p2 = sb < v0 ? exp2f(s[j][2] * sl - ls[r]) : 0.0f;
+                const float p3 = sb < v1 ? exp2f(s[j][3] * sl - ls[r + 1]) : 0.0f;
+                pf[j / 2][(j & 1) * 2] = tc_pack(p0, p1, q);
+                pf[j / 2][(j & 1) * 2 + 1] = tc_pack(p2, p3, q);
+                df[j / 2][(j & 1) * 2] = tc_pack(p0 * (dp[j][0] - dl[r]), p1 * (dp[j][1] - dl[r + 1]), q);
+                df[j / 2][(j & 1) * 2 + 1] = tc_pack(p2 * (dp[j][2] - dl[r]), p3 * (dp[j][3] - dl[r + 1]), q);
+            }
+#pragma unroll
+            for (int kk = 0; kk < QT / 16; kk++) {
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t yf[4], qf[4];
+                    tc_ldb_cols<T, LD>(yf, Ys, kk * 16, np * 16);
+                    tc_ldb_cols<T, LD>(qf, Qs, kk * 16, np * 16);
+                    tc_mma(dV[2 * np], pf[kk], yf, q); /* dV += P^T dO */
+                    tc_mma(dV[2 * np + 1], pf[kk], yf + 2, q);
+                    tc_mma(dK[2 * np], df[kk], qf, q); /* dK += dS^T Q */
+                    tc_mma(dK[2 * np + 1], df[kk], qf + 2, q);
                 }
-                __syncwarp();
-                tc_pb<T, D>(Pw, Ys, dV);  /* dV += P^T dO */
-                tc_pb<T, D>(dSw, Qs, dK); /* dK += dS^T Q */
             }
         }
-        tc_store_rows<T, D>(dK, a.scale, Xw, dk + bk * a.S * D, s0 + warp * 16, a.S);
-        tc_store_rows<T, D>(dV, 1.0f, Xw, dv + bk * a.S * D, s0 + warp * 16, a.S);
+        tc_wait_all();
+        tc_store<T, D>(dK, a.scale, dk + bk * a.S * D, s0 + warp * 16, a.S);
+        tc_store<T, D>(dV, 1.0f, dv + bk * a.S * D, s0 + warp * 16, a.S);
     }
 }
 
@@ -409,7 +607,7 @@ static void tc_bwd(cu_backend *be, cudaStream_t s, const void *dy, const void *q
                    const float *lse, const float *delta, void *dq, void *dk, void *dv, const att_dims &a,
                    const att_views &w)
 {
-    int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BK - 1) / TC_BK);
+    int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BQ - 1) / TC_BQ);
     if (qt > 0)
         tc_dq_kernel<T, D><<<tc_grid(be, qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);

@@ -437,6 +437,8 @@ static const char *const attention_grad_cases[] = {
     "f[1,2,70,64] f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] | causal=1",
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] f[1,2,33,128]",
     "f[1,2,40,64] f[1,2,40,64] f[1,1,80,64] f[1,1,80,64] i32[]<50:61 | causal=1",
+    /* heads of 128 over several of the backward's 32-row inner tiles, grouped, causal */
+    "f[1,4,100,128] f[1,4,100,128] f[1,2,100,128] f[1,2,100,128] | causal=1",
     NULL};
 
 /* ---- cache_write: (cache, x, pos) -> cache' ------------------------------------------ */
