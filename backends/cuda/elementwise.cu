@@ -77,6 +77,41 @@ static __device__ __forceinline__ double grad_f(int op, double g, double v, doub
     }
 }
 
+/* The transcendental activations for f16/bf16 results, in float: their error (a few float
+ * ulps) is some 2^-13 of an f16 ulp, so a result rounds as the double one does except within
+ * that distance of a rounding boundary; the double forms cost more than the memory traffic
+ * of a training step's activations (erf, tanh and exp in FP64 are long polynomials). */
+static __device__ __forceinline__ bool in_float(int op, bool grad)
+{
+    return grad ? op == G_GELU || op == G_GELU_TANH || op == G_SILU
+                : op == U_GELU || op == U_GELU_TANH || op == U_SILU || op == U_SIGMOID || op == U_TANH || op == U_EXP;
+}
+static __device__ __forceinline__ float unary_ff(int op, float x)
+{
+    switch (op) {
+    case U_EXP: return expf(x);
+    case U_GELU: return 0.5f * x * (1.0f + erff(x * (float)CU_SQRT1_2));
+    case U_GELU_TANH: return 0.5f * x * (1.0f + tanhf((float)CU_SQRT_2_OVER_PI * (x + (float)CU_GELU_C * x * x * x)));
+    case U_SILU: return x / (1.0f + expf(-x));
+    case U_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    default: return tanhf(x); /* U_TANH */
+    }
+}
+static __device__ __forceinline__ float grad_ff(int op, float g, float v)
+{
+    switch (op) {
+    case G_GELU: return g * (0.5f * (1.0f + erff(v * (float)CU_SQRT1_2)) + v * (float)INV_SQRT_2PI * expf(-0.5f * v * v));
+    case G_GELU_TANH: {
+        const float k = (float)CU_SQRT_2_OVER_PI, c = (float)CU_GELU_C, t = tanhf(k * (v + c * v * v * v));
+        return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * c * v * v));
+    }
+    default: { /* G_SILU */
+        const float sg = 1.0f / (1.0f + expf(-v));
+        return g * (sg * (1.0f + v * (1.0f - sg)));
+    }
+    }
+}
+
 /* NaN in either operand gives NaN; ties pick a (the reference's pick_a_min/max). */
 static __device__ __forceinline__ int pick_a(int op, double a, double b)
 {
@@ -204,10 +239,17 @@ __global__ void unary_vec_kernel(const T *x, T *y, int64_t n, int op, double k0,
 {
     constexpr int N = cu_vec<T>::N;
     const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    const bool fl = sizeof(T) == 2 && in_float(op, false);
     for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
         float a[N];
-        double r[N];
         cu_ld16(x, v * N, a);
+        if (fl) {
+#pragma unroll
+            for (int k = 0; k < N; k++) a[k] = unary_ff(op, a[k]);
+            cu_st16(y, v * N, a);
+            continue;
+        }
+        double r[N];
 #pragma unroll
         for (int k = 0; k < N; k++) r[k] = unary_f(op, (double)a[k], k0, k1);
         cu_std16(y, v * N, r);
@@ -221,11 +263,18 @@ __global__ void grad_vec_kernel(const T *dy, const T *v_in, T *dx, int64_t n, in
 {
     constexpr int N = cu_vec<T>::N;
     const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    const bool fl = sizeof(T) == 2 && in_float(op, true);
     for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
         float g[N], a[N];
-        double r[N];
         cu_ld16(dy, v * N, g);
         cu_ld16(v_in, v * N, a);
+        if (fl) {
+#pragma unroll
+            for (int k = 0; k < N; k++) g[k] = grad_ff(op, g[k], a[k]);
+            cu_st16(dx, v * N, g);
+            continue;
+        }
+        double r[N];
 #pragma unroll
         for (int k = 0; k < N; k++) r[k] = grad_f(op, (double)g[k], (double)a[k], k0, k1);
         cu_std16(dx, v * N, r);

@@ -61,13 +61,43 @@ static void contiguous(int ndim, const int64_t *shape, int64_t *st)
     for (int d = ndim - 1; d >= 0; d--) st[d] = s, s *= shape[d];
 }
 
-static gdp_status run_walk(cu_backend *be, cudaStream_t s, size_t es, const void *x, void *y, const walk *w,
+/* Moves two elements as one, while the innermost dim runs contiguous on both sides and
+ * every offset stays a whole number of the wider element, up to 16 bytes: a transpose that
+ * keeps rows whole (attention's heads to and from (B, T, H, D)) then moves 16-byte pieces
+ * instead of 2-byte elements, with an eighth of the index arithmetic. `dst_contig`: the
+ * destination is y[i] (gather_copy_kernel), its strides unused. Returns the element size. */
+static size_t widen(walk *w, size_t es, const void *x, const void *y, int dst_contig)
+{
+    const int last = w->ndim - 1;
+    while (es < 16 && last >= 0 && w->src[last] == 1 && (dst_contig || w->dst[last] == 1) && w->shape[last] % 2 == 0 &&
+           (uintptr_t)x % (2 * es) == 0 && (uintptr_t)y % (2 * es) == 0 && w->src_base % 2 == 0 &&
+           w->dst_base % 2 == 0) {
+        int ok = 1;
+        for (int d = 0; d < last; d++) ok &= w->src[d] % 2 == 0 && (dst_contig || w->dst[d] % 2 == 0);
+        if (!ok) break;
+        for (int d = 0; d < last; d++) {
+            w->src[d] /= 2;
+            if (!dst_contig) w->dst[d] /= 2;
+        }
+        w->shape[last] /= 2;
+        w->src_base /= 2;
+        w->dst_base /= 2;
+        es *= 2;
+    }
+    return es;
+}
+
+static gdp_status run_walk(cu_backend *be, cudaStream_t s, size_t es, const void *x, void *y, const walk *w0,
                            gdp_err *err)
 {
+    walk wide = *w0;
+    const walk *w = &wide;
+    es = widen(&wide, es, x, y, 0);
     int64_t n = cu_prod(w->shape, 0, w->ndim);
     if (n == 0) return GDP_OK;
     unsigned g = cu_blocks(be, n, THREADS);
     switch (es) {
+    case 16: strided_copy_kernel<uint4><<<g, THREADS, 0, s>>>((const uint4 *)x, (uint4 *)y, n, *w); break;
     case 1: strided_copy_kernel<uint8_t><<<g, THREADS, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n, *w); break;
     case 2: strided_copy_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x, (uint16_t *)y, n, *w); break;
     case 4: strided_copy_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x, (uint32_t *)y, n, *w); break;
@@ -126,8 +156,11 @@ static gdp_status copy_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
         contiguous(w.ndim, w.shape, w.dst);
         return run_walk(be, s, es, x->data, y->data, &w, err);
     }
+    es = widen(&w, es, x->data, y->data, 1);
+    n = cu_prod(w.shape, 0, w.ndim);
     unsigned g = cu_blocks(be, n, THREADS);
     switch (es) {
+    case 16: gather_copy_kernel<uint4><<<g, THREADS, 0, s>>>((const uint4 *)x->data, (uint4 *)y->data, (uint32_t)n, w); break;
     case 1: gather_copy_kernel<uint8_t><<<g, THREADS, 0, s>>>((const uint8_t *)x->data, (uint8_t *)y->data, (uint32_t)n, w); break;
     case 2: gather_copy_kernel<uint16_t><<<g, THREADS, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, (uint32_t)n, w); break;
     case 4: gather_copy_kernel<uint32_t><<<g, THREADS, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, (uint32_t)n, w); break;

@@ -7,15 +7,18 @@
  * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes
  * dx and the row's statistics; the weight and bias gradients (sums over rows, per column)
  * are then taken by a column kernel over chunks of rows and folded in chunk order:
- * deterministic, with no atomics.
+ * deterministic, with no atomics. Rows of up to 32 x 8 vectors (1024 f16/bf16 or f32
+ * elements; a transformer's hidden size) go to a warp each in the backward
+ * (norm_bwd_warp_kernel): held in registers, read once, the sums warp shuffles — a block per
+ * row spent its time in the barriers of four block-wide sums.
  */
-#include "cuda_internal.h"
+#include "cu_vec.h"
 
 #include <math.h>
 #include <string.h>
 
 #define THREADS 256
-#define ROWS_PER_CHUNK 256
+#define ROWS_PER_CHUNK 64 /* rows a thread of the column pass sums: enough threads to fill the GPU */
 
 static __device__ double block_sum(double v, double *sh)
 {
@@ -179,6 +182,70 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx,
     }
 }
 
+/* As norm_bwd_rows_kernel, a warp per row: lane l holds vectors l, l + 32, ... (NV of them,
+ * cu_vec<T>::N elements each) of x and dy; C a multiple of the vector, every row aligned. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, T *dx,
+                                                                double *stats, int64_t rows, int C, double eps, int rms)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
+    for (int64_t r = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+        float xv[NV][N], dv[NV][N], wv[NV][N]; /* g = dy * w is taken in double where used */
+        double s1 = 0.0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int k0 = (lane + 32 * j) * N;
+            if (k0 >= C) continue;
+            cu_ld16(x, r * C + k0, xv[j]);
+            cu_ld16(dy, r * C + k0, dv[j]);
+            if (w != NULL) cu_ld16(w, k0, wv[j]);
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                s1 += (double)xv[j][e];
+                if (w == NULL) wv[j][e] = 1.0f;
+            }
+        }
+        const double mean = rms ? 0.0 : cu_warp_sum_d(s1) / (double)C;
+        double ss = 0.0, sg = 0.0, sgx = 0.0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if ((lane + 32 * j) * N >= C) continue;
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const double d = (double)xv[j][e] - mean;
+                ss += d * d;
+            }
+        }
+        const double rstd = 1.0 / sqrt(cu_warp_sum_d(ss) / (double)C + eps);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if ((lane + 32 * j) * N >= C) continue;
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const double g = (double)dv[j][e] * (double)wv[j][e], v = (double)xv[j][e];
+                sg += g;
+                sgx += rms ? g * v : g * (v - mean) * rstd;
+            }
+        }
+        const double mg = cu_warp_sum_d(sg) / (double)C, mgx = cu_warp_sum_d(sgx) / (double)C;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int k0 = (lane + 32 * j) * N;
+            if (k0 >= C) continue;
+            double out[N];
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const double g = (double)dv[j][e] * (double)wv[j][e], v = (double)xv[j][e];
+                out[e] = rms ? rstd * g - rstd * rstd * rstd * mgx * v : rstd * (g - mg - (v - mean) * rstd * mgx);
+            }
+            cu_std16(dx, r * C + k0, out);
+        }
+        if (lane == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
+    }
+}
+
 /* part[c][k] = sum over chunk c's rows of dy * xhat; part[c][C + k] = sum of dy. */
 template <typename T>
 __global__ void norm_bwd_cols_kernel(const T *dy, const T *x, const double *stats, double *part, int64_t rows, int64_t C,
@@ -283,8 +350,21 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
 {
     const T *dy = (const T *)node->in[0]->data, *x = (const T *)node->in[1]->data;
     const T *w = node->n_in > 2 ? (const T *)node->in[2]->data : NULL;
-    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, (T *)node->out[0]->data,
-                                                                                      stats, rows, C, eps, rms);
+    T *dx = (T *)node->out[0]->data;
+    constexpr int N = cu_vec<T>::N;
+    const int vec = C % N == 0 && C <= 32 * N * 8 && cu_aligned16(dy) && cu_aligned16(x) && cu_aligned16(dx) &&
+                    (w == NULL || cu_aligned16(w));
+    const int nv = (int)((C + 32 * N - 1) / (32 * N));
+    const unsigned gw = cu_blocks(be, rows * 32, THREADS);
+    if (vec && nv <= 2)
+        norm_bwd_warp_kernel<T, 2><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    else if (vec && nv <= 4)
+        norm_bwd_warp_kernel<T, 4><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    else if (vec)
+        norm_bwd_warp_kernel<T, 8><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    else
+        norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C,
+                                                                                          eps, rms);
     norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
     norm_bwd_fold_kernel<T><<<cu_blocks(be, C, THREADS), THREADS, 0, s>>>(
         part, (T *)node->out[1]->data, node->n_out > 2 ? (T *)node->out[2]->data : (T *)NULL, C, chunks);

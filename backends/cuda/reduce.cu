@@ -618,62 +618,111 @@ static int global_norm_supports(void *b, const gdp_node *n)
     return n->n_in >= 1 && n->n_out == 1 && all_float(n, n->in[0]->dtype) && gdp_numel(n->out[0]) == 1;
 }
 
-/* Sums all doubles of v[0..n) in order, once: n is small (chunk results). */
-__global__ void sum_serial_kernel(const double *v, int64_t n, double *out)
+/* global_norm over a node's tensors (a model's gradients, up to GDP_MAX_INPUTS a node)
+ * in two launches, not a reduction or two per tensor: the tensors are cut into chunks of
+ * GN_CHUNK elements, a block takes a chunk (the list of tensors rides in the kernel's
+ * parameters) and writes its sum of squares in double to the chunk's slot; one block then
+ * adds the slots in chunk order and takes the root. Deterministic: each slot's sum is in a
+ * fixed order, and so is the fold. */
+#define GN_CHUNK 32768
+#define GN_LIST GDP_MAX_INPUTS
+
+typedef struct gn_list {
+    const void *p[GN_LIST];
+    int64_t n[GN_LIST];
+    int64_t first[GN_LIST + 1]; /* chunk index (within the launch) of each tensor's first chunk */
+    int count, vec;             /* vec: every tensor 16-byte aligned */
+} gn_list;
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS) gn_chunks_kernel(gn_list l, double *slot)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    __shared__ double sh[32];
+    for (int64_t c = blockIdx.x; c < l.first[l.count]; c += gridDim.x) {
+        int lo = 0, hi = l.count - 1; /* the tensor whose chunks hold c */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (l.first[mid] <= c) lo = mid;
+            else hi = mid - 1;
+        }
+        const T *x = (const T *)l.p[lo];
+        const int64_t b = (c - l.first[lo]) * GN_CHUNK, e = b + GN_CHUNK < l.n[lo] ? b + GN_CHUNK : l.n[lo];
         double acc = 0.0;
-        for (int64_t i = 0; i < n; i++) acc += v[i];
-        out[0] = acc;
+        constexpr int N = cu_vec<T>::N;
+        /* whole vectors (a chunk starts on one: GN_CHUNK is a multiple of N), then the rest */
+        const int64_t v_end = l.vec ? b + (e - b) / N * N : b;
+#pragma unroll 4
+        for (int64_t i = b + (int64_t)threadIdx.x * N; i < v_end; i += (int64_t)THREADS * N) {
+            float f[N];
+            cu_ld16(x, i, f);
+#pragma unroll
+            for (int k = 0; k < N; k++) acc += (double)f[k] * (double)f[k];
+        }
+        for (int64_t j = v_end + threadIdx.x; j < e; j += THREADS) {
+            const double f = (double)cu_ld(x, j);
+            acc += f * f;
+        }
+        acc = cu_block_sum_d(acc, sh);
+        if (threadIdx.x == 0) slot[c] = acc;
     }
 }
 
-/* A whole tensor as one reduction. */
-static void all_axes(const gdp_tensor *x, rdesc *r)
+/* y = sqrt(sum of slot[0..n)), in a fixed order. */
+template <typename T>
+__global__ void __launch_bounds__(THREADS) gn_fold_kernel(const double *slot, int64_t n, T *y)
 {
-    int red[GDP_MAX_DIMS];
-    for (int d = 0; d < GDP_MAX_DIMS; d++) red[d] = 1;
-    rdesc_init(r, x, red);
+    __shared__ double sh[32];
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += THREADS) acc += slot[i];
+    acc = cu_block_sum_d(acc, sh);
+    if (threadIdx.x == 0) cu_std(y, 0, sqrt(acc));
 }
 
-/* One double per input and the total, then the largest of the inputs' reduce_into
- * chunks (the inputs are reduced one after the other, so they share it). */
-static size_t global_norm_scratch(const cu_backend *be, const gdp_node *n)
+static int64_t gn_chunks(const gdp_tensor *t) { return (gdp_numel(t) + GN_CHUNK - 1) / GN_CHUNK; }
+
+/* One slot per chunk of every input. */
+static size_t global_norm_scratch(const gdp_node *n)
 {
-    size_t most = 0;
-    for (int k = 0; k < n->n_in; k++) {
-        rdesc r;
-        all_axes(n->in[k], &r);
-        size_t b = reduce_scratch(be, &r);
-        if (b > most) most = b;
-    }
-    return cu_ws_round((size_t)(n->n_in + 1) * sizeof(double)) + most;
+    int64_t c = 0;
+    for (int k = 0; k < n->n_in; k++) c += gn_chunks(n->in[k]);
+    return (size_t)(c > 0 ? c : 1) * sizeof(double);
 }
 
 static size_t global_norm_workspace(void *b, const gdp_node *n)
 {
-    return cu_ws_declare(global_norm_scratch((const cu_backend *)b, n));
+    (void)b;
+    return cu_ws_declare(global_norm_scratch(n));
 }
 
 // xs[0..n) (any shapes) -> y () = sqrt(sum of squares of every element)
 static gdp_status global_norm_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     char *ws = NULL;
-    gdp_status st = cu_ws(node, global_norm_scratch(be, node), &ws, err);
+    gdp_status st = cu_ws(node, global_norm_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    double *per = (double *)ws;
-    char *chunks = ws + cu_ws_round((size_t)(node->n_in + 1) * sizeof(double));
-    st = cu_check(cudaMemsetAsync(per, 0, (size_t)(node->n_in + 1) * sizeof(double), s), "cudaMemsetAsync", err);
-    for (int k = 0; k < node->n_in && st == GDP_OK; k++) {
+    double *slot = (double *)ws;
+    gn_list l;
+    memset(&l, 0, sizeof l);
+    l.vec = 1;
+    int64_t chunks = 0;
+    for (int k = 0; k < node->n_in && k < GN_LIST; k++) {
         const gdp_tensor *x = node->in[k];
         if (gdp_numel(x) == 0) continue;
-        rdesc r;
-        all_axes(x, &r);
-        st = reduce_into(be, s, x, &r, R_SUMSQ, 1.0, per + k, NULL, chunks, err);
+        l.p[l.count] = x->data;
+        l.n[l.count] = gdp_numel(x);
+        l.first[l.count] = chunks;
+        l.vec &= cu_aligned16(x->data);
+        chunks += gn_chunks(x);
+        l.count++;
     }
-    if (st == GDP_OK) sum_serial_kernel<<<1, 1, 0, s>>>(per, node->n_in, per + node->n_in);
-    if (st == GDP_OK) st = store_doubles(be, s, per + node->n_in, node->out[0], 1, 1, err);
-    return st;
+    l.first[l.count] = chunks;
+    if (chunks > 0) {
+        const int64_t cap = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * 8;
+        const unsigned g = (unsigned)(chunks < cap ? chunks : cap);
+        CU_FLOAT_SWITCH(node->in[0]->dtype, T, gn_chunks_kernel<T><<<g, THREADS, 0, s>>>(l, slot));
+    }
+    CU_FLOAT_SWITCH(node->out[0]->dtype, T, gn_fold_kernel<T><<<1, THREADS, 0, s>>>(slot, chunks, (T *)node->out[0]->data));
+    return GDP_OK;
 }
 CU_LAUNCHER(global_norm_run)
 

@@ -386,6 +386,10 @@ static const char *const layer_norm_grad_cases[] = {
     "f[2,3,5] f[2,3,5] f[5] | eps=1e-3",
     "f[6] f[6]",
     "n[16,64] n[16,64] n[64]",
+    /* rows a backend's warp holds in registers: whole and partial vector groups, no weight */
+    "n[40,768] n[40,768] n[768]",
+    "n[9,1000] n[9,1000]",
+    "n[5,2048] n[5,2048] n[2048]",
     NULL,
 };
 
@@ -404,6 +408,9 @@ static const char *const rms_norm_grad_cases[] = {
     "f[4,8] f[4,8] f[8]",
     "f[2,3,5] f[2,3,5] f[5] | eps=1e-5",
     "n[16,64] n[16,64] n[64]",
+    "n[40,1024] n[40,1024] n[1024]",
+    "n[3,1032] n[3,1032]",
+    "f[4,12] f[4,12] f[12]",
     NULL,
 };
 

@@ -629,6 +629,8 @@ static const char *const global_norm_cases[] = {
     "f[7]",
     "f[2,2] f[] f[3,1,2]",
     "n[40,30] n[30] n[30,10] n[10]",
+    /* tensors of several chunks of a backend's multi-tensor kernel, one not a whole vector */
+    "n[300,250] n[70001] n[16] n[3] n[5,7]",
     NULL,
 };
 
