@@ -301,6 +301,28 @@ __global__ void binary_vec_kernel(const T *a, const T *b, T *y, int64_t n, int o
         cu_std(y, i, binary_f(op, (double)cu_ld(a, i), (double)cu_ld(b, i)));
 }
 
+/* One operand a single element (a scalar, or any shape of one element broadcast: the
+ * clipping factor every gradient is multiplied by), the other laid out like y: vectors. */
+template <typename T>
+__global__ void binary_scalar_vec_kernel(const T *x, const T *sc, T *y, int64_t n, int op, int scalar_first)
+{
+    constexpr int N = cu_vec<T>::N;
+    const double c = (double)cu_ld(sc, 0);
+    const int64_t nv = n / N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < nv; v += stride) {
+        float f[N];
+        double r[N];
+        cu_ld16(x, v * N, f);
+#pragma unroll
+        for (int k = 0; k < N; k++) r[k] = scalar_first ? binary_f(op, c, (double)f[k]) : binary_f(op, (double)f[k], c);
+        cu_std16(y, v * N, r);
+    }
+    for (int64_t i = nv * N + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const double f = (double)cu_ld(x, i);
+        cu_std(y, i, scalar_first ? binary_f(op, c, f) : binary_f(op, f, c));
+    }
+}
+
 /* ---- integers ------------------------------------------------------------------------------ */
 
 /* The reference's int64 arithmetic, through unsigned so that overflow wraps; the result is
@@ -551,6 +573,15 @@ static gdp_status binary_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     }
     /* no broadcasting: the operands are read at the output's offsets, so vectors work */
     int vec = bc.full[0] && bc.full[1] && cu_aligned16(a->data) && cu_aligned16(b->data) && cu_aligned16(y->data);
+    /* or one operand of a single element against one laid out like y */
+    const int sa = gdp_numel(a) == 1 && n > 1, sb = gdp_numel(b) == 1 && n > 1;
+    if (!vec && (sa != sb) && bc.full[sa ? 1 : 0] && cu_aligned16(sa ? b->data : a->data) && cu_aligned16(y->data)) {
+        const void *x = sa ? b->data : a->data, *c = sa ? a->data : b->data;
+        CU_FLOAT_SWITCH(y->dtype, T,
+                        binary_scalar_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
+                            (const T *)x, (const T *)c, (T *)y->data, n, op, sa));
+        return GDP_OK;
+    }
     CU_FLOAT_SWITCH(y->dtype, T,
                     if (vec) binary_vec_kernel<T><<<cu_blocks(be, (n + cu_vec<T>::N - 1) / cu_vec<T>::N, THREADS), THREADS, 0, s>>>(
                         (const T *)a->data, (const T *)b->data, (T *)y->data, n, op);
