@@ -9,10 +9,13 @@
  * tolerance (exact for exact ops), and a second run bitwise identical (a replay of the
  * captured CUDA graph). Runtime scalars ride along: rope's pos, attention's kv_len,
  * cache_write's pos. Then views (transposed matmul operands, strided elementwise inputs)
- * must reach the kernels without copies, programs must run as captured segments, and bad
- * data found on the device must fail the run or the read, naming the node and the value.
+ * must reach the kernels without copies, programs must run as captured segments, bad
+ * data found on the device must fail the run or the read, naming the node and the value,
+ * and a language model's decode step must become the fused nodes the graph pass promises
+ * (six a Llama layer) and compute what the reference computes.
  * Without a GPU the plugin declines and the test prints SKIP and returns 77.
  */
+#include "gradus_lm.h"
 #include "harness.h"
 #include "sweep.h"
 
@@ -54,6 +57,18 @@ static const tcase cases[] = {
     {"cache_write", GDP_BF16, 0, "n[1,8,64,128] n[1,8,64,128] i64[]<0:1"},
     {"rope", GDP_F32, 1, "n[2,40,3,64] i64[]<7:8 | interleaved=0"},
     {"rope", GDP_BF16, 0, "n[1,20,2,128] i32[]<1000:1001 | interleaved=1 theta=1000000.0 inverse=1"},
+    /* decode-step products with the RMS norm in front (gemv.cu's prologue): rows summed by
+     * shuffles (K <= 2048) and by the tree beyond, shared memory past 48 KiB (the opt-in),
+     * K in 16-byte pieces and not; and with the residual added in the epilogue */
+    {"linear_qkv", GDP_F32, 0, "n[8,4096] n[96,4096] n[32,4096] n[32,4096] p[4096] | eps=1e-5"},
+    {"linear_qkv", GDP_BF16, 0, "n[2,1,1536] n[256,1536] n[64,1536] n[64,1536] p[1536]"},
+    {"linear_qkv", GDP_F16, 0, "n[3,1001] n[100,1001] n[30,1001] n[30,1001] p[1001] | eps=0.01"},
+    {"linear_swiglu", GDP_BF16, 0, "n[8,4096] n[200,4096] n[200,4096] p[4096]"},
+    {"linear_swiglu", GDP_F32, 0, "n[1,2048] n[300,2048] n[300,2048] p[2048] | eps=1e-6"},
+    {"linear_swiglu", GDP_F16, 0, "n[5,777] n[64,777] n[64,777] p[777]"},
+    {"linear_add", GDP_F32, 0, "n[8,4096] n[512,4096] n[8,512]"},
+    {"linear_add", GDP_BF16, 0, "n[3,1,2048] n[300,2048] n[300] n[3,1,300]"},
+    {"linear_add", GDP_F16, 0, "n[1,1001] n[77,1001] n[1,77]"},
     /* reductions: chunked rows, chunked columns, middle axes, vector tails */
     {"sum", GDP_F32, 0, "n[1000,1000]"},
     {"sum", GDP_F32, 0, "n[3,50001] | axes=[1]"},
@@ -203,6 +218,15 @@ static gd_tensor *v_qkv(gd_tensor *const *in)
     return gd_concat(gd_tensor_graph(h), 3, (gd_tensor *[]){q, k, v}, 1);
 }
 
+/* decode-step residual adds: the product's epilogue adds a graph input (operand 0 of the
+ * add); and a norm with a weight folded into the SwiGLU pair's products */
+static gd_tensor *v_linear_add(gd_tensor *const *in) { return gd_add(in[2], gd_linear(in[0], in[1], NULL)); }
+static gd_tensor *v_norm_swiglu(gd_tensor *const *in)
+{
+    gd_tensor *h = gd_rms_norm(in[0], in[3], 1e-5);
+    return gd_mul(gd_silu(gd_linear(h, in[1], NULL)), gd_linear(h, in[2], NULL));
+}
+
 typedef struct view_case {
     const char *name;
     view_fn fn;
@@ -211,24 +235,28 @@ typedef struct view_case {
     int64_t shape[4][4];
     int copies; /* contiguous copies the planner should insert */
     int fused;  /* nodes of fused ops (linear_act, add_*_norm, ...) the graph pass should make */
+    int nodes;  /* nodes the program should have in all (0: not checked) */
 } view_case;
 
 static const view_case view_cases[] = {
-    {"matmul of a transposed view", v_matmul_ta, 2, {2, 2}, {{96, 40}, {96, 24}}, 0, 0},
-    {"batched matmul, b transposed", v_matmul_tb, 2, {3, 3}, {{4, 33, 65}, {4, 17, 65}}, 0, 0},
-    {"matmul, both transposed twice", v_matmul_both, 2, {2, 2}, {{48, 20}, {20, 30}}, 0, 0},
-    {"matmul of a column slice", v_matmul_slice, 2, {2, 2}, {{50, 80}, {64, 12}}, 0, 0},
-    {"add of a permuted view", v_add_permuted, 2, {3, 3}, {{7, 9, 11}, {11, 7, 9}}, 0, 0},
-    {"gelu of a slice", v_gelu_slice, 1, {2}, {{30, 50}}, 0, 0},
-    {"mul of an expanded view", v_mul_expand, 2, {3, 3}, {{1, 33, 1}, {5, 33, 17}}, 0, 0},
-    {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1, 0},
-    {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1, 0},
-    {"bias input + matmul + gelu fused", v_linear_bias_input, 3, {2, 1, 2}, {{40, 48}, {32}, {48, 32}}, 0, 1},
-    {"add + rms_norm fused", v_add_rms_norm, 3, {2, 2, 1}, {{6, 96}, {6, 96}, {96}}, 0, 1},
+    {"matmul of a transposed view", v_matmul_ta, 2, {2, 2}, {{96, 40}, {96, 24}}, 0, 0, 0},
+    {"batched matmul, b transposed", v_matmul_tb, 2, {3, 3}, {{4, 33, 65}, {4, 17, 65}}, 0, 0, 0},
+    {"matmul, both transposed twice", v_matmul_both, 2, {2, 2}, {{48, 20}, {20, 30}}, 0, 0, 0},
+    {"matmul of a column slice", v_matmul_slice, 2, {2, 2}, {{50, 80}, {64, 12}}, 0, 0, 0},
+    {"add of a permuted view", v_add_permuted, 2, {3, 3}, {{7, 9, 11}, {11, 7, 9}}, 0, 0, 0},
+    {"gelu of a slice", v_gelu_slice, 1, {2}, {{30, 50}}, 0, 0, 0},
+    {"mul of an expanded view", v_mul_expand, 2, {3, 3}, {{1, 33, 1}, {5, 33, 17}}, 0, 0, 0},
+    {"contiguous copy of a permute", v_copy_permute, 1, {4}, {{2, 30, 40, 3}}, 1, 0, 0},
+    {"softmax of a transpose", v_softmax_transposed, 1, {2}, {{300, 20}}, 1, 0, 0},
+    {"bias input + matmul + gelu fused", v_linear_bias_input, 3, {2, 1, 2}, {{40, 48}, {32}, {48, 32}}, 0, 1, 0},
+    {"add + rms_norm fused", v_add_rms_norm, 3, {2, 2, 1}, {{6, 96}, {6, 96}, {96}}, 0, 1, 0},
     {"add + layer_norm fused, the sum read again", v_add_layer_norm, 4, {3, 3, 1, 1},
-     {{2, 3, 64}, {2, 3, 64}, {64}, {64}}, 0, 1},
-    {"silu(x Wg) * (x Wu) fused, 2 rows", v_swiglu, 3, {2, 2, 2}, {{2, 64}, {40, 64}, {40, 64}}, 0, 1},
-    {"q, k, v products fused, 2 rows", v_qkv, 4, {2, 2, 2, 2}, {{2, 64}, {32, 64}, {16, 64}, {16, 64}}, 0, 1},
+     {{2, 3, 64}, {2, 3, 64}, {64}, {64}}, 0, 1, 0},
+    {"silu(x Wg) * (x Wu) fused, 2 rows", v_swiglu, 3, {2, 2, 2}, {{2, 64}, {40, 64}, {40, 64}}, 0, 1, 0},
+    {"q, k, v products fused, 2 rows", v_qkv, 4, {2, 2, 2, 2}, {{2, 64}, {32, 64}, {16, 64}, {16, 64}}, 0, 1, 0},
+    {"input + linear fused, 2 rows", v_linear_add, 3, {2, 2, 2}, {{2, 64}, {48, 64}, {2, 48}}, 0, 1, 1},
+    {"rms_norm(x, g) and SwiGLU's products fused, 3 rows", v_norm_swiglu, 4, {2, 2, 2, 1},
+     {{3, 96}, {40, 96}, {40, 96}, {96}}, 0, 1, 1},
 };
 
 typedef struct prog_lines {
@@ -242,7 +270,7 @@ static void count_line(void *user, const char *s)
     c->nodes++;
     c->copies += strstr(s, " copy(") != NULL;
     static const char *const fused_ops[] = {" linear_act(", " add_rms_norm(", " add_layer_norm(", " linear_swiglu(",
-                                            " linear_qkv(", " rope_cache_write("};
+                                            " linear_qkv(", " rope_cache_write(", " linear_add("};
     for (size_t k = 0; k < sizeof fused_ops / sizeof fused_ops[0]; k++) c->fused += strstr(s, fused_ops[k]) != NULL;
     c->segments += strstr(s, "[segment]") != NULL;
 }
@@ -315,10 +343,152 @@ static int run_views(gd_ctx *ctx, int bi)
             }
             double e = num / den;
             int ok = e <= 1e-12 && lines.copies == v->copies && lines.fused == v->fused &&
-                     (!graphs_expected() || lines.segments > 0);
+                     (v->nodes == 0 || lines.nodes == v->nodes) && (!graphs_expected() || lines.segments > 0);
             printf("%s view \"%s\": nmse %.3g, %d copies (want %d), %d fused (want %d), %d of %d nodes in captured "
                    "segments\n", ok ? "ok  " : "FAIL", v->name, e, lines.copies, v->copies, lines.fused, v->fused,
                    lines.segments, lines.nodes);
+            fails += !ok;
+        }
+        free(ref);
+        free(got);
+        gd_ctx_clear_error(ctx);
+    }
+    return fails;
+}
+
+/* ---- a language model's decode step: the fused plan --------------------------------------- */
+
+/* Nodes of a compiled program by op, and how many inputs each fused product has (a norm
+ * in front adds one). */
+typedef struct plan_ops {
+    int nodes, fallback, qkv, qkv_norm, swiglu, swiglu_norm, linear_add, rms_norm, add_rms_norm, add_layer_norm,
+        rope_cache_write, attention, add;
+} plan_ops;
+
+static int n_operands(const char *s)
+{
+    int n = 0;
+    for (const char *p = strchr(s, '('); p != NULL && *p != '\0' && *p != ')'; p++) n += *p == '[';
+    return n;
+}
+
+static void plan_line(void *user, const char *s)
+{
+    plan_ops *c = (plan_ops *)user;
+    if (strncmp(s, "node", 4) != 0) return;
+    c->nodes++;
+    c->fallback += strstr(s, "[fallback]") != NULL;
+    const int n = n_operands(s);
+    if (strstr(s, " linear_qkv(") != NULL) n == 5 ? c->qkv_norm++ : c->qkv++;
+    if (strstr(s, " linear_swiglu(") != NULL) n == 4 ? c->swiglu_norm++ : c->swiglu++;
+    c->linear_add += strstr(s, " linear_add(") != NULL;
+    c->rms_norm += strstr(s, " rms_norm(") != NULL;
+    c->add_rms_norm += strstr(s, " add_rms_norm(") != NULL;
+    c->add_layer_norm += strstr(s, " add_layer_norm(") != NULL;
+    c->rope_cache_write += strstr(s, " rope_cache_write(") != NULL;
+    c->attention += strstr(s, " attention(") != NULL;
+    c->add += strstr(s, " add(") != NULL;
+}
+
+/* The logits of a forward pass of cfg over B sequences of T tokens from positions 3 + b
+ * (a KV cache of 32), on backend bi (strict unless it is the reference), as f32. */
+static gd_status run_lm(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_dtype dt, int64_t B, int64_t T, float **out,
+                        int64_t *n, plan_ops *ops)
+{
+    ctx->preferred = bi;
+    ctx->strict = bi != 0;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (const int64_t[]){B, T});
+    gd_tensor *pos = gd_input(g, "pos", GD_I32, 1, (const int64_t[]){B});
+    gd_tensor *len = gd_input(g, "kv_len", GD_I32, 1, (const int64_t[]){B});
+    gd_tensor *y = gd_lm_forward_cached(g, cfg, ids, pos, len, 32, dt);
+    if (y != NULL && dt != GD_F32) y = gd_cast(y, GD_F32);
+    gd_status st = y != NULL ? gd_graph_init_params(g, 5) : GD_ERR_INVALID;
+    int32_t idv[16], posv[4], lenv[4];
+    for (int64_t i = 0; i < B * T; i++) idv[i] = (int32_t)((i * 37 + 5) % cfg->vocab_size);
+    for (int64_t b = 0; b < B; b++) posv[b] = 3 + (int32_t)b, lenv[b] = 3 + (int32_t)(b + T);
+    if (st == GD_OK) st = gd_tensor_write(ids, idv, sizeof(int32_t) * (size_t)(B * T));
+    if (st == GD_OK) st = gd_tensor_write(pos, posv, sizeof(int32_t) * (size_t)B);
+    if (st == GD_OK) st = gd_tensor_write(len, lenv, sizeof(int32_t) * (size_t)B);
+    gd_program *p = st == GD_OK ? gd_compile(g, 1, &y, 0) : NULL;
+    if (p == NULL && st == GD_OK) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_program_run(p);
+    if (st == GD_OK) {
+        *n = gd_tensor_numel(y);
+        *out = malloc(sizeof(float) * (size_t)*n);
+        st = gd_tensor_read(y, *out, sizeof(float) * (size_t)*n);
+    }
+    if (st == GD_OK && ops != NULL) gd_program_describe(p, plan_line, ops);
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    ctx->strict = 0;
+    return st;
+}
+
+typedef struct lm_case {
+    const char *name;
+    int arch_gpt2, qk_norm;
+    gd_dtype dt;
+    int64_t B, T;
+    plan_ops want; /* the counts checked: every field but nodes and add (-1: not checked) */
+} lm_case;
+
+/* Two layers each. A Llama decode step (at most 8 rows) is six nodes a layer: linear_qkv
+ * with the input norm in front, rope_cache_write, attention, linear_add, linear_swiglu with
+ * the post-attention norm in front, linear_add; the final norm stays before the head.
+ * Qwen3's per-head q and k norms stay as they are. Nine rows (a prefill) keep the residual
+ * adds fused with the norms after them (add_rms_norm) and the products apart. GPT-2's
+ * LayerNorm and its Conv1D projections (linear_act) meet none of the decode rules. */
+static const lm_case lm_cases[] = {
+    {"llama decode", 0, 0, GD_F32, 2, 1, {0, 0, 0, 2, 0, 2, 4, 1, 0, 0, 2, 2, 0}},
+    {"llama decode", 0, 0, GD_BF16, 1, 1, {0, 0, 0, 2, 0, 2, 4, 1, 0, 0, 2, 2, 0}},
+    {"qwen3 decode", 0, 1, GD_BF16, 2, 1, {0, 0, 0, 2, 0, 2, 4, 5, 0, 0, 2, 2, 0}},
+    {"llama prefill, 9 rows", 0, 0, GD_F32, 3, 3, {0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 2, 2, 0}},
+    {"gpt2 decode", 1, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 2, -1}},
+};
+
+static int run_lm_plans(gd_ctx *ctx, int bi)
+{
+    int fails = 0;
+    for (size_t i = 0; i < sizeof lm_cases / sizeof lm_cases[0]; i++) {
+        const lm_case *c = &lm_cases[i];
+        gd_lm_config cfg = {.arch = c->arch_gpt2 ? GD_LM_GPT2 : GD_LM_LLAMA, .dim = 128, .n_layers = 2, .n_heads = 4,
+                            .n_kv_heads = c->arch_gpt2 ? 4 : 2, .hidden_dim = c->arch_gpt2 ? 512 : 384,
+                            .vocab_size = 512, .max_seq = 64, .rope_theta = 1e4, .norm_eps = 1e-5,
+                            .qk_norm = c->qk_norm};
+        float *ref = NULL, *got = NULL;
+        int64_t n_ref = 0, n_got = 0;
+        plan_ops ops;
+        memset(&ops, 0, sizeof ops);
+        gd_status st = gd_lm_config_check(ctx, &cfg);
+        if (st == GD_OK) st = run_lm(ctx, 0, &cfg, c->dt, c->B, c->T, &ref, &n_ref, NULL);
+        if (st == GD_OK) st = run_lm(ctx, bi, &cfg, c->dt, c->B, c->T, &got, &n_got, &ops);
+        if (st != GD_OK || n_ref != n_got) {
+            printf("FAIL %s %s: %s\n", c->name, gd_dtype_name(c->dt), gd_ctx_error(ctx));
+            fails++;
+        } else {
+            double num = 0, den = 1e-30;
+            for (int64_t k = 0; k < n_ref; k++) {
+                double d = (double)got[k] - ref[k];
+                num += d * d, den += (double)ref[k] * ref[k];
+            }
+            const double e = num / den, tol = c->dt == GD_F32 ? 1e-7 : 1e-3;
+            const plan_ops *w = &c->want;
+            int ok = e <= tol && ops.fallback == 0 && ops.qkv == w->qkv && ops.qkv_norm == w->qkv_norm &&
+                     ops.swiglu == w->swiglu && ops.swiglu_norm == w->swiglu_norm && ops.linear_add == w->linear_add &&
+                     ops.rms_norm == w->rms_norm && ops.add_rms_norm == w->add_rms_norm &&
+                     ops.add_layer_norm == w->add_layer_norm && ops.rope_cache_write == w->rope_cache_write &&
+                     ops.attention == w->attention && (w->add < 0 || ops.add == w->add);
+            printf("%s %s %s B %lld T %lld: nmse %.3g (tol %.3g), %d nodes: linear_qkv %d+%d normed (want %d+%d), "
+                   "linear_swiglu %d+%d normed (want %d+%d), linear_add %d (want %d), rms_norm %d (want %d), "
+                   "add_rms_norm %d (want %d), add_layer_norm %d (want %d), rope_cache_write %d (want %d), "
+                   "attention %d (want %d), add %d, %d fallback\n",
+                   ok ? "ok  " : "FAIL", c->name, gd_dtype_name(c->dt), (long long)c->B, (long long)c->T, e, tol,
+                   ops.nodes, ops.qkv, ops.qkv_norm, w->qkv, w->qkv_norm, ops.swiglu, ops.swiglu_norm, w->swiglu,
+                   w->swiglu_norm, ops.linear_add, w->linear_add, ops.rms_norm, w->rms_norm, ops.add_rms_norm,
+                   w->add_rms_norm, ops.add_layer_norm, w->add_layer_norm, ops.rope_cache_write, w->rope_cache_write,
+                   ops.attention, w->attention, ops.add, ops.fallback);
             fails += !ok;
         }
         free(ref);
@@ -398,8 +568,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) fails += run_case(ctx, bi, &cases[i]) != 0;
     printf("%d passed, %d failed\n", n - fails, fails);
     ctx->guard = 0;
-    int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi);
-    printf("views: %d failed; bad data: %d failed\n", vf, bf);
+    int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi), lf = run_lm_plans(ctx, bi);
+    printf("views: %d failed; bad data: %d failed; decode plans: %d failed\n", vf, bf, lf);
     gd_ctx_free(ctx);
-    return fails + vf + bf != 0;
+    return fails + vf + bf + lf != 0;
 }

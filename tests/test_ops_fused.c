@@ -1,7 +1,9 @@
-/* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_qkv,
- * linear_swiglu, rope_cache_write) on the CPU reference against the ops they stand for, built in the same
- * graph from the same inputs: the fused and the unfused forms must agree, exactly where
- * both round the same values the same way, and their messages must name the operand. */
+/* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_add,
+ * linear_qkv and linear_swiglu with and without the norm in front, rope_cache_write) on the
+ * CPU reference against the ops they stand for, built in the same graph from the same
+ * inputs: the fused and the unfused forms must agree, exactly where both round the same
+ * values the same way (in bf16 too, where the fused ops round an intermediate to the
+ * dtype), and their messages must name the operand. */
 #include "gradus.h"
 #include "testutil.h"
 
@@ -124,6 +126,105 @@ static void test_linear_swiglu(void)
     gd_graph_free(g);
 }
 
+/* t in dtype dt (a cast unless it is f32 already), and back to f32 for reading. */
+static gd_tensor *as_dt(gd_tensor *t, gd_dtype dt) { return dt == GD_F32 ? t : gd_cast(t, dt); }
+static gd_tensor *to_f32(gd_tensor *t) { return t != NULL && gd_tensor_dtype(t) != GD_F32 ? gd_cast(t, GD_F32) : t; }
+
+/* linear_qkv and linear_swiglu with a norm weight against rms_norm and then the products,
+ * bit for bit: the normalized x is rounded to the dtype as rms_norm stores it (in bf16 that
+ * rounding is what a fused op could easily skip). x is also read through a transposed view. */
+static void test_norm_products(void)
+{
+    const int64_t Ks[2] = {37, 64};
+    const gd_dtype dts[2] = {GD_F32, GD_BF16};
+    for (int t = 0; t < 4; t++) {
+        const int64_t K = Ks[t & 1];
+        const gd_dtype dt = dts[t >> 1];
+        const double eps = 1e-5;
+        gd_graph *g = fresh();
+        gd_tensor *x0 = rand_in(g, "x", 3, (int64_t[]){2, 3, K}, 30);
+        gd_tensor *xt0 = rand_in(g, "xt", 2, (int64_t[]){K, 5}, 31);
+        gd_tensor *w[5], *gw0 = rand_in(g, "g", 1, &K, 32);
+        const int64_t outs[5] = {24, 8, 8, 20, 20};
+        for (int k = 0; k < 5; k++) {
+            char name[8];
+            snprintf(name, sizeof name, "w%d", k);
+            w[k] = as_dt(rand_in(g, name, 2, (int64_t[]){outs[k], K}, 33 + (unsigned)k), dt);
+        }
+        gd_tensor *x = as_dt(x0, dt), *gw = as_dt(gd_scale(gw0, 0.5, 1.0), dt); /* a weight in [0.5, 1.5) */
+        gd_tensor *xt = gd_transpose(as_dt(xt0, dt), 0, 1);                       /* (5, K), strided */
+        gd_tensor *h = gd_rms_norm(x, gw, eps), *ht = gd_rms_norm(xt, gw, eps);
+        gd_attr at = gd_attr_f("eps", eps);
+        gd_tensor *out[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, "linear_qkv", 5, (gd_tensor *[]){x, w[0], w[1], w[2], gw}, 1, &at, 3, out);
+        CHECK(s == GD_OK, "linear_qkv with a norm: %s", gd_ctx_error(ctx));
+        char what[96];
+        for (int k = 0; k < 3; k++) {
+            snprintf(what, sizeof what, "%s K %lld linear_qkv(norm) output %d", gd_dtype_name(dt), (long long)K, k);
+            expect_same(what, to_f32(out[k]), to_f32(gd_linear(h, w[k], NULL)), 2 * 3 * outs[k], 0);
+        }
+        gd_tensor *y = gd_op(g, "linear_swiglu", 4, (gd_tensor *[]){x, w[3], w[4], gw}, 1, &at);
+        snprintf(what, sizeof what, "%s K %lld linear_swiglu(norm)", gd_dtype_name(dt), (long long)K);
+        expect_same(what, to_f32(y), to_f32(gd_op(g, "linear_swiglu", 3, (gd_tensor *[]){h, w[3], w[4]}, 0, NULL)),
+                    2 * 3 * 20, 0);
+        gd_tensor *yt = gd_op(g, "linear_swiglu", 4, (gd_tensor *[]){xt, w[3], w[4], gw}, 1, &at);
+        snprintf(what, sizeof what, "%s K %lld linear_swiglu(norm) of a transposed x", gd_dtype_name(dt), (long long)K);
+        expect_same(what, to_f32(yt), to_f32(gd_op(g, "linear_swiglu", 3, (gd_tensor *[]){ht, w[3], w[4]}, 0, NULL)),
+                    5 * 20, 0);
+        if (dt == GD_F32) {
+            /* against the unfused chain of plain ops: silu's output and the two products are
+             * rounded to f32 there, once here */
+            gd_tensor *ref = gd_mul(gd_silu(gd_linear(h, w[3], NULL)), gd_linear(h, w[4], NULL));
+            expect_same("linear_swiglu(norm) vs rms_norm, silu, mul", y, ref, 2 * 3 * 20, 1e-6);
+        }
+        gd_graph_free(g);
+    }
+    /* a norm weight that is not x's last axis is refused, naming it */
+    gd_graph *g = fresh();
+    gd_tensor *x = rand_in(g, "x", 2, (int64_t[]){2, 16}, 5), *w = rand_in(g, "w", 2, (int64_t[]){4, 16}, 6);
+    gd_tensor *bad = rand_in(g, "bad", 1, (int64_t[]){15}, 7);
+    expect_error(gd_op(g, "linear_swiglu", 4, (gd_tensor *[]){x, w, w, bad}, 0, NULL), "norm weight", 3,
+                 (const char *[]){"linear_swiglu", "norm weight", "f32[15]"});
+    gd_tensor *out[3] = {NULL, NULL, NULL};
+    CHECK(gd_op_multi(g, "linear_qkv", 5, (gd_tensor *[]){x, w, w, w, bad}, 0, NULL, 3, out) != GD_OK,
+          "a norm weight of the wrong length should be refused");
+    check_error("linear_qkv norm weight", (const char *[]){"linear_qkv", "norm weight", "f32[15]", "[2, 16]", NULL});
+    gd_graph_free(g);
+}
+
+/* linear_add against add(linear(x, W, b), r), either operand order, bit for bit: in bf16
+ * the product is rounded to bf16 before the add, as the two ops round. */
+static void test_linear_add(void)
+{
+    const gd_dtype dts[2] = {GD_F32, GD_BF16};
+    for (int t = 0; t < 4; t++) {
+        const gd_dtype dt = dts[t >> 1];
+        const int bias = t & 1;
+        const int64_t K = 40, N = 24;
+        gd_graph *g = fresh();
+        gd_tensor *x = as_dt(rand_in(g, "x", 3, (int64_t[]){2, 3, K}, 40), dt);
+        gd_tensor *w = as_dt(rand_in(g, "w", 2, (int64_t[]){N, K}, 41), dt);
+        gd_tensor *b = bias ? as_dt(rand_in(g, "b", 1, &N, 42), dt) : NULL;
+        gd_tensor *r = as_dt(rand_in(g, "r", 3, (int64_t[]){2, 3, N}, 43), dt);
+        gd_tensor *in[4] = {x, w, bias ? b : r, r};
+        gd_tensor *y = gd_op(g, "linear_add", 3 + bias, in, 0, NULL);
+        expect_shape(y, 3, (int64_t[]){2, 3, N});
+        gd_tensor *p = gd_linear(x, w, b);
+        char what[80];
+        snprintf(what, sizeof what, "%s linear_add%s", gd_dtype_name(dt), bias ? " with a bias" : "");
+        expect_same(what, to_f32(y), to_f32(gd_add(p, r)), 2 * 3 * N, 0);
+        expect_same(what, to_f32(y), to_f32(gd_add(r, p)), 2 * 3 * N, 0);
+        gd_graph_free(g);
+    }
+    /* a residual that would broadcast is refused, naming both shapes */
+    gd_graph *g = fresh();
+    gd_tensor *x = rand_in(g, "x", 2, (int64_t[]){3, 16}, 5), *w = rand_in(g, "w", 2, (int64_t[]){4, 16}, 6);
+    gd_tensor *r = rand_in(g, "r", 1, (int64_t[]){4}, 7);
+    expect_error(gd_op(g, "linear_add", 3, (gd_tensor *[]){x, w, r}, 0, NULL), "linear_add residual", 4,
+                 (const char *[]){"linear_add", "residual r", "f32[4]", "f32[3, 4]"});
+    gd_graph_free(g);
+}
+
 /* rope_cache_write against rope, rope and two cache_writes of the transposed k and v, on
  * two pairs of caches that start equal; a decode step (T 1) and a prefill (T 3). */
 static void test_rope_cache_write(void)
@@ -185,6 +286,8 @@ int main(void)
     test_add_norms();
     test_linear_qkv();
     test_linear_swiglu();
+    test_norm_products();
+    test_linear_add();
     test_rope_cache_write();
     return tu_finish("test_ops_fused");
 }

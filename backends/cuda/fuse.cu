@@ -9,12 +9,25 @@
  * Then the fusions that cut a transformer's launches, which is what a decode step's time
  * is made of (a few rows: each product is a read of its weights and a launch):
  *
+ *   add(linear(x, W [, b]), r), either order    -> linear_add(x, W [, b], r)       (<= 8 rows)
  *   norm(add(x, r) [, w [, b]])                -> add_rms_norm / add_layer_norm (x, r [, w [, b]])
  *                                                 (any rows: training graphs too)
  *   mul(linear_act(x, Wg; silu), linear(x, Wu)) -> linear_swiglu(x, Wg, Wu)       (<= 8 rows)
  *   linear(x, W1), linear(x, W2), linear(x, W3) -> linear_qkv(x, W1, W2, W3)      (<= 8 rows)
+ *   linear_qkv / linear_swiglu (rms_norm(x, g), W...)
+ *                                              -> the same op (x, W..., g; eps)   (<= 8 rows)
  *   rope(q, pos), rope(k, pos) and the cache writes of rope(k) and v that an attention
  *   reads                                      -> rope_cache_write(q, k, v, kc, vc, pos)  (T <= 4)
+ *
+ * With them a Llama layer's decode step is six nodes: linear_qkv with the input norm in
+ * front, rope_cache_write, attention, linear_add (the output projection and the residual),
+ * linear_swiglu with the post-attention norm in front, linear_add (the down projection and
+ * the residual). The residual sum is linear_add's output, which the next norm-and-product
+ * and the next residual add both read. The residual rule comes first (it is anchored at the
+ * add, which precedes the norm), so add_rms_norm takes only the adds it leaves: those over
+ * more rows (a prefill, a training batch) and those whose operands are no plain linear. A norm is
+ * folded into a product only when gemv.cu's kernels take it (cu_gemv_norm_fits: the rows
+ * fit in shared memory), a weightless norm or a layer_norm (GPT-2) never.
  *
  * A fused node takes the place of its chain's last node, so a rule declines when a node
  * between the chain's ends reads a value the fused node now makes.
@@ -34,6 +47,10 @@
 #include "cuda_internal.h"
 
 #include <string.h>
+
+/* gemv.cu: whether its products take the RMS norm of R rows of K elements of dtype dt in
+ * front of them */
+int cu_gemv_norm_fits(const cu_backend *be, int64_t R, int64_t K, int32_t dt);
 
 static int op_is(gdp_graph_view *g, int32_t id, const char *name)
 {
@@ -269,6 +286,75 @@ static gdp_status fuse_qkv(gdp_graph_view *g, int32_t first, gdp_err *err)
     return g->replace_chain(g->graph, lin[0], lin[2], "linear_qkv", 4, in_nodes, in_outs, NULL, 0, 3, lin, out_outs, err);
 }
 
+/* add(linear(x, W [, b]), r) in either order over a few rows, the product read by the add
+ * alone -> linear_add(x, W [, b], r): the residual add in the epilogue of an attention
+ * block's output projection and of an MLP's down projection. No broadcast: r and the
+ * product are the sum's shape and dtype. The fused node makes only the sum, in the add's
+ * place, so nothing between the two can read what it makes. */
+static gdp_status fuse_linear_add(gdp_graph_view *g, int32_t add, gdp_err *err)
+{
+    if (!op_is(g, add, "add") || g->node_n_inputs(g->graph, add) != 2) return GDP_OK;
+    for (int32_t side = 0; side < 2; side++) {
+        const int32_t lin = sole_producer(g, add, side);
+        if (lin < 0 || !op_is(g, lin, "linear")) continue;
+        const int32_t n_in = g->node_n_inputs(g->graph, lin);
+        if (n_in < 2 || n_in > 3) continue;
+        gdp_tensor x, w, b, p, r, y;
+        if (g->node_input_desc(g->graph, lin, 0, &x) != GDP_OK || g->node_input_desc(g->graph, lin, 1, &w) != GDP_OK ||
+            (n_in == 3 && g->node_input_desc(g->graph, lin, 2, &b) != GDP_OK) ||
+            g->node_output_desc(g->graph, lin, 0, &p) != GDP_OK ||
+            g->node_input_desc(g->graph, add, 1 - side, &r) != GDP_OK ||
+            g->node_output_desc(g->graph, add, 0, &y) != GDP_OK)
+            continue;
+        const int64_t R = rows_of(&x);
+        if (R < 1 || R > CU_GEMV_MAX_ROWS || w.ndim != 2 || w.dtype != x.dtype || w.shape[1] != x.shape[x.ndim - 1])
+            continue;
+        if (n_in == 3 && (b.dtype != x.dtype || b.ndim != 1 || b.shape[0] != w.shape[0])) continue;
+        if (p.dtype != x.dtype || y.dtype != x.dtype || r.dtype != x.dtype || !same_dims(&p, &y) || !same_dims(&r, &y))
+            continue;
+        /* the linear's own inputs, then the add's other operand (named through the add:
+         * it may be a graph input) */
+        int32_t in_nodes[4] = {-1, -1, -1, -1}, in_outs[4] = {0, 1, 2, 0};
+        in_nodes[n_in] = -2 - add, in_outs[n_in] = 1 - side;
+        return g->replace_chain(g->graph, lin, add, "linear_add", n_in + 1, in_nodes, in_outs, NULL, 0, 0, NULL, NULL,
+                                err);
+    }
+    return GDP_OK;
+}
+
+/* linear_qkv / linear_swiglu of x = rms_norm(x0, g), the norm read by nothing else -> the
+ * same op with the norm in front: (x0, its matrices, g; eps). gemv.cu normalizes x0 in each
+ * block exactly as the rms_norm node would have (its sums, in its order), so the fused node
+ * computes what the pair did. Only what those kernels take: a norm with a weight, over rows
+ * that fit their shared memory. */
+static gdp_status fuse_norm_product(void *backend, gdp_graph_view *g, int32_t prod, gdp_err *err)
+{
+    const int swiglu = op_is(g, prod, "linear_swiglu");
+    if (!swiglu && !op_is(g, prod, "linear_qkv")) return GDP_OK;
+    const int32_t nw = swiglu ? 2 : 3;
+    if (g->node_n_inputs(g->graph, prod) != 1 + nw) return GDP_OK; /* a norm in front already */
+    const int32_t norm = sole_producer(g, prod, 0);
+    if (norm < 0 || !op_is(g, norm, "rms_norm") || g->node_n_inputs(g->graph, norm) != 2) return GDP_OK;
+    gdp_tensor x, gw, h;
+    if (g->node_input_desc(g->graph, norm, 0, &x) != GDP_OK || g->node_input_desc(g->graph, norm, 1, &gw) != GDP_OK ||
+        g->node_output_desc(g->graph, norm, 0, &h) != GDP_OK)
+        return GDP_OK;
+    const int64_t R = rows_of(&x);
+    if (R < 1 || R > CU_GEMV_MAX_ROWS || !same_dims(&x, &h) || h.dtype != x.dtype || gw.dtype != x.dtype ||
+        gw.ndim != 1 || gw.shape[0] != x.shape[x.ndim - 1])
+        return GDP_OK;
+    if (!cu_gemv_norm_fits((const cu_backend *)backend, R, x.shape[x.ndim - 1], x.dtype)) return GDP_OK;
+    /* x and g are the norm's inputs (the chain's first node), the matrices the product's */
+    int32_t in_nodes[5] = {-1, -2 - prod, -2 - prod, -2 - prod, -2 - prod}, in_outs[5] = {0, 1, 2, 3, 0};
+    in_nodes[1 + nw] = -1, in_outs[1 + nw] = 1;
+    const int32_t out_nodes[3] = {prod, prod, prod}, out_outs[3] = {0, 1, 2};
+    gdp_attr at[1];
+    memset(at, 0, sizeof at);
+    at[0].name = "eps", at[0].kind = GDP_ATTR_FLOAT, at[0].f = gdp_attr_float(g->node_attrs(g->graph, norm), "eps", 1e-6);
+    return g->replace_chain(g->graph, norm, prod, swiglu ? "linear_swiglu" : "linear_qkv", 2 + nw, in_nodes, in_outs,
+                            at, 1, swiglu ? 0 : 3, out_nodes, out_outs, err);
+}
+
 /* The node making input k of node id, when it is op `op` and that value is its output 0. */
 static int32_t input_op(gdp_graph_view *g, int32_t id, int32_t k, const char *op)
 {
@@ -338,7 +424,6 @@ static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
 
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
-    (void)backend;
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
         g->node_n_inputs == NULL || g->node_input == NULL || g->node_input_desc == NULL ||
         g->node_output_desc == NULL || g->node_attrs == NULL || g->node_users == NULL || g->replace_chain == NULL)
@@ -355,11 +440,15 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s != GDP_OK) return s;
     }
     /* then the chains that start from linear_act (SwiGLU) and the others; each rule
-     * leaves a node it does not match as it was */
+     * leaves a node it does not match as it was. The residual rule sees an add before
+     * add_norm sees the norm after it; a norm goes into a product once the product is
+     * linear_swiglu (made in this id's place) or linear_qkv (made in a later id's place). */
     for (int32_t id = 0; id < n; id++) {
-        gdp_status s = fuse_add_norm(g, id, err);
+        gdp_status s = fuse_linear_add(g, id, err);
+        if (s == GDP_OK) s = fuse_add_norm(g, id, err);
         if (s == GDP_OK) s = fuse_swiglu(g, id, err);
         if (s == GDP_OK) s = fuse_qkv(g, id, err);
+        if (s == GDP_OK) s = fuse_norm_product(backend, g, id, err);
         if (s == GDP_OK) s = fuse_rope_cache(g, id, err);
         if (s != GDP_OK) return s;
     }
@@ -367,4 +456,5 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 }
 
 extern const gdp_graph_pass cu_fuse_pass = {
-    sizeof(gdp_graph_pass), "fuse linear_act, add_*_norm, linear_swiglu, linear_qkv, rope_cache_write", fuse_run};
+    sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write",
+    fuse_run};

@@ -5,8 +5,10 @@
  *
  *   linear, linear_act   x (R, K), W (out, K) of x's dtype, R <= GEMV_MAX_ROWS (matmul.cu
  *                        sends them here; more rows, or W as (K, out), go to cuBLASLt)
+ *   linear_add           linear's product, then + r (R, out) in the epilogue: the residual
  *   linear_qkv           three W of one x, their columns side by side in one grid
  *   linear_swiglu        silu(x Wg^T) * (x Wu^T): a warp reads row n of both
+ *                        (these two also with the RMS norm of x in front: below)
  *   linear_q8            int8 W with a scale per output channel, any R
  *   linear_w8a8          int8 W, each row of x quantized first (gw_quantize_kernel: gdp_q8,
  *                        into the node's workspace), then exact integer dot products
@@ -22,8 +24,20 @@
  *
  * Epilogues as the reference rounds: linear_act adds the bias in f32, rounds to the output
  * dtype, then applies the activation in double and rounds again (what cuBLASLt's bias
- * epilogue followed by the elementwise activation gives); linear_q8 scales and adds the
- * bias in double, as the reference's double accumulator does.
+ * epilogue followed by the elementwise activation gives); linear_add rounds the product to
+ * the output dtype, as linear stores it, then adds r in f32 and rounds again, as add does —
+ * bit for bit the two nodes it replaces; linear_q8 scales and adds the bias in double, as
+ * the reference's double accumulator does.
+ *
+ * Prologue, the norm in front (linear_qkv and linear_swiglu with a norm weight g): blocks
+ * of GW_NORM_THREADS first compute each of their rows' RMS and write the normalized rows,
+ * rounded to x's dtype, into shared memory, which the warps' products then read instead of
+ * x. The sums are norm.cu's, in its order, so the normalized x is bit for bit the one the
+ * rms_norm node would have stored, and the products the ones of the unfused pair. A block
+ * covers GW_NORM_THREADS / 32 columns, all the rows (at most GEMV_MAX_ROWS): the norm is
+ * recomputed by every block, about R K / 256 elements a thread, from x in L2. Rows of more
+ * than 48 KiB of shared memory need the opt-in made at open (cu_gemv_open); nodes past it
+ * are declined (cu_gemv_norm_fits, which the graph pass asks before it fuses).
  *
  * The 16-byte path needs W's and x's rows to start on 16-byte boundaries (K a multiple of
  * the piece size, aligned pointers); otherwise every lane reads element by element.
@@ -44,6 +58,13 @@ enum { GW_FLOAT, GW_Q8, GW_SWIGLU }; /* W holds x's dtype, int8 with per-row sca
 
 #define GW_SEGS 3 /* linear_qkv: three matrices, their outputs side by side in the grid */
 
+/* The blocks of the kernels with the norm in front: norm.cu's THREADS, for its sums in its
+ * order — a shuffle tree for rows of up to GW_NORM_REG_ROW (its norm_row_kernel), a tree in
+ * shared memory beyond (its norm_fwd_kernel). */
+#define GW_NORM_THREADS 256
+#define GW_NORM_WARPS (GW_NORM_THREADS / 32)
+#define GW_NORM_REG_ROW (GW_NORM_THREADS * 8)
+
 typedef struct gw_args {
     const void *x, *bias;
     const void *w[GW_SEGS]; /* segment s: output columns [end[s-1], end[s]) of the grid */
@@ -51,6 +72,9 @@ typedef struct gw_args {
     int64_t end[GW_SEGS];
     const void *w2;     /* GW_SWIGLU: the up matrix beside w[0], the gate */
     const float *scale; /* GW_Q8: one per output channel */
+    const void *res;    /* linear_add: r (R, N), added to the product as stored */
+    const void *norm;   /* the kernels with the norm in front: its weight g (K), and eps */
+    double eps;
     int64_t R, N, K;    /* N: every segment's columns together */
     int act, vec;
 } gw_args;
@@ -116,6 +140,44 @@ static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K
     for (int r = 0; r < RT; r++) acc[r] = cu_warp_sum_f(acc[r]);
 }
 
+/* The norm in front: the block's `rows` rows of x, each rms-normalized with g and rounded to
+ * T, into xn (shared memory, rows of K). Each thread sums its elements' squares in index
+ * order in double, then the block adds the threads' sums as norm.cu does for a row that
+ * long, so that rstd, and each normalized value (x rstd g, rounded as cu_std rounds), is
+ * the one the rms_norm node computes. sh: GW_NORM_THREADS doubles. Every thread calls it. */
+template <typename T>
+static __device__ void gw_norm_rows(const T *x, const T *g, int64_t K, double eps, int rows, double *sh, T *xn)
+{
+    for (int r = 0; r < rows; r++) {
+        const T *row = x + r * K;
+        double ss = 0.0;
+        for (int64_t k = threadIdx.x; k < K; k += GW_NORM_THREADS) {
+            const double d = (double)cu_ld(row, k);
+            ss += d * d;
+        }
+        if (K <= GW_NORM_REG_ROW) {
+            ss = cu_warp_sum_d(ss);
+            if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = ss;
+            __syncthreads();
+            ss = 0.0;
+            for (int w = 0; w < GW_NORM_WARPS; w++) ss += sh[w];
+        } else {
+            sh[threadIdx.x] = ss;
+            __syncthreads();
+            for (int w = GW_NORM_THREADS / 2; w > 0; w /= 2) {
+                if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+                __syncthreads();
+            }
+            ss = sh[0];
+        }
+        __syncthreads(); /* every thread has read sh before the next row writes it */
+        const double rstd = 1.0 / sqrt(ss / (double)K + eps);
+        for (int64_t k = threadIdx.x; k < K; k += GW_NORM_THREADS)
+            cu_std(xn, r * K + k, (double)cu_ld(row, k) * rstd * (double)cu_ld(g, k));
+    }
+    __syncthreads();
+}
+
 /* acc[lane] without dynamic register indexing. */
 template <int RT> static __device__ __forceinline__ float gw_pick(const float *acc, int lane)
 {
@@ -126,22 +188,32 @@ template <int RT> static __device__ __forceinline__ float gw_pick(const float *a
     return v;
 }
 
-/* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * GEMV_WARPS + warp). */
-template <typename T, typename W, int MODE, int RT>
-__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
+/* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * warps + warp); with
+ * NORM, blocks of GW_NORM_THREADS that normalize x into shared memory first. */
+template <typename T, typename W, int MODE, int RT, int NORM>
+__global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_kernel(gw_args a)
 {
     cu_pdl_wait();
+    constexpr int WARPS = NORM ? GW_NORM_WARPS : GEMV_WARPS;
     const int lane = threadIdx.x & 31;
-    const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    const int64_t col = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int64_t r0 = (int64_t)blockIdx.y * RT;
-    if (col >= a.N) return;
     const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
+    const T *x = (const T *)a.x + r0 * a.K;
+    if constexpr (NORM != 0) {
+        /* the whole block, before any warp leaves: its columns may end inside it */
+        extern __shared__ uint4 gw_smem[];
+        double *sh = reinterpret_cast<double *>(gw_smem);
+        T *xn = reinterpret_cast<T *>(sh + GW_NORM_THREADS);
+        gw_norm_rows<T>(x, (const T *)a.norm, a.K, a.eps, rows, sh, xn);
+        x = xn;
+    }
+    if (col >= a.N) return;
     /* the segment holding this column: its matrix, output and width */
     int seg = 0;
 #pragma unroll
     for (int k = 0; k + 1 < GW_SEGS; k++) seg += col >= a.end[k];
     const int64_t c0 = seg > 0 ? a.end[seg - 1] : 0, n = col - c0, width = a.end[seg] - c0;
-    const T *x = (const T *)a.x + r0 * a.K;
     float acc[RT];
     gw_dots<T, W, RT>(x, (const W *)a.w[seg] + n * a.K, a.K, a.vec, rows, lane, acc);
     float up[RT];
@@ -164,6 +236,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(gw_args a)
     if (bias != NULL) v = __fadd_rn(v, cu_ld(bias, n));
     cu_st(y, 0, v);
     if (a.act != GDP_ACT_NONE) cu_std(y, 0, cu_act_d(a.act, (double)cu_ld(y, 0)));
+    /* the residual, added to the product as stored (segments are one: y is (R, N) like r) */
+    if (a.res != NULL) cu_st(y, 0, __fadd_rn(cu_ld(y, 0), cu_ld((const T *)a.res, (r0 + lane) * width + n)));
 }
 
 /* One segment: W (N, K) into y (R, N). */
@@ -176,17 +250,66 @@ static void gw_single(gw_args *a, const void *w, void *y, int64_t N)
 /* Rows per tile: the smallest of 1, 2, 4, 8 covering R (8 when R is larger). */
 static int gw_tile(int64_t R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
 
-template <typename T, typename W, int MODE>
+/* Shared memory of a kernel with the norm in front: the sums' scratch, then the R rows of
+ * the normalized x (R <= GEMV_MAX_ROWS: one tile). */
+static size_t gw_norm_smem(int64_t R, int64_t K, size_t es)
+{
+    return (size_t)GW_NORM_THREADS * sizeof(double) + (size_t)R * (size_t)K * es;
+}
+
+template <typename T, typename W, int MODE, int NORM>
 static void gw_launch(const cu_backend *be, cudaStream_t s, const gw_args &a)
 {
-    int rt = gw_tile(a.R);
-    dim3 grid((unsigned)((a.N + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)((a.R + rt - 1) / rt));
+    constexpr int warps = NORM ? GW_NORM_WARPS : GEMV_WARPS;
+    const int rt = gw_tile(a.R);
+    const size_t smem = NORM ? gw_norm_smem(a.R, a.K, sizeof(T)) : 0;
+    const dim3 grid((unsigned)((a.N + warps - 1) / warps), (unsigned)((a.R + rt - 1) / rt));
+    const dim3 block(NORM ? GW_NORM_THREADS : GEMV_THREADS);
     switch (rt) {
-    case 1: cu_launch(be, gemv_kernel<T, W, MODE, 1>, grid, dim3(GEMV_THREADS), 0, s, a); break;
-    case 2: cu_launch(be, gemv_kernel<T, W, MODE, 2>, grid, dim3(GEMV_THREADS), 0, s, a); break;
-    case 4: cu_launch(be, gemv_kernel<T, W, MODE, 4>, grid, dim3(GEMV_THREADS), 0, s, a); break;
-    default: cu_launch(be, gemv_kernel<T, W, MODE, 8>, grid, dim3(GEMV_THREADS), 0, s, a); break;
+    case 1: cu_launch(be, gemv_kernel<T, W, MODE, 1, NORM>, grid, block, smem, s, a); break;
+    case 2: cu_launch(be, gemv_kernel<T, W, MODE, 2, NORM>, grid, block, smem, s, a); break;
+    case 4: cu_launch(be, gemv_kernel<T, W, MODE, 4, NORM>, grid, block, smem, s, a); break;
+    default: cu_launch(be, gemv_kernel<T, W, MODE, 8, NORM>, grid, block, smem, s, a); break;
     }
+}
+
+/* The most shared memory a block of the norm kernels may have: what cu_gemv_open opted
+ * them into. */
+static size_t gw_smem_cap(const cu_backend *be)
+{
+    const size_t dflt = (size_t)48 * 1024;
+    return be != NULL && be->smem_optin > dflt ? be->smem_optin : dflt;
+}
+
+/* Whether the kernels take the norm of R rows of K elements of dtype dt in front of their
+ * products; the graph pass asks before it fuses a norm into linear_qkv or linear_swiglu. */
+int cu_gemv_norm_fits(const cu_backend *be, int64_t R, int64_t K, int32_t dt)
+{
+    if (!cu_gpu_float(dt) || R < 1 || R > GEMV_MAX_ROWS || K < 1) return 0;
+    return K <= (int64_t)(gw_smem_cap(be) / gdp_dtype_size(dt)) &&
+           gw_norm_smem(R, K, gdp_dtype_size(dt)) <= gw_smem_cap(be);
+}
+
+template <typename T, int MODE> static void gw_opt_in_mode(const cu_backend *be)
+{
+    const size_t cap = gw_smem_cap(be);
+    cu_smem_opt_in(be, (const void *)gemv_kernel<T, T, MODE, 1, 1>, cap);
+    cu_smem_opt_in(be, (const void *)gemv_kernel<T, T, MODE, 2, 1>, cap);
+    cu_smem_opt_in(be, (const void *)gemv_kernel<T, T, MODE, 4, 1>, cap);
+    cu_smem_opt_in(be, (const void *)gemv_kernel<T, T, MODE, 8, 1>, cap);
+}
+template <typename T> static void gw_opt_in(const cu_backend *be)
+{
+    gw_opt_in_mode<T, GW_FLOAT>(be);
+    gw_opt_in_mode<T, GW_SWIGLU>(be);
+}
+
+/* At open: the norm kernels' shared memory past 48 KiB (cu_smem_opt_in), once. */
+void cu_gemv_open(cu_backend *be)
+{
+    gw_opt_in<float>(be);
+    gw_opt_in<__half>(be);
+    gw_opt_in<__nv_bfloat16>(be);
 }
 
 /* The 16-byte path: both matrices' rows start on 16-byte boundaries. */
@@ -220,62 +343,115 @@ gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, 
     size_t es = gdp_dtype_size(x->dtype);
     a.vec = gw_vec(x->data, w->data, a.K, es, es);
     if (a.N == 0) return GDP_OK;
-    CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(be, s, a)));
+    CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT, 0>(be, s, a)));
     return GDP_OK;
 }
 
-/* ---- linear_qkv and linear_swiglu (made by fuse.cu for decode steps) ---------------------- */
+/* ---- linear_add (made by fuse.cu for decode steps) ----------------------------------------- */
 
-/* x (R, K) with R <= GEMV_MAX_ROWS, the weights (out_k, K) of x's dtype, everything
- * contiguous (the host makes it so: these kernels are not strided). More rows never come
- * here: the graph pass fuses only decode-step products. */
-static int multi_supports(void *b, const gdp_node *n)
+/* x (R, K) with R <= GEMV_MAX_ROWS, W (N, K), [b (N)] and r (R, N), all of x's dtype and
+ * contiguous (not a strided kernel: the host makes them so). */
+static int add_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    const int swiglu = n->n_in == 3;
-    if ((n->n_in != 3 && n->n_in != 4) || n->n_out != (swiglu ? 1 : 3)) return 0;
+    if (n->n_in < 3 || n->n_in > 4 || n->n_out != 1) return 0;
+    const gdp_tensor *x = n->in[0], *w = n->in[1], *r = n->in[n->n_in - 1], *y = n->out[0];
+    if (!cu_gpu_float(x->dtype) || x->ndim < 1 || w->ndim != 2 || w->dtype != x->dtype) return 0;
+    const int64_t K = x->shape[x->ndim - 1], R = K > 0 ? gw_rows(x) : 0;
+    if (K < 1 || w->shape[1] != K || R < 1 || R > GEMV_MAX_ROWS || w->shape[0] > (int64_t)GEMV_WARPS * 0x7fffffff)
+        return 0;
+    if (y->dtype != x->dtype || r->dtype != x->dtype || !cu_same_shape(r, y) || gw_rows(y) != R) return 0;
+    if (n->n_in == 4) {
+        const gdp_tensor *bias = n->in[2];
+        if (bias->dtype != x->dtype || bias->ndim != 1 || bias->shape[0] != w->shape[0]) return 0;
+    }
+    return 1;
+}
+
+static gdp_status add_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0];
+    gw_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x->data, a.bias = node->n_in > 3 ? node->in[2]->data : NULL;
+    a.res = node->in[node->n_in - 1]->data;
+    gw_single(&a, w->data, y->data, w->shape[0]);
+    a.K = x->shape[x->ndim - 1], a.R = gw_rows(x);
+    const size_t es = gdp_dtype_size(x->dtype);
+    a.vec = gw_vec(x->data, w->data, a.K, es, es);
+    if (a.N == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT, 0>(be, s, a)));
+    return GDP_OK;
+}
+CU_LAUNCHER(add_run)
+
+/* ---- linear_qkv and linear_swiglu (made by fuse.cu for decode steps) ---------------------- */
+
+/* x (R, K) with R <= GEMV_MAX_ROWS, the weights (out_k, K) of x's dtype and maybe a norm
+ * weight (K) after them, everything contiguous (the host makes it so: these kernels are
+ * not strided). More rows never come here: the graph pass fuses only decode-step products.
+ * linear_swiglu has one output and two matrices, linear_qkv three of each. */
+static int multi_supports(void *b, const gdp_node *n)
+{
+    const int swiglu = n->n_out == 1, nw = swiglu ? 2 : 3;
+    if ((n->n_out != 1 && n->n_out != 3) || (n->n_in != 1 + nw && n->n_in != 2 + nw)) return 0;
     const gdp_tensor *x = n->in[0];
     if (!cu_gpu_float(x->dtype) || x->ndim < 1) return 0;
     const int64_t K = x->shape[x->ndim - 1], R = K > 0 ? gw_rows(x) : 0;
     if (K < 1 || R < 1 || R > GEMV_MAX_ROWS) return 0;
     int64_t N = 0;
-    for (int k = 1; k < n->n_in; k++) {
+    for (int k = 1; k <= nw; k++) {
         const gdp_tensor *w = n->in[k];
         if (w->dtype != x->dtype || w->ndim != 2 || w->shape[1] != K) return 0;
         N += swiglu && k == 2 ? 0 : w->shape[0];
     }
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k]->dtype != x->dtype) return 0;
+    if (n->n_in == 2 + nw) {
+        const gdp_tensor *g = n->in[1 + nw];
+        if (g->dtype != x->dtype || g->ndim != 1 || g->shape[0] != K) return 0;
+        if (!cu_gemv_norm_fits((const cu_backend *)b, R, K, x->dtype)) return 0;
+    }
     return N <= (int64_t)GEMV_WARPS * 0x7fffffff;
 }
 
 static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
     const gdp_tensor *x = node->in[0];
-    const int swiglu = node->n_in == 3;
+    const int swiglu = node->n_out == 1, nw = swiglu ? 2 : 3, norm = node->n_in > 1 + nw;
     gw_args a;
     memset(&a, 0, sizeof a);
     a.x = x->data, a.K = x->shape[x->ndim - 1], a.R = gw_rows(x);
-    size_t es = gdp_dtype_size(x->dtype);
-    a.vec = 1;
+    if (norm) {
+        a.norm = node->in[1 + nw]->data;
+        a.eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+    }
+    const size_t es = gdp_dtype_size(x->dtype);
+    /* with the norm, the products read x from shared memory, where its rows start on
+     * 16-byte boundaries whenever they are whole 16-byte pieces */
+    a.vec = (a.K * (int64_t)es) % 16 == 0 && (norm || cu_aligned16(x->data));
     if (swiglu) {
         gw_single(&a, node->in[1]->data, node->out[0]->data, node->in[1]->shape[0]);
         a.w2 = node->in[2]->data;
-        a.vec = gw_vec(x->data, a.w[0], a.K, es, es) && cu_aligned16(a.w2);
+        a.vec = a.vec && cu_aligned16(a.w[0]) && cu_aligned16(a.w2);
     } else {
         int64_t end = 0;
         for (int k = 0; k < GW_SEGS; k++) {
             a.w[k] = node->in[1 + k]->data, a.y[k] = node->out[k]->data;
             a.end[k] = end += node->in[1 + k]->shape[0];
-            a.vec = a.vec && gw_vec(x->data, a.w[k], a.K, es, es);
+            a.vec = a.vec && cu_aligned16(a.w[k]);
         }
         a.N = end;
     }
     if (a.N == 0) return GDP_OK;
-    if (swiglu) {
-        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU>(be, s, a)));
+    if (swiglu && norm) {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU, 1>(be, s, a)));
+    } else if (swiglu) {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_SWIGLU, 0>(be, s, a)));
+    } else if (norm) {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT, 1>(be, s, a)));
     } else {
-        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT>(be, s, a)));
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_FLOAT, 0>(be, s, a)));
     }
     return GDP_OK;
 }
@@ -315,7 +491,7 @@ static gdp_status q8_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     gw_args a = q8_args(node);
     if (a.N == 0 || a.R == 0) return GDP_OK;
     a.vec = gw_vec(a.x, a.w[0], a.K, gdp_dtype_size(node->in[0]->dtype), 1);
-    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (gw_launch<T, int8_t, GW_Q8>(be, s, a)));
+    CU_FLOAT_SWITCH(node->in[0]->dtype, T, (gw_launch<T, int8_t, GW_Q8, 0>(be, s, a)));
     return GDP_OK;
 }
 CU_LAUNCHER(q8_run)
@@ -468,5 +644,8 @@ static const gdp_kernel kernels[] = {
     Q8_SIGS("linear_w8a8", w8a8_supports, w8a8_run_launch, w8a8_workspace),
     MULTI("linear_qkv"),
     MULTI("linear_swiglu"),
+    CU_K("linear_add", GDP_F32, add_supports, add_run_launch, NULL),
+    CU_K("linear_add", GDP_F16, add_supports, add_run_launch, NULL),
+    CU_K("linear_add", GDP_BF16, add_supports, add_run_launch, NULL),
 };
 CU_FAMILY(gemv, kernels);

@@ -41,6 +41,7 @@ extern const cu_family cu_family_sample;
 extern const cu_family cu_family_rope_cache;
 extern const gdp_graph_pass cu_fuse_pass; /* fuse.cu */
 void cu_conv_close(cu_backend *be);       /* conv.cu: its cuDNN/cuBLAS handles */
+void cu_gemv_open(cu_backend *be);        /* gemv.cu: its shared-memory opt-in */
 
 static const cu_family *const families[] = {
     &cu_family_matmul, &cu_family_elementwise, &cu_family_reduce,
@@ -218,6 +219,7 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     if (s == GDP_OK) s = cu_device_open(be, err);
     if (s == GDP_OK) s = cu_matmul_open(be, err);
     if (s == GDP_OK) cu_attention_open(be);
+    if (s == GDP_OK) cu_gemv_open(be);
     if (s != GDP_OK) {
         shutdown_backend(be);
         return s;
