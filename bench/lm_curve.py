@@ -13,6 +13,9 @@ weight decay 0.1), clipping at 1, a linear warmup over 10 steps and a cosine dec
 PyTorch: autocast to bf16). One JSON line per step with the four losses, then a summary:
 the largest and mean difference of gradus from PyTorch at each precision, beside the
 difference of each one's bf16 curve from its own f32 curve — how far bf16 alone moves it.
+A second PyTorch bf16 curve (torch_bf16_2) splits each batch into two micro-batches whose
+gradients add up: the same mathematics in another rounding order, so its distance from the
+first is the spread of bf16 training itself, reported beside the rest.
 "Within bf16 noise": the mean gap between the two bf16 curves is no larger than two
 independent runs' bf16 noise would make it — the two own gaps added as independent errors
 (the square root of the sum of their squares: for zero-mean normal errors X and Y,
