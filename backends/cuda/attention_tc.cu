@@ -355,6 +355,37 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
     }
 }
 
+/* The backward's two score-like products of a warp's 16 rows (from r0) against a tile of NT
+ * rows: s = A1 B1^T and d = A2 B2^T, all four tiles of D columns (dq: S = Q K^T and
+ * dP = dO V^T; dk, dv: S^T = K Q^T and dP^T = V dO^T). */
+template <typename T, int D, int NT>
+static __device__ __forceinline__ void tc_two_abt(float (*s)[4], float (*d)[4], const T *A1, const T *B1, const T *A2,
+                                                  const T *B2, int r0)
+{
+    constexpr int LD = tc_dims<D>::LD;
+#pragma unroll
+    for (int j = 0; j < NT / 8; j++) {
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a1[4], a2[4];
+        tc_lda<T, LD>(a1, A1, r0, kk * 16);
+        tc_lda<T, LD>(a2, A2, r0, kk * 16);
+#pragma unroll
+        for (int jp = 0; jp < NT / 16; jp++) {
+            uint32_t b1[4], b2[4];
+            tc_ldb_rows<T, LD>(b1, B1, jp * 16, kk * 16);
+            tc_ldb_rows<T, LD>(b2, B2, jp * 16, kk * 16);
+            tc_mma(s[2 * jp], a1, b1, A1);
+            tc_mma(s[2 * jp + 1], a1, b1 + 2, A1);
+            tc_mma(d[2 * jp], a2, b2, A1);
+            tc_mma(d[2 * jp + 1], a2, b2 + 2, A1);
+        }
+    }
+}
+
 /* ---- backward pass 2: dq ---------------------------------------------------------------- */
 
 template <typename T, int D>
@@ -403,27 +434,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
             tc_wait_prev();
             __syncthreads();
             float s[KT / 8][4], dp[KT / 8][4];
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) {
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-                dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
-            }
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t qa[4], ya[4];
-                tc_lda<T, LD>(qa, Qs, warp * 16, kk * 16);
-                tc_lda<T, LD>(ya, Ys, warp * 16, kk * 16);
-#pragma unroll
-                for (int jp = 0; jp < KT / 16; jp++) {
-                    uint32_t kf[4], vf[4];
-                    tc_ldb_rows<T, LD>(kf, Ks, jp * 16, kk * 16);
-                    tc_ldb_rows<T, LD>(vf, Vs, jp * 16, kk * 16);
-                    tc_mma(s[2 * jp], qa, kf, q); /* S = Q K^T */
-                    tc_mma(s[2 * jp + 1], qa, kf + 2, q);
-                    tc_mma(dp[2 * jp], ya, vf, q); /* dP = dO V^T */
-                    tc_mma(dp[2 * jp + 1], ya, vf + 2, q);
-                }
-            }
+            tc_two_abt<T, D, KT>(s, dp, Qs, Ks, Ys, Vs, warp * 16); /* S = Q K^T, dP = dO V^T */
             uint32_t df[KT / 16][4]; /* dS = P (dP - delta), rounded to T */
 #pragma unroll
             for (int j = 0; j < KT / 8; j++) {
@@ -507,27 +518,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
             tc_wait_prev();
             __syncthreads();
             float s[QT / 8][4], dp[QT / 8][4];
-#pragma unroll
-            for (int j = 0; j < QT / 8; j++) {
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-                dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
-            }
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t ka[4], va[4];
-                tc_lda<T, LD>(ka, Ks, warp * 16, kk * 16);
-                tc_lda<T, LD>(va, Vs, warp * 16, kk * 16);
-#pragma unroll
-                for (int jp = 0; jp < QT / 16; jp++) {
-                    uint32_t qf[4], yf[4];
-                    tc_ldb_rows<T, LD>(qf, Qs, jp * 16, kk * 16);
-                    tc_ldb_rows<T, LD>(yf, Ys, jp * 16, kk * 16);
-                    tc_mma(s[2 * jp], ka, qf, q); /* S^T = K Q^T */
-                    tc_mma(s[2 * jp + 1], ka, qf + 2, q);
-                    tc_mma(dp[2 * jp], va, yf, q); /* dP^T = V dO^T */
-                    tc_mma(dp[2 * jp + 1], va, yf + 2, q);
-                }
-            }
+            tc_two_abt<T, D, QT>(s, dp, Ks, Qs, Vs, Ys, warp * 16); /* S^T = K Q^T, dP^T = V dO^T */
             uint32_t pf[QT / 16][4], df[QT / 16][4];
 #pragma unroll
             for (int j = 0; j < QT / 8; j++) {
