@@ -64,6 +64,19 @@ static void test_add_norms(void)
         /* the same double arithmetic on the same stored sum: bit for bit */
         expect_same(rms ? "add_rms_norm s" : "add_layer_norm s", out[0], sum, n, 0);
         expect_same(rms ? "add_rms_norm y" : "add_layer_norm y", out[1], y, n, 0);
+        /* in bf16 the norm reads the sum as stored, rounded to bf16, as the two ops do (a
+         * reference that normalized the unrounded sum differed in a fifth of the elements) */
+        gd_tensor *xh = gd_cast(x, GD_BF16), *rh = gd_cast(r, GD_BF16), *wh = gd_cast(w, GD_BF16), *bh = gd_cast(b, GD_BF16);
+        gd_tensor *outh[2] = {NULL, NULL};
+        s = gd_op_multi(g, rms ? "add_rms_norm" : "add_layer_norm", rms ? 3 : 4, (gd_tensor *[]){xh, rh, wh, bh}, 1,
+                        &eps, 2, outh);
+        CHECK(s == GD_OK, "bf16 add norm: %s", gd_ctx_error(ctx));
+        gd_tensor *sumh = gd_add(xh, rh);
+        gd_tensor *yh = rms ? gd_rms_norm(sumh, wh, 1e-5) : gd_layer_norm(sumh, wh, bh, 1e-5);
+        expect_same(rms ? "bf16 add_rms_norm s" : "bf16 add_layer_norm s", gd_cast(outh[0], GD_F32),
+                    gd_cast(sumh, GD_F32), n, 0);
+        expect_same(rms ? "bf16 add_rms_norm y" : "bf16 add_layer_norm y", gd_cast(outh[1], GD_F32),
+                    gd_cast(yh, GD_F32), n, 0);
         gd_graph_free(g);
     }
     /* a residual of another shape is refused, naming both */

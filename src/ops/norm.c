@@ -476,12 +476,14 @@ GD_FAMILY(norm)
     gd_register_op(r, &(gd_op_def){
         .name = "add_layer_norm", .min_in = 2, .max_in = 4, .n_out = 2, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_add_norm, .ref = ref_add_layer_norm, .cases = add_layer_norm_cases, .ref_strided = 1, .tol = 1e-8,
+        .ref_dtypes = GD_FLOATS64, /* in each dtype: s is rounded to it before the norm reads it */
         .cost = cost_add_layer_norm,
         .doc = "add_layer_norm(x, r, [weight], [bias]) -> s = x + r, layer_norm(s): the residual add and the norm "
                "after it, as graph passes fuse them"});
     gd_register_op(r, &(gd_op_def){
         .name = "add_rms_norm", .min_in = 2, .max_in = 3, .n_out = 2, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_add_norm, .ref = ref_add_rms_norm, .cases = add_rms_norm_cases, .ref_strided = 1, .tol = 1e-8,
+        .ref_dtypes = GD_FLOATS64, /* in each dtype: s is rounded to it before the norm reads it */
         .cost = cost_add_rms_norm,
         .doc = "add_rms_norm(x, r, [weight]) -> s = x + r, rms_norm(s): the residual add and the norm after it, as "
                "graph passes fuse them"});
