@@ -2,8 +2,12 @@
 # The one-rank NCCL check of data-parallel training on the GPU machine (after bench/run_gpu.sh
 # built build-gpu): the tiny preset trained 20 steps on cuda as a plain run and as a job of one
 # rank (RANK=0 WORLD_SIZE=1), in f32 and bf16; the job's gradients are summed through the CUDA
-# plugin's collective module (NCCL). Expect "gradients summed on cuda", equal losses and
-# bitwise-equal weights. Logs go to $OUT.
+# plugin's collective module (NCCL), queued bucket by bucket during the backward. Expect
+# "gradients summed on cuda, during the backward", equal losses and bitwise-equal weights.
+# With DATA (a folder holding bible/data.tok and bible/tokenizer.json, as run_gpu_lm.sh
+# takes), also GPT-2 124M's tokens/s as a plain run and as a job of one rank: what the
+# device path costs (its additions into the sums, their resets, the segments cut at the
+# buckets). Logs go to $OUT.
 #
 #   bench/run_gpu_dist.sh          (BE=cpu B=build runs the same check on the CPU backend)
 set -uo pipefail
@@ -29,4 +33,17 @@ for dt in f32 bf16; do
     rc=1
   fi
 done
+if [ -n "${DATA:-}" ]; then
+  for r in plain dp1; do
+    env $([ $r = dp1 ] && echo RANK=0 WORLD_SIZE=1 LOCAL_RANK=0) $G train lm --preset gpt2-124m --batch 16 --seq 1024 \
+      --steps 30 --val-every 0 --backend "${BE:-cuda}" --data "$DATA/bible/data.tok" \
+      --tokenizer "$DATA/bible/tokenizer.json" --out "$OUT/gpt2-$r" >"$OUT/gpt2-$r.log" 2>&1 || { tail "$OUT/gpt2-$r.log"; rc=1; continue; }
+    # tokens/s over steps 6..29 (warm-up before; the last step saves)
+    python3 -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1])]; a,z=r[4],r[-2]
+print("gpt2-124m %s: %.0f tokens/s" % (sys.argv[2], (z["step"]-a["step"])*16*1024/(z["elapsed_s"]-a["elapsed_s"])))' \
+      "$OUT/gpt2-$r/metrics.jsonl" $r
+  done
+  grep -h "summed on" "$OUT/gpt2-dp1.log"
+fi
 exit $rc

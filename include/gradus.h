@@ -357,11 +357,17 @@ void gd_program_free(gd_program *p);
  * (gd_tensor_read) as after the run; fn must not run a program of the graph. Callbacks fire
  * in the order of the actions that finish their targets (two on one action: in the order
  * they were added); a target that no action of p writes (a parameter, a state) fires at
- * the end of the run. A backend that runs
- * many nodes as one segment (an executor such as CUDA graphs) fires them at the segment's
- * end. A status other than GD_OK from fn fails the run with it (fn sets the message). */
+ * the end of the run. On a backend that runs
+ * many nodes as one segment (an executor such as CUDA graphs), a segment ends at each
+ * action a callback waits for, so callbacks fire on time there too. On an asynchronous
+ * device "final" is in the device's order: work queued after the callback sees the value,
+ * and a read waits for it. A status other than GD_OK from fn fails the run with it (fn
+ * sets the message). */
 typedef gd_status (*gd_ready_fn)(void *user, gd_tensor *target);
 gd_status gd_program_on_ready(gd_program *p, gd_tensor *target, gd_ready_fn fn, void *user);
+/* The same for a set of n targets: fn fires once a run, when the last of them is final
+ * (and gets that one); all n are readable in it. */
+gd_status gd_program_on_ready_all(gd_program *p, int n, gd_tensor *const *targets, gd_ready_fn fn, void *user);
 /* Bytes of activation memory this program plans on backend `name` (its peak), and the
  * graph's arena there (the most any of its programs needs). 0 for unknown names. */
 size_t gd_program_planned_bytes(const gd_program *p, const char *backend);

@@ -431,10 +431,14 @@ typedef struct gdp_collective {
     /* This device joins job `id` as rank `rank` of `size`; *comm is passed back below. */
     gdp_status (*comm_open)(void *backend, const void *id, int32_t rank, int32_t size, void **comm, gdp_err *err);
     /* Replaces `count` elements of `dtype` at `data` (this backend's memory) by their sum
-     * over the ranks, ordered on `stream`; may return before the work is done. */
+     * over the ranks, after the work queued on `stream` before the call; may return before
+     * the work is done. It may run beside work queued on `stream` later (the host queues
+     * none that touches `data` before finish): a device overlaps the sums with the rest of
+     * a backward pass that way. Every rank calls it in the same order. */
     gdp_status (*allreduce_sum)(void *backend, void *comm, void *data, int64_t count, int32_t dtype, void *stream,
                                 gdp_err *err);
-    /* Waits until the collectives queued on `stream` are done, at most timeout_s seconds.
+    /* Waits until the collectives queued since the last finish are done, at most timeout_s
+     * seconds; work queued on `stream` afterwards sees their results.
      * Past it, or when a peer failed, the communicator is aborted (nothing of it waits any
      * more) and the call fails saying why; the host then closes it. */
     gdp_status (*finish)(void *backend, void *comm, void *stream, double timeout_s, gdp_err *err);

@@ -99,15 +99,75 @@ if [ -z "$quick" ]; then
     must "TCP: 2 micro-batches a rank, overlapped and not, the losses" test "$(losses tov2)" = "$(losses tno2)"
 fi
 
-# ---- a job of one rank whose device sums (the test device's collective module, ABI 2.2):
-# the path one GPU takes through NCCL, equal to the plain run bit for bit -----------------------
+# ---- device sums (the test device's collective module, ABI 2.2): the path GPUs take through
+# NCCL. Each rank adds its gradients into the sums on its device, the device sums them over
+# the ranks bucket by bucket while the backward runs (the test device: in shared memory, in
+# rank order), and nothing goes through the host; the same bits as the host's sums -----------
 if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
-    run env GRADUS_PLUGIN_PATH="$2/plugins-test" "$G" train lm $C --batch 2 --backend testdev --out "$T/td"
+    export GRADUS_PLUGIN_PATH="$2/plugins-test"
+    run "$G" train lm $C --batch 2 --backend testdev --out "$T/td"
     check "test device, one process" 0 "step 6/6"
-    run env GRADUS_PLUGIN_PATH="$2/plugins-test" RANK=0 WORLD_SIZE=1 "$G" train lm $C --batch 2 --backend testdev \
-        --out "$T/tdc"
-    check "test device, a job of one rank" 0 "data parallel: 1 ranks" "gradients summed on testdev"
+    run env RANK=0 WORLD_SIZE=1 "$G" train lm $C --batch 2 --backend testdev --out "$T/tdc"
+    check "test device, a job of one rank" 0 "data parallel: 1 ranks" "gradients summed on testdev, during the backward"
     must "test device: the device's sums give the plain run's weights" same td tdc
+    run "$G" train lm $C --batch 2 --accum 2 --backend testdev --out "$T/td2"
+    check "test device, one process, 2 micro-batches of 2" 0 "step 6/6"
+    tcp2 --backend testdev $C --batch 2 --bucket-mb 0.01 --out "$T/tdd"
+    check "test device, 2 ranks: device sums during the backward" 0 "data parallel: 2 ranks" \
+        "gradients summed on testdev, during the backward"
+    must "test device, 2 ranks: the weights of accumulation, bit for bit" same td2 tdd
+    must "test device, 2 ranks: the losses of accumulation" test "$(losses td2)" = "$(losses tdd)"
+    export GRADUS_DEVICE_COLLECTIVE=0
+    tcp2 --backend testdev $C --batch 2 --out "$T/tdh"
+    unset GRADUS_DEVICE_COLLECTIVE
+    check "test device, 2 ranks: sums on the host" 0 "gradients summed on host"
+    must "test device, 2 ranks: device and host sums, the weights bit for bit" same tdh tdd
+    export GRADUS_DP_OVERLAP=0
+    tcp2 --backend testdev $C --batch 2 --out "$T/tdn"
+    unset GRADUS_DP_OVERLAP
+    check "test device, 2 ranks: device sums after the backward" 0 "gradients summed on testdev$"
+    must "test device, 2 ranks: overlapped and not, the weights bit for bit" same tdn tdd
+    if [ -z "$quick" ]; then
+        # 2 micro-batches a rank: each rank's gradients add up on its device (and each
+        # step's reset empties the sums), as they do in the host's buffer
+        tcp2 --backend testdev $C --batch 1 --accum 2 --bucket-mb 0.01 --out "$T/tda"
+        check "test device, 2 ranks of 2 micro-batches" 0 "step 6/6" "summed on testdev, during the backward"
+        export GRADUS_DEVICE_COLLECTIVE=0
+        tcp2 --backend testdev $C --batch 1 --accum 2 --bucket-mb 0.01 --out "$T/tdah"
+        unset GRADUS_DEVICE_COLLECTIVE
+        check "test device, 2 ranks of 2 micro-batches, sums on the host" 0 "step 6/6" "summed on host"
+        must "test device, 2 ranks of 2 micro-batches: device and host sums, the weights bit for bit" same tdah tda
+        must "test device, 2 ranks of 2 micro-batches: ... and the losses" test "$(losses tdah)" = "$(losses tda)"
+        tcp2 --backend testdev $C --batch 2 --zero1 --out "$T/tdz"
+        check "test device, 2 ranks, ZeRO-1" 0 "optimizer sharded \\(ZeRO-1\\)" "summed on testdev"
+        must "test device, 2 ranks, ZeRO-1: the weights bit for bit" same td2 tdz
+    fi
+    # a rank that hangs (SIGSTOP after the checkpoint of step 2) while the device sums:
+    # the other gives up within the timeout, saying so, and the checkpoint loads
+    rm -rf "$T/tdf"
+    port=$((port + 1))
+    for r in 1 0; do
+        RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$G" train lm $C --backend testdev \
+            --steps 400 --batch 2 --ckpt-every 2 --dist-timeout 3 --out "$T/tdf" > "$T/out$r" 2>&1 < /dev/null &
+        eval "p$r=\$!"
+    done
+    i=0
+    while [ ! -e "$T/tdf/latest" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -STOP "$p1"
+    start=$(date +%s)
+    wait "$p0"
+    rc=$?
+    took=$(($(date +%s) - start))
+    kill -KILL "$p1"
+    wait "$p1" 2> /dev/null
+    [ "$rc" != 0 ] && rc=1
+    cp "$T/out0" "$T/out"
+    check "test device: a rank that hangs stops the job" 1 \
+        "rank 0 of 2: .*(waited 3 s for the other ranks|no answer from the other ranks within 3 s)"
+    must "test device: ... within the timeout (took ${took} s)" test "$took" -le 30
+    run "$G" generate --model "$T/tdf" --prompt-ids 1,2 --max-tokens 2
+    check "test device: the checkpoint written before the fault loads" 0 "decode: 2 tokens"
+    unset GRADUS_PLUGIN_PATH
 fi
 
 # ---- two ranks through MPI -----------------------------------------------------------------------

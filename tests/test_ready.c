@@ -3,9 +3,13 @@
  * targets (not the order they were given or added in), with the value readable and equal
  * to what the run leaves; a failing callback fails the run with its message; what is not a
  * target is refused. The graph: a = x W1, b = tanh(a), c = b W2, loss = sum(c), and the
- * backward, whose W2 gradient is finished before W1's. */
+ * backward, whose W2 gradient is finished before W1's.
+ *
+ * On a backend with an executor (the test device), a callback ends the segment there: it
+ * fires after the segments before it ran, not after the whole run; a callback on a set of
+ * targets fires once, after the last of them. */
 #include "gradus.h"
-#include "testutil.h"
+#include "testdev_util.h"
 
 #include <stdlib.h>
 
@@ -39,6 +43,68 @@ static gd_status on_ready(void *user, gd_tensor *t)
 static void fill(float *v, size_t n, float a, float b)
 {
     for (size_t i = 0; i < n; i++) v[i] = a + b * (float)((i * 7) % 11) / 11.0f;
+}
+
+/* ---- the test device: segments end where callbacks fire ---------------------------------- */
+
+typedef struct seg_seen {
+    gd_ctx *c;
+    int64_t runs[4]; /* the executor's segment runs when each callback fired */
+    gd_tensor *got[4];
+    int n;
+} seg_seen;
+
+static gd_status on_seg(void *user, gd_tensor *t)
+{
+    seg_seen *s = user;
+    if (s->n < 4) {
+        s->runs[s->n] = td_stats(s->c)->runs;
+        s->got[s->n++] = t;
+    }
+    return GD_OK;
+}
+
+static void executor_segments(void)
+{
+    gd_ctx *c = td_new_ctx("testdev", 0);
+    if (c == NULL) return;
+    gd_graph *g = gd_graph_new(c);
+    int64_t s4[2] = {4, 4};
+    float w[16];
+    fill(w, 16, -0.4f, 0.8f);
+    gd_tensor *X = gd_input(g, "x", GD_F32, 2, s4), *W = gd_param(g, "w", GD_F32, 2, s4);
+    CHECK(gd_tensor_write(X, w, sizeof w) == GD_OK && gd_tensor_write(W, w, sizeof w) == GD_OK, "write: %s",
+          gd_ctx_error(c));
+    /* three products in a row: all on the test device, one segment without callbacks */
+    gd_tensor *a = gd_matmul(X, W, 0, 0), *b = gd_matmul(a, W, 0, 0), *d = gd_matmul(b, W, 0, 0);
+    gd_program *p = gd_compile(g, 3, (gd_tensor *[]){a, b, d}, 0);
+    CHECK(p != NULL, "compile: %s", gd_ctx_error(c));
+    if (p == NULL) goto out;
+    CHECK(p->n_segs == 1, "%d segments before any callback, want 1", p->n_segs);
+    seg_seen s = {.c = c};
+    CHECK(gd_program_on_ready(p, a, on_seg, &s) == GD_OK, "on_ready: %s", gd_ctx_error(c));
+    CHECK(gd_program_on_ready_all(p, 2, (gd_tensor *[]){d, a}, on_seg, &s) == GD_OK, "on_ready_all: %s",
+          gd_ctx_error(c));
+    CHECK(p->n_segs == 2, "%d segments with a callback after the first product, want 2", p->n_segs);
+    for (int run = 0; run < 2; run++) {
+        s.n = 0;
+        int64_t r0 = td_stats(c)->runs;
+        CHECK(gd_program_run(p) == GD_OK, "run: %s", gd_ctx_error(c));
+        CHECK(s.n == 2, "run %d: %d callbacks, want 2", run, s.n);
+        CHECK(s.runs[0] == r0 + 1, "run %d: a's callback after %lld segment runs, want 1 (the segment ends there)",
+              run, (long long)(s.runs[0] - r0));
+        CHECK(s.runs[1] == r0 + 2, "run %d: the set's callback after %lld segment runs, want 2", run,
+              (long long)(s.runs[1] - r0));
+        CHECK(s.got[0] == a && s.got[1] == d, "run %d: the callbacks got the wrong tensors", run);
+    }
+    /* a set with a stranger in it is refused whole */
+    CHECK(gd_program_on_ready_all(p, 2, (gd_tensor *[]){a, X}, on_seg, &s) == GD_ERR_INVALID,
+          "a set with a non-target was accepted");
+    CHECK(gd_program_on_ready_all(p, 0, NULL, on_seg, &s) == GD_ERR_INVALID, "an empty set was accepted");
+    gd_program_free(p);
+out:
+    gd_graph_free(g);
+    gd_ctx_free(c);
 }
 
 int main(void)
@@ -121,5 +187,6 @@ int main(void)
 
     gd_program_free(p);
     gd_graph_free(g);
+    executor_segments();
     return tu_finish("test_ready");
 }

@@ -7,7 +7,12 @@
  * path (libnccl.so.2), then the library CMake found beside the toolkit at build time.
  *
  * NCCL's sums are reproducible run to run for a fixed rank count and topology (its ring
- * and tree orders are fixed by them); they are not in gradus's rank order. */
+ * and tree orders are fixed by them); they are not in gradus's rank order.
+ *
+ * The sums run on a stream of the communicator's own: each waits (an event) for what the
+ * host queued on the compute stream before it, and then runs beside the kernels queued
+ * after it — the rest of the backward pass, which does not touch the summed buffers (the
+ * ABI's contract). finish makes the compute stream wait for them and then waits for both. */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -81,7 +86,17 @@ static gdp_status nccl_fail(gdp_err *err, const char *call, ncclResult_t r)
 typedef struct cu_comm {
     ncclComm_t comm;
     int rank, size;
+    cudaStream_t stream;      /* the sums' own */
+    cudaEvent_t queued, done; /* compute -> sums, sums -> compute */
 } cu_comm;
+
+static void comm_free(cu_comm *c)
+{
+    if (c->queued != NULL) cudaEventDestroy(c->queued);
+    if (c->done != NULL) cudaEventDestroy(c->done);
+    if (c->stream != NULL) cudaStreamDestroy(c->stream);
+    free(c);
+}
 
 static gdp_status coll_unique_id(void *, void *id, gdp_err *err)
 {
@@ -99,11 +114,18 @@ static gdp_status coll_open(void *b, const void *id, int32_t rank, int32_t size,
     CU_TRY(cudaSetDevice(be->device));
     cu_comm *c = (cu_comm *)calloc(1, sizeof *c);
     if (c == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "cuda: out of memory");
+    cudaError_t ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        comm_free(c);
+        return cu_check(ce, "the NCCL sums' stream", err);
+    }
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclResult_t r = nccl.comm_init_rank(&c->comm, size, u, rank);
     if (r != ncclSuccess) {
-        free(c);
+        comm_free(c);
         return nccl_fail(err, "ncclCommInitRank", r);
     }
     c->rank = rank;
@@ -116,6 +138,7 @@ static gdp_status coll_allreduce(void *, void *comm, void *data, int64_t count, 
                                  gdp_err *err)
 {
     cu_comm *c = (cu_comm *)comm;
+    if (c->comm == NULL) return gdp_fail(err, GDP_ERR_DEVICE, "cuda: the NCCL communicator was aborted");
     ncclDataType_t t;
     switch (dtype) {
     case GDP_F32: t = ncclFloat32; break;
@@ -126,7 +149,10 @@ static gdp_status coll_allreduce(void *, void *comm, void *data, int64_t count, 
     case GDP_I64: t = ncclInt64; break;
     default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda: no NCCL sum of dtype %d", (int)dtype);
     }
-    ncclResult_t r = nccl.all_reduce(data, data, (size_t)count, t, ncclSum, c->comm, (cudaStream_t)stream);
+    /* after what the compute stream has queued so far (the buffer's last writer) */
+    CU_TRY(cudaEventRecord(c->queued, (cudaStream_t)stream));
+    CU_TRY(cudaStreamWaitEvent(c->stream, c->queued, 0));
+    ncclResult_t r = nccl.all_reduce(data, data, (size_t)count, t, ncclSum, c->comm, c->stream);
     return r == ncclSuccess ? GDP_OK : nccl_fail(err, "ncclAllReduce", r);
 }
 
@@ -142,6 +168,10 @@ static double now_s(void)
 static gdp_status coll_finish(void *, void *comm, void *stream, double timeout_s, gdp_err *err)
 {
     cu_comm *c = (cu_comm *)comm;
+    if (c->comm == NULL) return gdp_fail(err, GDP_ERR_DEVICE, "cuda: the NCCL communicator was aborted");
+    /* what the compute stream runs next reads the sums */
+    CU_TRY(cudaEventRecord(c->done, c->stream));
+    CU_TRY(cudaStreamWaitEvent((cudaStream_t)stream, c->done, 0));
     double deadline = now_s() + timeout_s;
     long sleep_ns = 2000;
     for (;;) {
@@ -174,7 +204,7 @@ static void coll_close(void *, void *comm)
     cu_comm *c = (cu_comm *)comm;
     if (c == NULL) return;
     if (c->comm != NULL) nccl.comm_destroy(c->comm);
-    free(c);
+    comm_free(c);
 }
 
 extern "C" const gdp_collective cu_collective_module = {

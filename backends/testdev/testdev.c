@@ -19,12 +19,15 @@
  * init runs once per gradus context: what an instance changes lives in its own `testdev`,
  * and the one process-wide thing, the "driver", is shared under a lock. */
 #include "gradus_plugin.h"
+#include "shm_sum.h"
 #include "testdev.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef TESTDEV_HOST_VISIBLE
 #define HOST_VISIBLE 1
@@ -101,6 +104,7 @@ typedef struct testdev {
     gdp_status fault;
     char fault_msg[512];
     struct td_prof *prof; /* the profiler's spans, made at its first start */
+    uint64_t made_id;     /* the collective id it made last (rank 0 must join that one) */
 } testdev;
 
 static void set_fault(testdev *d, gdp_status st, const char *fmt, ...)
@@ -824,34 +828,62 @@ static void td_shutdown(void *be)
 
 /* ---- collective (ABI 2.2): sums across processes ------------------------------------- */
 
-/* The test device lives in one process, so it joins jobs of one rank, where a sum is the
- * value itself. What it checks is the host's side of the contract: the id it made comes
- * back, the sums are of this device's memory, and a finish follows them. */
+/* The ranks of a job are processes of this machine, each with its test device; they add
+ * their buffers in shared memory, in rank order (shm_sum.c). A sum is queued and done at
+ * finish, which has the timeout: the host must not touch the buffers in between, as with a
+ * device that sums beside its kernels. The module also checks the host's side of the
+ * contract: rank 0 gets back the id it made, the sums are of this device's memory, and a
+ * finish follows them. */
+#define TD_JOIN_TIMEOUT_S 60.0
+#define TD_MAX_PENDING 100000
+
+typedef struct td_sum {
+    void *data;
+    int64_t count;
+    int32_t dtype;
+} td_sum;
+
 typedef struct td_comm {
     uint64_t id;
-    int64_t pending; /* sums queued since the last finish */
+    int rank, size;
+    shm_job *job;       /* NULL for a job of one rank */
+    td_sum *pending;    /* sums queued since the last finish */
+    int64_t n_pending, cap_pending;
 } td_comm;
-
-static uint64_t td_job_id(const void *be) { return 0x7464636f6c6c0000ull ^ (uint64_t)(uintptr_t)be; }
 
 static gdp_status td_coll_id(void *be, void *id, gdp_err *err)
 {
-    uint64_t v = td_job_id(be);
+    testdev *d = be;
+    /* unique among the jobs of this machine: the clock, the process, the instance */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t v = ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 20) ^ ((uint64_t)getpid() << 40) ^
+                 (uint64_t)(uintptr_t)be;
+    d->made_id = v;
     memcpy(id, &v, sizeof v);
     return GDP_OK;
 }
 
 static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t size, void **comm, gdp_err *err)
 {
+    testdev *d = be;
     uint64_t v;
     memcpy(&v, id, sizeof v);
-    if (size != 1 || rank != 0)
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: sums within one process only, not as rank %d of %d", rank,
-                        size);
-    if (v != td_job_id(be)) return gdp_fail(err, GDP_ERR_INVALID, "testdev: collective id %016llx is not the one it made", (unsigned long long)v);
+    if (size < 1 || rank < 0 || rank >= size)
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: rank %d of %d", rank, size);
+    if (rank == 0 && v != d->made_id)
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: rank 0 joins job %016llx, not the one it made",
+                        (unsigned long long)v);
     td_comm *c = calloc(1, sizeof *c);
     if (c == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
     c->id = v;
+    c->rank = rank;
+    c->size = size;
+    char m[256];
+    if (size > 1 && shm_job_open(v, rank, size, TD_JOIN_TIMEOUT_S, &c->job, m, sizeof m) != 0) {
+        free(c);
+        return gdp_fail(err, GDP_ERR_DEVICE, "testdev: rank %d of %d: %s", rank, size, m);
+    }
     *comm = c;
     return GDP_OK;
 }
@@ -859,24 +891,56 @@ static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t s
 static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, int32_t dtype, void *stream, gdp_err *err)
 {
     td_comm *c = comm;
-    /* the host waits (finish) before the next step: sums queued twice without it are a bug */
-    if (c->pending > 100000) return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld sums queued and never finished", (long long)c->pending);
+    (void)be;
+    (void)stream;
+    /* the host waits (finish) before the next step: sums queued without end are a bug */
+    if (c->n_pending >= TD_MAX_PENDING)
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld sums queued and never finished", (long long)c->n_pending);
     if (data == NULL || count < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
         return gdp_fail(err, GDP_ERR_INVALID, "testdev: sum of %lld elements at %p: not memory of this device",
                         (long long)count, data);
-    c->pending++;
+    if (!(dtype == GDP_F32 || dtype == GDP_F64 || dtype == GDP_I32 || dtype == GDP_I64))
+        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: no sum of dtype %d", (int)dtype);
+    if (c->n_pending == c->cap_pending) {
+        int64_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
+        td_sum *p = realloc(c->pending, (size_t)cap * sizeof *p);
+        if (p == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
+        c->pending = p;
+        c->cap_pending = cap;
+    }
+    c->pending[c->n_pending++] = (td_sum){data, count, dtype};
     return GDP_OK;
 }
 
 static gdp_status td_coll_finish(void *be, void *comm, void *stream, double timeout_s, gdp_err *err)
 {
+    testdev *d = be;
     td_comm *c = comm;
+    (void)stream;
     if (!(timeout_s > 0)) return gdp_fail(err, GDP_ERR_INVALID, "testdev: finish with a timeout of %g s", timeout_s);
-    c->pending = 0;
+    int64_t n = c->n_pending;
+    c->n_pending = 0;
+    if (c->job == NULL || n == 0) return GDP_OK;
+    drain(d); /* in stream order: after the kernels that wrote the buffers */
+    char m[256];
+    for (int64_t i = 0; i < n; i++) {
+        const td_sum *x = &c->pending[i];
+        if (shm_job_sum(c->job, dev_to_host(x->data), x->count, gdp_dtype_size(x->dtype),
+                        x->dtype == GDP_F32 || x->dtype == GDP_F64, timeout_s, m, sizeof m) != 0)
+            return gdp_fail(err, GDP_ERR_DEVICE, "testdev: %s", m);
+    }
     return GDP_OK;
 }
 
-static void td_coll_close(void *be, void *comm) { free(comm); }
+static void td_coll_close(void *be, void *comm)
+{
+    td_comm *c = comm;
+    (void)be;
+    if (c == NULL) return;
+    shm_job_close(c->job);
+    free(c->pending);
+    free(c);
+}
 
 static const gdp_collective td_collective = {.size = sizeof(gdp_collective), .id_bytes = sizeof(uint64_t),
                                              .unique_id = td_coll_id, .comm_open = td_coll_open,

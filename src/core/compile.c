@@ -146,6 +146,7 @@ void gd_program_free(gd_program *p)
     gd_free(p->acts);
     gd_free(p->descs);
     gd_free(p->events);
+    for (int h = 0; h < p->n_hooks; h++) gd_free(p->hooks[h].targets);
     gd_free(p->hooks);
     for (int s = 0; s < p->n_segs; s++) {
         gd_free(p->segs[s].nodes);

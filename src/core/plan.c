@@ -420,7 +420,7 @@ gd_status gd_prog_segments(gd_program *p)
         int end = a;
         while (end < p->n_acts && p->acts[end].kind == GD_ACT_KERNEL && p->pn[p->acts[end].pnode].be == b) {
             end++;
-            if (p->acts[end - 1].record_after) break;
+            if (p->acts[end - 1].record_after || p->acts[end - 1].hook_after) break;
         }
         gd_segment_run *s = &p->segs[p->n_segs];
         s->be = b;
@@ -445,6 +445,23 @@ gd_status gd_prog_segments(gd_program *p)
         a = end;
     }
     return GD_OK;
+}
+
+gd_status gd_prog_resegment(gd_program *p)
+{
+    for (int s = 0; s < p->n_segs; s++) {
+        gd_segment_run *x = &p->segs[s];
+        if (x->handle != NULL && x->be->exec.release != NULL) x->be->exec.release(x->be->plugin.backend, x->handle);
+        gd_free(x->nodes);
+        gd_free(x->launch);
+    }
+    gd_free(p->segs);
+    p->segs = NULL;
+    p->n_segs = 0;
+    for (int a = 0; a < p->n_acts; a++) p->acts[a].segment = -1;
+    p->bound = 0;         /* the next run prepares the new segments */
+    p->prof_session = 0;  /* and a profile takes a new snapshot of the program */
+    return gd_prog_segments(p);
 }
 
 void gd_prog_unbind(gd_program *p)

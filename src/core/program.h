@@ -61,6 +61,7 @@ typedef struct gd_action {
     int segment;                    /* index of the executor segment it belongs to, or -1 */
     int wait_before;                /* host-side action: wait for this action's event first (-1: none) */
     int record_after;               /* record this action's event after it */
+    int hook_after;                 /* a gd_program_on_ready callback fires after it */
     int sync_before;                /* host-side action: bitmask of devices to synchronize first,
                                        for device work queued before this run (see plan.c) */
 } gd_action;
@@ -111,10 +112,9 @@ struct gd_program {
     int n_descs;
     gd_segment_run *segs;
     int n_segs;
-    /* gd_program_on_ready: hooks sorted by the action after which they fire (placed at the
-     * first run after one was added) */
+    /* gd_program_on_ready: hooks sorted by the action after which they fire */
     struct gd_ready_hook *hooks;
-    int n_hooks, hooks_placed;
+    int n_hooks;
     void **events;                  /* per action, where record_after (NULL otherwise) */
     uint64_t bound_gen[GD_MAX_BACKENDS]; /* arena generations the descriptors point into */
     int bound;
@@ -126,10 +126,11 @@ struct gd_program {
 
 /* A callback for when a target's value is final within a run (run.c). */
 typedef struct gd_ready_hook {
-    int target;                     /* index in targets */
+    int *targets, n;                /* indices in targets */
     gd_ready_fn fn;
     void *user;
     int at;                         /* fires after this action (n_acts: at the end of the run) */
+    int last;                       /* the target that action finishes */
 } gd_ready_hook;
 
 /* compile phases (compile.c, layout.c, plan.c, pass.c) */
@@ -140,6 +141,8 @@ gd_status gd_prog_actions(gd_program *p);
 gd_status gd_prog_plan_memory(gd_program *p);
 gd_status gd_prog_describe_nodes(gd_program *p);
 gd_status gd_prog_segments(gd_program *p);
+/* Segments again (after hooks moved where they end); the next run prepares them. */
+gd_status gd_prog_resegment(gd_program *p);
 /* (Re)points descriptors at the arenas and prepares executor segments; run.c calls it
  * when an arena moved since. */
 gd_status gd_prog_bind(gd_program *p);

@@ -145,43 +145,30 @@ static void publish_target(gd_program *p, int i)
     t->run_seq = p->g->runs;
 }
 
-gd_status gd_program_on_ready(gd_program *p, gd_tensor *target, gd_ready_fn fn, void *user)
-{
-    if (p == NULL) return GD_ERR_INVALID;
-    gd_ctx *ctx = p->g->ctx;
-    int ti = -1;
-    for (int i = 0; i < p->n_targets && ti < 0; i++)
-        if (p->targets[i] == target) ti = i;
-    if (fn == NULL || ti < 0) {
-        char b[128];
-        return gd_fail(ctx, GD_ERR_INVALID, "gd_program_on_ready: %s%s",
-                       fn == NULL ? "no callback for " : "not a target of the program: ",
-                       target != NULL ? gd_tensor_describe(target, b, sizeof b) : "NULL");
-    }
-    gd_ready_hook *h = gd_realloc(p->hooks, sizeof *h * ((size_t)p->n_hooks + 1));
-    if (h == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "gd_program_on_ready: out of memory");
-    p->hooks = h;
-    p->hooks[p->n_hooks++] = (gd_ready_hook){.target = ti, .fn = fn, .user = user, .at = p->n_acts};
-    p->hooks_placed = 0;
-    return GD_OK;
-}
-
-/* Each hook fires after the last action writing its target's slot (a kernel's output, or
- * a copy into it); the hooks are then sorted by that action, stably. */
+/* Each hook fires after the last action writing one of its targets' slots (a kernel's
+ * output, or a copy into it); the hooks are then sorted by that action, stably, and that
+ * action ends its executor segment. */
 static void place_hooks(gd_program *p)
 {
     for (int h = 0; h < p->n_hooks; h++) {
         gd_ready_hook *k = &p->hooks[h];
-        int s = target_slot(p, k->target);
-        k->at = p->n_acts;
-        for (int ai = p->n_acts - 1; ai >= 0 && s >= 0 && k->at == p->n_acts; ai--) {
-            const gd_action *a = &p->acts[ai];
-            if (a->kind == GD_ACT_COPY) {
-                if (a->dst == s) k->at = ai;
-                continue;
+        k->at = -1;
+        k->last = k->targets[0];
+        for (int j = 0; j < k->n && k->at < p->n_acts; j++) {
+            int s = target_slot(p, k->targets[j]), at = p->n_acts;
+            for (int ai = p->n_acts - 1; ai >= 0 && s >= 0 && at == p->n_acts; ai--) {
+                const gd_action *a = &p->acts[ai];
+                if (a->kind == GD_ACT_COPY) {
+                    if (a->dst == s) at = ai;
+                    continue;
+                }
+                for (int o = 0; o < p->pn[a->pnode].node->n_out; o++)
+                    if (a->out[o] == s) at = ai;
             }
-            for (int o = 0; o < p->pn[a->pnode].node->n_out; o++)
-                if (a->out[o] == s) k->at = ai;
+            if (at > k->at) {
+                k->at = at;
+                k->last = k->targets[j];
+            }
         }
     }
     for (int h = 1; h < p->n_hooks; h++) /* insertion sort: few hooks, and stable */
@@ -190,7 +177,46 @@ static void place_hooks(gd_program *p)
             p->hooks[j] = p->hooks[j - 1];
             p->hooks[j - 1] = tmp;
         }
-    p->hooks_placed = 1;
+    for (int a = 0; a < p->n_acts; a++) p->acts[a].hook_after = 0;
+    for (int h = 0; h < p->n_hooks; h++)
+        if (p->hooks[h].at < p->n_acts) p->acts[p->hooks[h].at].hook_after = 1;
+}
+
+gd_status gd_program_on_ready_all(gd_program *p, int n, gd_tensor *const *targets, gd_ready_fn fn, void *user)
+{
+    if (p == NULL) return GD_ERR_INVALID;
+    gd_ctx *ctx = p->g->ctx;
+    if (fn == NULL || n < 1 || targets == NULL)
+        return gd_fail(ctx, GD_ERR_INVALID, "gd_program_on_ready: %s", fn == NULL ? "no callback" : "no target");
+    int *ti = gd_malloc(sizeof *ti * (size_t)n);
+    if (ti == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "gd_program_on_ready: out of memory");
+    for (int j = 0; j < n; j++) {
+        ti[j] = -1;
+        for (int i = 0; i < p->n_targets && ti[j] < 0; i++)
+            if (p->targets[i] == targets[j]) ti[j] = i;
+        if (ti[j] < 0) {
+            char b[128];
+            gd_free(ti);
+            return gd_fail(ctx, GD_ERR_INVALID, "gd_program_on_ready: not a target of the program: %s",
+                           targets[j] != NULL ? gd_tensor_describe(targets[j], b, sizeof b) : "NULL");
+        }
+    }
+    gd_ready_hook *h = gd_realloc(p->hooks, sizeof *h * ((size_t)p->n_hooks + 1));
+    if (h == NULL) {
+        gd_free(ti);
+        return gd_fail(ctx, GD_ERR_NOMEM, "gd_program_on_ready: out of memory");
+    }
+    p->hooks = h;
+    p->hooks[p->n_hooks++] = (gd_ready_hook){.targets = ti, .n = n, .fn = fn, .user = user, .at = p->n_acts};
+    /* placed now, so that the executor's segments end where callbacks fire before the
+     * program is prepared for a run */
+    place_hooks(p);
+    return gd_prog_resegment(p);
+}
+
+gd_status gd_program_on_ready(gd_program *p, gd_tensor *target, gd_ready_fn fn, void *user)
+{
+    return gd_program_on_ready_all(p, 1, &target, fn, user);
 }
 
 /* Calls the hooks not yet called whose action is at or before `done` (the last action run:
@@ -199,8 +225,8 @@ static gd_status fire_hooks(gd_program *p, int *next, int done)
 {
     while (*next < p->n_hooks && p->hooks[*next].at <= done) {
         const gd_ready_hook *k = &p->hooks[(*next)++];
-        publish_target(p, k->target);
-        gd_status st = k->fn(k->user, p->targets[k->target]);
+        for (int j = 0; j < k->n; j++) publish_target(p, k->targets[j]);
+        gd_status st = k->fn(k->user, p->targets[k->last]);
         if (st != GD_OK) return st; /* with the callback's message */
     }
     return GD_OK;
@@ -232,7 +258,6 @@ static gd_status run_actions(gd_program *p, gd_prof *pr)
         if (gs != GD_OK) return gs;
     }
     g->runs++; /* whatever targets of other programs held is overwritten from here */
-    if (!p->hooks_placed) place_hooks(p);
     int next_hook = 0;
     /* Profiling: an action starts when the one before ended (one clock reading each) */
     uint64_t t0 = GD_UNLIKELY(pr != NULL) ? gd_prof_now() : 0;

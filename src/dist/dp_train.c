@@ -15,9 +15,12 @@
  * same arithmetic on the same values wherever it runs, so the bits do not change.
  *
  * Device collectives: when the preferred backend has a collective module (the CUDA
- * plugin's NCCL), the ranks' sums are written to the grad_sum states as they are and the
- * device adds them there, in its own (run-to-run reproducible) order; the host buffer is
- * then only this rank's part. GRADUS_DEVICE_COLLECTIVE=0 keeps the sum on the host.
+ * plugin's NCCL), nothing goes through the host. The micro program adds each gradient into
+ * its grad_sum state on the device (sum <- sum + grad: the order the host buffer has), the
+ * device sums the states over the ranks in place, bucket by bucket, in its own
+ * (run-to-run reproducible) order, and the update program zeroes them after AdamW has read
+ * them (a skipped step zeroes them too). GRADUS_DEVICE_COLLECTIVE=0 keeps the sum on the
+ * host.
  *
  * Buckets: the ranks sum the host buffer in buckets of whole parameters, formed from the
  * last parameter back (the order a backward pass finishes their gradients in) until each
@@ -30,8 +33,12 @@
  * while the rest of the backward runs; gd_dp_reduce waits for it. Only the thread talks to
  * the other ranks meanwhile, so the transport is never entered twice at once (MPI needs
  * MPI_THREAD_SERIALIZED: without it, and with GRADUS_DP_OVERLAP=0, the buckets are summed
- * after the backward, as the same collectives in the same order). The device collective
- * path is not overlapped: it sums the grad_sum states after the step's last run. */
+ * after the backward, as the same collectives in the same order). With a device
+ * collective there is no thread: a callback on the bucket's last accumulation queues the
+ * bucket's sums on the device (gd_program_on_ready_all, which also ends an executor's
+ * segment there), where they run beside the rest of the backward; gd_dp_reduce waits for
+ * them. Every rank runs the same program, so every rank queues the same sums in the same
+ * order. */
 #include "dist/dp_train.h"
 
 #include "alloc.h"
@@ -46,6 +53,7 @@
 
 typedef struct dp_param {
     gd_tensor *p, *grad, *sum; /* the parameter, its gradient (a target), its grad_sum state */
+    gd_tensor *acc, *zero;     /* device sums: sum <- sum + grad (a target), sum <- 0 */
     size_t off, n;             /* where in the host buffer, how many floats */
     int owner;                 /* the rank that updates it (every rank without zero1: -1) */
     gd_dp *dp;                 /* for the ready callback */
@@ -56,6 +64,8 @@ typedef struct dp_param {
 typedef struct dp_bucket {
     int lo, hi;                /* parameters [lo, hi): one range of the host buffer */
     int pending;               /* overlap: gradients not yet added in this run */
+    int queued;                /* device sums: queued on the device in this step */
+    gd_dp *dp;                 /* for the device's ready callback */
 } dp_bucket;
 
 struct gd_dp {
@@ -70,7 +80,13 @@ struct gd_dp {
     float *gathered_data;
     char *gathered_names;      /* 512 bytes an entry */
     int n_gathered;
+    int device;                /* the preferred backend sums (its collective module) */
     gd_collective *coll;       /* the device's collective, or NULL: sums through gd_dist */
+    gd_tensor **updated;       /* AdamW's new parameters, NULL-terminated */
+    gd_tensor **zeros;         /* device sums: the resets, n of them */
+    gd_program *reset;         /* ... as a program, for a skipped step */
+    int hooked;                /* device sums: the micro program queues them as it goes */
+    char dev_during[96];       /* "<backend>, during the backward" */
     dp_bucket *buckets;
     int n_buckets;
     /* overlap: the main thread's side */
@@ -103,6 +119,9 @@ void gd_dp_free(gd_dp *dp)
 {
     if (dp == NULL) return;
     stop_thread(dp);
+    gd_program_free(dp->reset);
+    gd_free(dp->updated);
+    gd_free(dp->zeros);
     gd_free(dp->buckets);
     gd_free(dp->ps);
     gd_free(dp->buf);
@@ -127,13 +146,15 @@ static gd_status open_collective(gd_dp *dp)
     gd_status bs = gd_dist_broadcast(dp->d, id, idn, 0, "the device collective's id");
     if (st == GD_OK) st = bs;
     if (st == GD_OK) st = gd_collective_open(dp->ctx, id, gd_dist_rank(dp->d), gd_dist_size(dp->d), &dp->coll);
+    if (st == GD_OK)
+        snprintf(dp->dev_during, sizeof dp->dev_during, "%s, during the backward", gd_collective_backend(dp->coll));
     gd_free(id);
     return st;
 }
 
 const char *gd_dp_summed_on(const gd_dp *dp)
 {
-    if (dp->coll != NULL) return gd_collective_backend(dp->coll);
+    if (dp->coll != NULL) return dp->early > 0 ? dp->dev_during : gd_collective_backend(dp->coll);
     return dp->early > 0 ? "host, during the backward" : "host";
 }
 
@@ -155,6 +176,13 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
     dp->ctx = ctx;
     dp->d = d;
     dp->zero1 = zero1 && gd_dist_size(d) > 1;
+    dp->device = gd_collective_id_bytes(ctx) > 0;
+    dp->updated = gd_calloc((size_t)np + 1, sizeof *dp->updated);
+    dp->zeros = gd_calloc((size_t)np + 1, sizeof *dp->zeros);
+    if (dp->updated == NULL || dp->zeros == NULL) {
+        st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory");
+        goto done;
+    }
     int ranks = gd_dist_size(d), n_mine = 0;
     double scale = 1.0 / ((double)ranks * (double)accum);
     for (int i = 0; i < np && st == GD_OK; i++) {
@@ -183,6 +211,8 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
             q->owner = best;
             load[best] += q->n;
         }
+        if (dp->device && (q->acc = gd_assign(q->sum, gd_add(q->sum, gp))) == NULL)
+            st = fail_after(ctx, "data parallelism: the gradients' sums on the device");
         dp->total += q->n;
         if (q->n > dp->largest) dp->largest = q->n;
         grads[dp->n] = gd_scale(q->sum, scale, 0.0); /* what one process accumulating ranks x accum does */
@@ -213,14 +243,24 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
     c.clip_norm = 0;
     c.n_params = n_mine;
     c.params = mine;
+    c.updated = dp->updated;
     if (st == GD_OK && gd_optimizer_adamw(g, &c) != GD_OK) st = fail_after(ctx, "the optimizer");
+    /* the device's sums start the next step at zero: after AdamW read them (graph order) */
+    for (int i = 0; i < dp->n && st == GD_OK && dp->device; i++) {
+        dp_param *q = &dp->ps[i];
+        int64_t shape[GD_MAX_DIMS];
+        for (int k = 0; k < gd_tensor_ndim(q->sum); k++) shape[k] = gd_tensor_dim(q->sum, k);
+        q->zero = dp->zeros[i] = gd_assign(q->sum, gd_zeros(g, GD_F32, gd_tensor_ndim(q->sum), shape));
+        if (q->zero == NULL) st = fail_after(ctx, "data parallelism: resetting the gradients' sums");
+    }
     if (st == GD_OK) {
-        dp->buf = gd_malloc(dp->total * sizeof(float));
-        dp->tmp = gd_malloc(dp->largest * sizeof(float));
-        if (dp->buf == NULL || dp->tmp == NULL)
+        /* the host buffer: the host's sums, or the parameters a sharded optimizer sends */
+        if (!dp->device || dp->zero1) dp->buf = gd_malloc(dp->total * sizeof(float));
+        if (!dp->device) dp->tmp = gd_malloc(dp->largest * sizeof(float));
+        if ((dp->buf == NULL && (!dp->device || dp->zero1)) || (dp->tmp == NULL && !dp->device))
             st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory for %zu gradients", dp->total);
     }
-    if (st == GD_OK) st = open_collective(dp);
+    if (st == GD_OK && dp->device) st = open_collective(dp);
     if (st == GD_OK) {
         /* buckets from the last parameter back, each of whole parameters up to the bucket size */
         dp->buckets = gd_calloc((size_t)dp->n, sizeof *dp->buckets);
@@ -229,6 +269,7 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
         for (int i = dp->n - 1; i >= 0 && st == GD_OK; i--) {
             if (have == 0) dp->buckets[dp->n_buckets++].hi = i + 1;
             dp_bucket *b = &dp->buckets[dp->n_buckets - 1];
+            b->dp = dp;
             b->lo = i;
             dp->ps[i].bucket = dp->n_buckets - 1;
             dp->ps[i].index = i;
@@ -250,8 +291,19 @@ done:
 }
 
 int gd_dp_grad_count(const gd_dp *dp) { return dp->n; }
-gd_tensor *gd_dp_grad(const gd_dp *dp, int i) { return dp->ps[i].grad; }
+gd_tensor *gd_dp_micro_target(const gd_dp *dp, int i) { return dp->device ? dp->ps[i].acc : dp->ps[i].grad; }
 gd_tensor *gd_dp_sum(const gd_dp *dp, int i) { return dp->ps[i].sum; }
+
+int gd_dp_update_targets(const gd_dp *dp, gd_tensor *norm, gd_tensor **out)
+{
+    int k = 0;
+    out[k++] = norm;
+    for (int i = 0; dp->updated[i] != NULL; i++) out[k++] = dp->updated[i];
+    for (int i = 0; dp->device && i < dp->n; i++) out[k++] = dp->zeros[i];
+    return k;
+}
+
+int gd_dp_update_target_cap(const gd_dp *dp) { return 2 * dp->n + 2; }
 
 /* Adds parameter i's gradient of this run into the host buffer. */
 static gd_status add_grad(gd_dp *dp, int i, int first)
@@ -346,7 +398,17 @@ static void stop_thread(gd_dp *dp)
 
 void gd_dp_cancel(gd_dp *dp)
 {
-    if (dp != NULL) stop_thread(dp);
+    if (dp == NULL) return;
+    stop_thread(dp);
+    if (dp->coll != NULL && dp->live) { /* sums may be queued: they end (or are aborted) first */
+        dp->live = 0;
+        if (gd_collective_finish(dp->coll, dp->d->timeout_s) != GD_OK) gd_dist_set_broken(dp->d);
+    }
+}
+
+gd_status gd_dp_skipped(gd_dp *dp)
+{
+    return dp->reset != NULL ? gd_program_run(dp->reset) : GD_OK;
 }
 
 /* Adds gradient i (once a run) and hands the thread every bucket now complete, in order. */
@@ -377,10 +439,56 @@ static gd_status on_grad_ready(void *user, gd_tensor *grad)
     return q->dp->live ? take(q->dp, q->index, 1) : GD_OK;
 }
 
+/* Queues the device's sums of bucket b (once a step). */
+static gd_status queue_bucket(gd_dp *dp, int b)
+{
+    dp_bucket *k = &dp->buckets[b];
+    if (k->queued) return GD_OK;
+    k->queued = 1;
+    for (int i = k->lo; i < k->hi; i++) {
+        gd_status st = gd_collective_allreduce(dp->coll, dp->ps[i].sum);
+        if (st != GD_OK) return st;
+    }
+    return GD_OK;
+}
+
+static gd_status on_bucket_ready(void *user, gd_tensor *last)
+{
+    dp_bucket *k = user;
+    gd_dp *dp = k->dp;
+    (void)last;
+    if (!dp->live) return GD_OK; /* not the step's last micro-batch: more is added yet */
+    dp->early++;
+    return queue_bucket(dp, (int)(k - dp->buckets));
+}
+
+/* Device sums: a callback per bucket on the micro program, and the program that zeroes
+ * the sums after a skipped step. */
+static gd_status attach_device(gd_dp *dp, gd_program *micro, int overlap)
+{
+    gd_graph *g = gd_tensor_graph(dp->ps[0].p);
+    if ((dp->reset = gd_compile(g, dp->n, dp->zeros, 0)) == NULL)
+        return fail_after(dp->ctx, "data parallelism: compiling the sums' reset");
+    if (!overlap) return GD_OK;
+    gd_tensor **ts = gd_calloc((size_t)dp->n + 1, sizeof *ts);
+    if (ts == NULL) return gd_ctx_fail(dp->ctx, GD_ERR_NOMEM, "data parallelism: out of memory");
+    gd_status st = GD_OK;
+    for (int b = 0; b < dp->n_buckets && st == GD_OK; b++) {
+        dp_bucket *k = &dp->buckets[b];
+        for (int i = k->lo; i < k->hi; i++) ts[i - k->lo] = dp->ps[i].acc;
+        st = gd_program_on_ready_all(micro, k->hi - k->lo, ts, on_bucket_ready, k);
+    }
+    gd_free(ts);
+    dp->hooked = st == GD_OK;
+    return st;
+}
+
 gd_status gd_dp_attach(gd_dp *dp, gd_program *micro)
 {
     const char *env = getenv("GRADUS_DP_OVERLAP");
-    if (dp->coll != NULL || gd_dist_size(dp->d) < 2 || (env != NULL && strcmp(env, "0") == 0)) return GD_OK;
+    int overlap = !(env != NULL && strcmp(env, "0") == 0);
+    if (dp->coll != NULL) return attach_device(dp, micro, overlap);
+    if (gd_dist_size(dp->d) < 2 || !overlap) return GD_OK;
     if (!dp->d->serialized_threads) {
         gd_ctx_log(dp->ctx, "rank %d of %d: %s gives no MPI_THREAD_SERIALIZED: gradients are summed after the backward "
                    "pass, not during it", gd_dist_rank(dp->d), gd_dist_size(dp->d), gd_dist_transport(dp->d));
@@ -414,6 +522,12 @@ no_thread:
 
 void gd_dp_micro(gd_dp *dp, int64_t step, int first, int last)
 {
+    if (dp->coll != NULL) {
+        dp->live = last;
+        if (first)
+            for (int b = 0; b < dp->n_buckets; b++) dp->buckets[b].queued = 0;
+        return;
+    }
     if (!dp->overlap || !last) return;
     /* the thread is idle (the last step's buckets were waited for): the buffer and the
      * transport are the main thread's until the first bucket is posted */
@@ -429,6 +543,7 @@ void gd_dp_micro(gd_dp *dp, int64_t step, int first, int last)
 
 gd_status gd_dp_accumulate(gd_dp *dp, int first)
 {
+    if (dp->coll != NULL) return GD_OK; /* the micro program added them on the device */
     if (dp->live) { /* gradients no callback took (none, normally) */
         for (int i = 0; i < dp->n; i++) {
             gd_status st = take(dp, i, 0);
@@ -448,11 +563,12 @@ gd_status gd_dp_reduce(gd_dp *dp, int64_t step)
     char what[64];
     snprintf(what, sizeof what, "the gradients of step %lld", (long long)step);
     if (dp->coll != NULL) {
+        /* the buckets no callback queued (all of them without overlap), in bucket order */
         gd_status st = GD_OK;
-        for (int i = 0; i < dp->n && st == GD_OK; i++)
-            st = gd_tensor_write(dp->ps[i].sum, dp->buf + dp->ps[i].off, dp->ps[i].n * sizeof(float));
-        for (int i = 0; i < dp->n && st == GD_OK; i++) st = gd_collective_allreduce(dp->coll, dp->ps[i].sum);
-        if (st == GD_OK) st = gd_collective_finish(dp->coll, dp->d->timeout_s);
+        for (int b = 0; b < dp->n_buckets && st == GD_OK; b++) st = queue_bucket(dp, b);
+        dp->live = 0;
+        gd_status fs = gd_collective_finish(dp->coll, dp->d->timeout_s);
+        if (st == GD_OK) st = fs;
         if (st != GD_OK) gd_dist_set_broken(dp->d);
         return st;
     }
@@ -550,7 +666,9 @@ void gd_dp_memory(const gd_dp *dp, size_t *param_bytes, size_t *grad_bytes, size
     for (int i = 0; i < dp->n; i++)
         if (dp->ps[i].owner < 0 || dp->ps[i].owner == gd_dist_rank(dp->d)) mine += dp->ps[i].n;
     *param_bytes = dp->total * sizeof(float);
-    /* the host buffer, the staging of one gradient, the grad_sum states */
-    *grad_bytes = (2 * dp->total + dp->largest) * sizeof(float);
+    /* the host buffer, the staging of one gradient, the grad_sum states; with device sums
+     * the states alone (and the buffer a sharded optimizer sends parameters through) */
+    if (dp->coll != NULL) *grad_bytes = (dp->zero1 ? 2 : 1) * dp->total * sizeof(float);
+    else *grad_bytes = (2 * dp->total + dp->largest) * sizeof(float);
     *optimizer_bytes = 2 * mine * sizeof(float);
 }

@@ -17,15 +17,21 @@ typedef struct gd_dp gd_dp;
  * norm (before clipping). */
 gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const gd_adamw_config *oc, int zero1,
                       gd_tensor *unscale, gd_tensor **norm, gd_dp **out);
-/* The backward pass's gradients: targets of the micro-batch program, read after each run. */
+/* What the micro-batch program computes besides the loss, one per gradient: the gradient
+ * (read after each run), or with device sums its addition into the grad_sum state. */
 int gd_dp_grad_count(const gd_dp *dp);
-gd_tensor *gd_dp_grad(const gd_dp *dp, int i);
+gd_tensor *gd_dp_micro_target(const gd_dp *dp, int i);
+/* The update program's targets: `norm`, AdamW's new parameters and, with device sums, the
+ * sums' resets (after AdamW in graph order). Writes at most gd_dp_update_target_cap. */
+int gd_dp_update_targets(const gd_dp *dp, gd_tensor *norm, gd_tensor **out);
+int gd_dp_update_target_cap(const gd_dp *dp);
 /* The grad_sum states (as many): after gd_dp_reduce, the step's summed gradients, the same
  * on every rank. */
 gd_tensor *gd_dp_sum(const gd_dp *dp, int i);
-/* After compiling the micro program: with ranks, the host sum and GRADUS_DP_OVERLAP not
- * 0, the step's last micro-batch sums its gradients with the other ranks' while its
- * backward runs (callbacks on the program, a communication thread). */
+/* After compiling the micro program: unless GRADUS_DP_OVERLAP is 0, the step's last
+ * micro-batch sums its gradients with the other ranks' while its backward runs
+ * (callbacks on the program; on the host, with ranks, a communication thread; with device
+ * sums, the device's collective queued bucket by bucket). */
 gd_status gd_dp_attach(gd_dp *dp, gd_program *micro);
 /* Before a micro-batch's run: the first of the step and the last (which, overlapped,
  * starts the sums). From then until gd_dp_reduce (or gd_dp_cancel) nothing else may use
@@ -40,6 +46,9 @@ gd_status gd_dp_reduce(gd_dp *dp, int64_t step);
 /* After a failed micro-batch: stops summing (waits for the bucket in progress, at most the
  * timeout); later steps sum after the backward. */
 void gd_dp_cancel(gd_dp *dp);
+/* A step whose update did not run (loss scaling found inf or NaN): device sums are
+ * zeroed for the next step. */
+gd_status gd_dp_skipped(gd_dp *dp);
 /* After the update program ran: with zero1, every parameter goes from the rank that
  * updated it to the others. */
 gd_status gd_dp_after_update(gd_dp *dp, int64_t step);

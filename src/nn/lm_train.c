@@ -113,12 +113,17 @@ static gd_status build_dp(trainer *t)
     gd_tensor **targets = calloc((size_t)n + 1, sizeof *targets);
     if (targets == NULL) return gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     targets[0] = t->loss;
-    for (int i = 0; i < n; i++) targets[i + 1] = gd_dp_grad(t->dp, i);
+    for (int i = 0; i < n; i++) targets[i + 1] = gd_dp_micro_target(t->dp, i);
     if ((t->micro = gd_compile(t->g, n + 1, targets, 0)) == NULL) st = failed(ctx, "compiling the gradient step");
     free(targets);
     if (st == GD_OK) st = gd_dp_attach(t->dp, t->micro);
-    if (st == GD_OK && (t->step = gd_compile(t->g, 1, &t->norm, GD_COMPILE_UPDATES)) == NULL)
+    /* the update's own targets, not every update of the graph: device sums are updates of
+     * the micro program */
+    gd_tensor **upd = calloc((size_t)gd_dp_update_target_cap(t->dp), sizeof *upd);
+    if (upd == NULL && st == GD_OK) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
+    if (st == GD_OK && (t->step = gd_compile(t->g, gd_dp_update_targets(t->dp, t->norm, upd), upd, 0)) == NULL)
         st = failed(ctx, "compiling the update");
+    free(upd);
     if (st == GD_OK && (t->eval = gd_compile(t->g, 1, &t->loss, 0)) == NULL) st = failed(ctx, "compiling the evaluation");
     return st;
 }
@@ -338,6 +343,8 @@ static gd_status dp_step(trainer *t, int64_t step, gd_data_pos *pos, double *los
         st = gd_program_run(t->step);
         if (st == GD_OK) st = gd_tensor_read(t->norm, norm, sizeof *norm);
         if (st == GD_OK) st = gd_dp_after_update(t->dp, step);
+    } else if (st == GD_OK) {
+        st = gd_dp_skipped(t->dp);
     }
     *loss_sum = 0;
     for (int64_t j = 0; j < all; j++) *loss_sum += t->losses[j]; /* the order one process adds them in */
