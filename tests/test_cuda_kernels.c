@@ -90,9 +90,20 @@ static const tcase cases[] = {
     {"mul", GDP_F16, 1, "n[999] n[999]"},
     {"add", GDP_I32, 0, "i32[300,7]<-2000000000:2000000000 i32[7]<-2000000000:2000000000"},
     /* indexing and losses */
+    /* the scatter-adds sort the ids (one 8-bit pass for < 256 rows, two for GPT-2's 50257,
+     * three past 65535) and sum each row in position order: 16-byte vectors and single
+     * columns, rows of a few positions and long ones (more than 16: the heavy kernel), a
+     * last tile not full, every id the same */
     {"embedding_grad", GDP_F32, 0, "n[4096,64] i64[4096]<100 | num_embeddings=100"},
     {"embedding_grad", GDP_BF16, 0, "n[8,25,70] i32[8,25]<1000 | num_embeddings=1000"},
+    {"embedding_grad", GDP_BF16, 0, "n[16,1024,768] i32[16,1024]<50257 | num_embeddings=50257"},
+    {"embedding_grad", GDP_BF16, 0, "n[16384,768] i32[16384]<11:12 | num_embeddings=300"},
+    {"embedding_grad", GDP_F32, 0, "n[5000,33] i64[5000]<3 | num_embeddings=4"},
+    {"embedding_grad", GDP_F16, 0, "n[3000,24] i64[3000]<70000 | num_embeddings=70001"},
+    {"embedding_grad", GDP_F32, 0, "n[2,2500,16] i32[2,2500]<9:12 | num_embeddings=12"},
     {"index_select_grad", GDP_F32, 0, "n[3,200,5] i64[200]<37 | axis=1 input_shape=[3,37,5]"},
+    {"index_select_grad", GDP_F16, 0, "n[2,3000,64] i64[3000]<5 | axis=1 input_shape=[2,7,64]"},
+    {"index_select_grad", GDP_F32, 0, "n[40,700] i32[700]<30 | axis=1 input_shape=[40,31]"},
     {"embedding", GDP_F32, 1, "n[50,96] i64[16,33]<50"},
     {"mse", GDP_F32, 1, "n[300000] n[300000]"},
     /* random numbers and dropout */
@@ -103,6 +114,13 @@ static const tcase cases[] = {
     {"arange", -1, 0, "| n=100000 dtype=i64 start=-5.0 step=3.0"},
     {"fill", -1, 0, "| shape=[1000001] dtype=f16 value=0.1"},
 };
+
+/* Ops whose CUDA kernels promise the reference's bits (the scatter-adds keep its order and
+ * precision): checked bitwise, which their tolerance, loose for f16/bf16, would not do. */
+static int exact_op(const char *op)
+{
+    return strcmp(op, "embedding_grad") == 0 || strcmp(op, "index_select_grad") == 0;
+}
 
 static int run_case(gd_ctx *ctx, int bi, const tcase *t)
 {
@@ -141,6 +159,7 @@ static int run_case(gd_ctx *ctx, int bi, const tcase *t)
             fails++;
         } else {
             double tol = gd_sweep_tol(op, dt, backward);
+            const int exact = !backward && exact_op(t->op);
             for (int k = 0; k < ro.n; k++) {
                 size_t bytes = (size_t)gdp_numel(&ro.t[k]) * gdp_dtype_size(ro.t[k].dtype);
                 int32_t odt = ro.t[k].dtype;
@@ -148,10 +167,11 @@ static int run_case(gd_ctx *ctx, int bi, const tcase *t)
                 int nan = 0;
                 double e = is_f ? gd_nmse(&ro.t[k], &bo.t[k], &nan) : 0;
                 int same = memcmp(bo.t[k].data, bo2.t[k].data, bytes) == 0;
-                int ok = same && !nan &&
-                         (tol == 0 || !is_f ? memcmp(ro.t[k].data, bo.t[k].data, bytes) == 0 : e <= tol);
-                printf("%s %s %s \"%s\"%s output %d: nmse %.3g (tol %.3g)%s%s\n", ok ? "ok  " : "FAIL", t->op,
+                int bits = memcmp(ro.t[k].data, bo.t[k].data, bytes) == 0;
+                int ok = same && !nan && (tol == 0 || !is_f || exact ? bits : e <= tol);
+                printf("%s %s %s \"%s\"%s output %d: nmse %.3g (tol %.3g)%s%s%s\n", ok ? "ok  " : "FAIL", t->op,
                        gd_dtype_name((gd_dtype)dt), t->spec, backward ? " backward" : "", k, e, tol,
+                       exact ? (bits ? ", bits equal" : ", bits differ") : "",
                        same ? "" : ", second run differs", nan ? ", NaN/Inf mismatch" : "");
                 fails += !ok;
             }
@@ -545,6 +565,55 @@ static int run_bad_ids(gd_ctx *ctx, int bi)
     return fails;
 }
 
+/* The same for embedding_grad, whose kernels sort the ids first: an id past the table or
+ * negative fails the run or the read, naming the node, the position and the value; with
+ * the ids fixed the program runs again, each row the sum of its dy rows. */
+static int run_bad_grad_ids(gd_ctx *ctx, int bi)
+{
+    ctx->preferred = bi;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *dy = gd_input(g, "dy", GD_F32, 3, (const int64_t[]){2, 2, 3});
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (const int64_t[]){2, 2});
+    gd_tensor *dt = gd_label(gd_op(g, "embedding_grad", 2, (gd_tensor *[]){dy, ids}, 1,
+                                   (gd_attr[]){gd_attr_i("num_embeddings", 4)}),
+                             "tok.grad");
+    gd_program *p = dt != NULL ? gd_compile(g, 1, &dt, 0) : NULL;
+    float dyv[12], tv[12];
+    for (int i = 0; i < 12; i++) dyv[i] = (float)(i + 1);
+    const int32_t good[4] = {3, 0, 3, 1}, past[4] = {0, 1, 2, 7}, neg[4] = {0, -3, 2, 1};
+    const struct {
+        const int32_t *ids;
+        const char *want; /* NULL: runs */
+    } runs[] = {{good, NULL}, {past, "ids[1, 1] = 7"}, {neg, "ids[0, 1] = -3"}, {good, NULL}};
+    int fails = 0;
+    if (p == NULL || gd_tensor_write(dy, dyv, sizeof dyv) != GD_OK) {
+        printf("FAIL bad grad ids: building: %s\n", gd_ctx_error(ctx));
+        fails++;
+    } else {
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            gd_status st = gd_tensor_write(ids, runs[r].ids, 4 * sizeof(int32_t));
+            if (st == GD_OK) st = gd_program_run(p);
+            if (st == GD_OK) st = gd_tensor_read(dt, tv, sizeof tv);
+            const char *msg = gd_ctx_error(ctx);
+            int ok;
+            if (runs[r].want == NULL) /* row 3 = dy rows 0 and 2, row 0 = dy row 1, row 1 = dy row 3, row 2 = 0 */
+                ok = st == GD_OK && tv[9] == 1.0f + 7.0f && tv[11] == 3.0f + 9.0f && tv[0] == 4.0f && tv[5] == 12.0f &&
+                     tv[6] == 0.0f && tv[8] == 0.0f;
+            else
+                ok = st == GD_ERR_INVALID && strstr(msg, "node ") != NULL && strstr(msg, "tok.grad") != NULL &&
+                     strstr(msg, runs[r].want) != NULL;
+            printf("%s embedding_grad ids %zu: %s\n", ok ? "ok  " : "FAIL", r,
+                   st != GD_OK ? msg : runs[r].want == NULL ? "the sums" : "no error");
+            fails += !ok;
+            gd_ctx_clear_error(ctx);
+        }
+    }
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    return fails;
+}
+
 int main(int argc, char **argv)
 {
     gd_ctx *ctx = NULL;
@@ -568,7 +637,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) fails += run_case(ctx, bi, &cases[i]) != 0;
     printf("%d passed, %d failed\n", n - fails, fails);
     ctx->guard = 0;
-    int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi), lf = run_lm_plans(ctx, bi);
+    int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi) + run_bad_grad_ids(ctx, bi), lf = run_lm_plans(ctx, bi);
     printf("views: %d failed; bad data: %d failed; decode plans: %d failed\n", vf, bf, lf);
     gd_ctx_free(ctx);
     return fails + vf + bf + lf != 0;
