@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define GDP_ABI_MAJOR 2
-#define GDP_ABI_MINOR 3
+#define GDP_ABI_MINOR 4
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
 #define GDP_MAX_DIMS 8
@@ -443,6 +443,11 @@ typedef struct gdp_collective {
      * more) and the call fails saying why; the host then closes it. */
     gdp_status (*finish)(void *backend, void *comm, void *stream, double timeout_s, gdp_err *err);
     void (*comm_close)(void *backend, void *comm);
+    /* (2.4, optional) Replaces `bytes` bytes at `data` on every rank by rank `root`'s, on
+     * the same terms as allreduce_sum (queued after the work on `stream`; finish waits).
+     * A sharded optimizer sends each parameter from the rank that updated it this way. */
+    gdp_status (*broadcast)(void *backend, void *comm, void *data, int64_t bytes, int32_t root, void *stream,
+                            gdp_err *err);
 } gdp_collective;
 
 /* ---- what the host offers the plugin ------------------------------------------------ */

@@ -115,6 +115,8 @@ if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
     tcp2 --backend testdev $C --batch 2 --bucket-mb 0.01 --out "$T/tdd"
     check "test device, 2 ranks: device sums during the backward" 0 "data parallel: 2 ranks" \
         "gradients summed on testdev, during the backward"
+    gbuf() { sed -n 's/.*gradient buffers \([0-9.]*\) MB.*/\1/p' "$T/$1"; }
+    cp "$T/out" "$T/tdd.out"
     must "test device, 2 ranks: the weights of accumulation, bit for bit" same td2 tdd
     must "test device, 2 ranks: the losses of accumulation" test "$(losses td2)" = "$(losses tdd)"
     export GRADUS_DEVICE_COLLECTIVE=0
@@ -141,6 +143,9 @@ if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
         tcp2 --backend testdev $C --batch 2 --zero1 --out "$T/tdz"
         check "test device, 2 ranks, ZeRO-1" 0 "optimizer sharded \\(ZeRO-1\\)" "summed on testdev"
         must "test device, 2 ranks, ZeRO-1: the weights bit for bit" same td2 tdz
+        # the parameters go from rank to rank on the device: no host buffer for them
+        must "test device, 2 ranks, ZeRO-1: no host buffer ($(gbuf out) MB of gradient buffers, $(gbuf tdd.out) MB without ZeRO-1)" \
+            test "$(gbuf out)" = "$(gbuf tdd.out)"
     fi
     # a rank that hangs (SIGSTOP after the checkpoint of step 2) while the device sums:
     # the other gives up within the timeout, saying so, and the checkpoint loads

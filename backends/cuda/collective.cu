@@ -28,6 +28,7 @@ typedef struct nccl_api {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*comm_abort)(ncclComm_t);
     ncclResult_t (*comm_destroy)(ncclComm_t);
@@ -58,11 +59,12 @@ static void load_nccl(void)
     *(void **)&nccl.get_unique_id = dlsym(nccl.dl, "ncclGetUniqueId");
     *(void **)&nccl.comm_init_rank = dlsym(nccl.dl, "ncclCommInitRank");
     *(void **)&nccl.all_reduce = dlsym(nccl.dl, "ncclAllReduce");
+    *(void **)&nccl.broadcast = dlsym(nccl.dl, "ncclBroadcast");
     *(void **)&nccl.comm_get_async_error = dlsym(nccl.dl, "ncclCommGetAsyncError");
     *(void **)&nccl.comm_abort = dlsym(nccl.dl, "ncclCommAbort");
     *(void **)&nccl.comm_destroy = dlsym(nccl.dl, "ncclCommDestroy");
     *(void **)&nccl.error_string = dlsym(nccl.dl, "ncclGetErrorString");
-    if (!nccl.get_unique_id || !nccl.comm_init_rank || !nccl.all_reduce || !nccl.comm_get_async_error ||
+    if (!nccl.get_unique_id || !nccl.comm_init_rank || !nccl.all_reduce || !nccl.broadcast || !nccl.comm_get_async_error ||
         !nccl.comm_abort || !nccl.comm_destroy || !nccl.error_string) {
         dlclose(nccl.dl);
         nccl.dl = NULL;
@@ -156,6 +158,18 @@ static gdp_status coll_allreduce(void *, void *comm, void *data, int64_t count, 
     return r == ncclSuccess ? GDP_OK : nccl_fail(err, "ncclAllReduce", r);
 }
 
+static gdp_status coll_broadcast(void *, void *comm, void *data, int64_t bytes, int32_t root, void *stream,
+                                 gdp_err *err)
+{
+    cu_comm *c = (cu_comm *)comm;
+    if (c->comm == NULL) return gdp_fail(err, GDP_ERR_DEVICE, "cuda: the NCCL communicator was aborted");
+    if (root < 0 || root >= c->size) return gdp_fail(err, GDP_ERR_INVALID, "cuda: broadcast from rank %d of %d", root, c->size);
+    CU_TRY(cudaEventRecord(c->queued, (cudaStream_t)stream));
+    CU_TRY(cudaStreamWaitEvent(c->stream, c->queued, 0));
+    ncclResult_t r = nccl.broadcast(data, data, (size_t)bytes, ncclUint8, root, c->comm, c->stream);
+    return r == ncclSuccess ? GDP_OK : nccl_fail(err, "ncclBroadcast", r);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -209,4 +223,5 @@ static void coll_close(void *, void *comm)
 
 extern "C" const gdp_collective cu_collective_module = {
     sizeof(gdp_collective), sizeof(ncclUniqueId), coll_unique_id, coll_open, coll_allreduce, coll_finish, coll_close,
+    coll_broadcast,
 };

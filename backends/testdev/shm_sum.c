@@ -141,6 +141,19 @@ int shm_job_sum(shm_job *j, void *data, int64_t count, int elem, int is_float, d
     return 0;
 }
 
+int shm_job_broadcast(shm_job *j, void *data, int64_t bytes, int root, double timeout_s, char *msg, size_t cap)
+{
+    for (int64_t at = 0; at < bytes; at += (int64_t)CHUNK) {
+        size_t n = (size_t)(bytes - at) < CHUNK ? (size_t)(bytes - at) : CHUNK;
+        unsigned char *mine = (unsigned char *)data + at;
+        if (j->rank == root) memcpy(j->slots, mine, n);
+        if (barrier(j, timeout_s, msg, cap) != 0) return -1;
+        if (j->rank != root) memcpy(mine, j->slots, n);
+        if (barrier(j, timeout_s, msg, cap) != 0) return -1;
+    }
+    return 0;
+}
+
 void shm_job_close(shm_job *j)
 {
     if (j == NULL) return;

@@ -839,8 +839,9 @@ static void td_shutdown(void *be)
 
 typedef struct td_sum {
     void *data;
-    int64_t count;
+    int64_t count;  /* elements of dtype; a broadcast's bytes */
     int32_t dtype;
+    int32_t root;   /* a broadcast's root; -1 for a sum */
 } td_sum;
 
 typedef struct td_comm {
@@ -888,6 +889,19 @@ static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t s
     return GDP_OK;
 }
 
+static gdp_status td_queue(td_comm *c, td_sum x, gdp_err *err)
+{
+    if (c->n_pending == c->cap_pending) {
+        int64_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
+        td_sum *p = realloc(c->pending, (size_t)cap * sizeof *p);
+        if (p == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
+        c->pending = p;
+        c->cap_pending = cap;
+    }
+    c->pending[c->n_pending++] = x;
+    return GDP_OK;
+}
+
 static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, int32_t dtype, void *stream, gdp_err *err)
 {
     td_comm *c = comm;
@@ -901,15 +915,22 @@ static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, i
                         (long long)count, data);
     if (!(dtype == GDP_F32 || dtype == GDP_F64 || dtype == GDP_I32 || dtype == GDP_I64))
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: no sum of dtype %d", (int)dtype);
-    if (c->n_pending == c->cap_pending) {
-        int64_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
-        td_sum *p = realloc(c->pending, (size_t)cap * sizeof *p);
-        if (p == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
-        c->pending = p;
-        c->cap_pending = cap;
-    }
-    c->pending[c->n_pending++] = (td_sum){data, count, dtype};
-    return GDP_OK;
+    return td_queue(c, (td_sum){data, count, dtype, -1}, err);
+}
+
+static gdp_status td_coll_broadcast(void *be, void *comm, void *data, int64_t bytes, int32_t root, void *stream,
+                                    gdp_err *err)
+{
+    td_comm *c = comm;
+    (void)be;
+    (void)stream;
+    if (c->n_pending >= TD_MAX_PENDING)
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld collectives queued and never finished", (long long)c->n_pending);
+    if (data == NULL || bytes < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast of %lld bytes at %p: not memory of this device",
+                        (long long)bytes, data);
+    if (root < 0 || root >= c->size) return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast from rank %d of %d", root, c->size);
+    return td_queue(c, (td_sum){data, bytes, GDP_U8, root}, err);
 }
 
 static gdp_status td_coll_finish(void *be, void *comm, void *stream, double timeout_s, gdp_err *err)
@@ -925,8 +946,10 @@ static gdp_status td_coll_finish(void *be, void *comm, void *stream, double time
     char m[256];
     for (int64_t i = 0; i < n; i++) {
         const td_sum *x = &c->pending[i];
-        if (shm_job_sum(c->job, dev_to_host(x->data), x->count, gdp_dtype_size(x->dtype),
-                        x->dtype == GDP_F32 || x->dtype == GDP_F64, timeout_s, m, sizeof m) != 0)
+        int r = x->root >= 0 ? shm_job_broadcast(c->job, dev_to_host(x->data), x->count, x->root, timeout_s, m, sizeof m)
+                             : shm_job_sum(c->job, dev_to_host(x->data), x->count, gdp_dtype_size(x->dtype),
+                                           x->dtype == GDP_F32 || x->dtype == GDP_F64, timeout_s, m, sizeof m);
+        if (r != 0)
             return gdp_fail(err, GDP_ERR_DEVICE, "testdev: %s", m);
     }
     return GDP_OK;
@@ -945,7 +968,7 @@ static void td_coll_close(void *be, void *comm)
 static const gdp_collective td_collective = {.size = sizeof(gdp_collective), .id_bytes = sizeof(uint64_t),
                                              .unique_id = td_coll_id, .comm_open = td_coll_open,
                                              .allreduce_sum = td_coll_sum, .finish = td_coll_finish,
-                                             .comm_close = td_coll_close};
+                                             .comm_close = td_coll_close, .broadcast = td_coll_broadcast};
 
 __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err)
 {

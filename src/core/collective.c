@@ -77,6 +77,24 @@ gd_status gd_collective_allreduce(gd_collective *c, gd_tensor *t)
                                  c->rank, c->size, gd_tensor_name(t), e.msg);
 }
 
+int gd_collective_can_broadcast(const gd_collective *c) { return c != NULL && c->b->coll.broadcast != NULL; }
+
+gd_status gd_collective_broadcast(gd_collective *c, gd_tensor *t, int root)
+{
+    if (c == NULL || t == NULL) return GD_ERR_INVALID;
+    if (c->b->coll.broadcast == NULL)
+        return gd_fail(c->ctx, GD_ERR_UNSUPPORTED, "collective: %s's module has no broadcast", c->b->name);
+    if (t->kind == GD_V_NODE || t->data == NULL || t->home != c->b)
+        return gd_fail(c->ctx, GD_ERR_INVALID, "collective: '%s' is not a parameter or state stored on %s",
+                       gd_tensor_name(t), c->b->name);
+    gdp_err e = {.size = sizeof e};
+    int64_t bytes = gd_tensor_numel(t) * (int64_t)gdp_dtype_size(t->dtype);
+    gdp_status s = c->b->coll.broadcast(c->b->plugin.backend, c->comm, t->data, bytes, root, c->b->stream, &e);
+    return s == GDP_OK ? GD_OK
+                       : gd_fail(c->ctx, gd_status_from_plugin(s), "%s: rank %d of %d: '%s' from rank %d: %s", c->b->name,
+                                 c->rank, c->size, gd_tensor_name(t), root, e.msg);
+}
+
 gd_status gd_collective_finish(gd_collective *c, double timeout_s)
 {
     if (c == NULL) return GD_ERR_INVALID;

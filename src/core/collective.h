@@ -19,6 +19,10 @@ gd_status gd_collective_open(gd_ctx *ctx, const void *id, int rank, int size, gd
 /* Queues the sum over ranks of a parameter or state, in place where it lives; it must live
  * on the collective's backend (written at least once). */
 gd_status gd_collective_allreduce(gd_collective *c, gd_tensor *t);
+/* Whether the module sends a rank's tensor to the others (gd_collective_broadcast). */
+int gd_collective_can_broadcast(const gd_collective *c);
+/* Queues replacing t, a parameter or state of the collective's backend, by rank root's. */
+gd_status gd_collective_broadcast(gd_collective *c, gd_tensor *t, int root);
 /* Waits for what was queued, at most timeout_s. */
 gd_status gd_collective_finish(gd_collective *c, double timeout_s);
 const char *gd_collective_backend(const gd_collective *c);

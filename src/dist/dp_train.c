@@ -11,8 +11,9 @@
  *
  * ZeRO-1: parameters are dealt to ranks (whole tensors, each to the rank holding the
  * fewest bytes so far, in parameter order); a rank's AdamW updates its own and keeps
- * their moments only, then each parameter is broadcast from its owner. The update is the
- * same arithmetic on the same values wherever it runs, so the bits do not change.
+ * their moments only, then each parameter is broadcast from its owner (on the device when
+ * its collective module broadcasts, else through the host). The update is the same
+ * arithmetic on the same values wherever it runs, so the bits do not change.
  *
  * Device collectives: when the preferred backend has a collective module (the CUDA
  * plugin's NCCL), nothing goes through the host. The micro program adds each gradient into
@@ -253,14 +254,15 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
         q->zero = dp->zeros[i] = gd_assign(q->sum, gd_zeros(g, GD_F32, gd_tensor_ndim(q->sum), shape));
         if (q->zero == NULL) st = fail_after(ctx, "data parallelism: resetting the gradients' sums");
     }
+    if (st == GD_OK && dp->device) st = open_collective(dp);
     if (st == GD_OK) {
         /* the host buffer: the host's sums, or the parameters a sharded optimizer sends */
-        if (!dp->device || dp->zero1) dp->buf = gd_malloc(dp->total * sizeof(float));
+        int want_buf = !dp->device || (dp->zero1 && !gd_collective_can_broadcast(dp->coll));
+        if (want_buf) dp->buf = gd_malloc(dp->total * sizeof(float));
         if (!dp->device) dp->tmp = gd_malloc(dp->largest * sizeof(float));
-        if ((dp->buf == NULL && (!dp->device || dp->zero1)) || (dp->tmp == NULL && !dp->device))
+        if ((dp->buf == NULL && want_buf) || (dp->tmp == NULL && !dp->device))
             st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "data parallelism: out of memory for %zu gradients", dp->total);
     }
-    if (st == GD_OK && dp->device) st = open_collective(dp);
     if (st == GD_OK) {
         /* buckets from the last parameter back, each of whole parameters up to the bucket size */
         dp->buckets = gd_calloc((size_t)dp->n, sizeof *dp->buckets);
@@ -594,6 +596,13 @@ gd_status gd_dp_after_update(gd_dp *dp, int64_t step)
     snprintf(what, sizeof what, "the parameters updated in step %lld", (long long)step);
     int me = gd_dist_rank(dp->d);
     gd_status st = GD_OK;
+    if (gd_collective_can_broadcast(dp->coll)) {
+        for (int i = 0; i < dp->n && st == GD_OK; i++) st = gd_collective_broadcast(dp->coll, dp->ps[i].p, dp->ps[i].owner);
+        gd_status fs = gd_collective_finish(dp->coll, dp->d->timeout_s);
+        if (st == GD_OK) st = fs;
+        if (st != GD_OK) gd_dist_set_broken(dp->d);
+        return st;
+    }
     for (int i = 0; i < dp->n && st == GD_OK; i++) {
         dp_param *q = &dp->ps[i];
         size_t bytes = q->n * sizeof(float);
@@ -668,7 +677,7 @@ void gd_dp_memory(const gd_dp *dp, size_t *param_bytes, size_t *grad_bytes, size
     *param_bytes = dp->total * sizeof(float);
     /* the host buffer, the staging of one gradient, the grad_sum states; with device sums
      * the states alone (and the buffer a sharded optimizer sends parameters through) */
-    if (dp->coll != NULL) *grad_bytes = (dp->zero1 ? 2 : 1) * dp->total * sizeof(float);
+    if (dp->coll != NULL) *grad_bytes = (dp->buf != NULL ? 2 : 1) * dp->total * sizeof(float);
     else *grad_bytes = (2 * dp->total + dp->largest) * sizeof(float);
     *optimizer_bytes = 2 * mine * sizeof(float);
 }
