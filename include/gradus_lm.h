@@ -334,7 +334,8 @@ typedef struct gd_lm_train_result {
     int ranks;                   /* processes that trained (1 without dist) */
     char summed_on[32];          /* with dist: where the ranks' gradients were summed: "host" ("host,
                                     during the backward" when overlapped with it), or the backend
-                                    whose collective module did it ("cuda") */
+                                    whose collective module did it ("cuda", "cuda, during the
+                                    backward") */
     double loss_scale;           /* with loss scaling: the scale at the end (0 without) */
     int64_t skipped_steps;       /* steps whose update was skipped (inf or NaN gradients) */
 } gd_lm_train_result;
