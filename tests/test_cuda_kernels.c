@@ -76,6 +76,11 @@ static const tcase cases[] = {
     {"sum", GDP_F32, 1, "n[2000,33] | axes=[0]"},
     {"mean", GDP_BF16, 0, "n[4,3000,5] | axes=[1]"},
     {"sum", GDP_F32, 0, "n[512,4096] | axes=[1]"},
+    /* column sums read in 16-byte vectors: a bias gradient's shape, several planes, f16 */
+    {"sum", GDP_BF16, 0, "n[16384,768] | axes=[0]"},
+    {"sum", GDP_F32, 0, "n[3,2500,64] | axes=[1]"},
+    {"mean", GDP_F16, 0, "n[1500,24] | axes=[0]"},
+    {"sum", GDP_BF16, 0, "n[4096,3072] | axes=[0] dtype=f32"},
     /* softmax in registers (up to 8192 f32 / 16384 f16 per row) and beyond */
     {"softmax", GDP_F32, 1, "n[64,4096]"},
     {"softmax", GDP_F32, 0, "n[3,8192]"},
