@@ -97,6 +97,28 @@ static void executor_segments(void)
               (long long)(s.runs[1] - r0));
         CHECK(s.got[0] == a && s.got[1] == d, "run %d: the callbacks got the wrong tensors", run);
     }
+    gd_program_free(p);
+    /* an update's result (a state written in place, as a data-parallel job's gradient sums
+     * are) fires after the action that writes it, not at the end of the run */
+    {
+        gd_tensor *S = gd_state(g, "acc", GD_F32, 2, s4);
+        gd_tensor *acc = gd_assign(S, gd_add(S, a));
+        gd_tensor *late = gd_matmul(gd_matmul(gd_relu(a), W, 0, 0), W, 0, 0);
+        gd_program *q = gd_compile(g, 2, (gd_tensor *[]){acc, late}, 0);
+        CHECK(q != NULL, "compile: %s", gd_ctx_error(c));
+        seg_seen u = {.c = c};
+        if (q != NULL) {
+            CHECK(gd_program_on_ready(q, acc, on_seg, &u) == GD_OK, "on_ready: %s", gd_ctx_error(c));
+            int64_t r0 = td_stats(c)->runs;
+            CHECK(gd_program_run(q) == GD_OK, "run: %s", gd_ctx_error(c));
+            int64_t total = td_stats(c)->runs - r0;
+            CHECK(u.n == 1 && u.runs[0] - r0 < total, "the update's callback after %lld of %lld segment runs",
+                  (long long)(u.n ? u.runs[0] - r0 : -1), (long long)total);
+            gd_program_free(q);
+        }
+    }
+    p = gd_compile(g, 3, (gd_tensor *[]){a, b, d}, 0);
+    if (p == NULL) goto out;
     /* a set with a stranger in it is refused whole */
     CHECK(gd_program_on_ready_all(p, 2, (gd_tensor *[]){a, X}, on_seg, &s) == GD_ERR_INVALID,
           "a set with a non-target was accepted");

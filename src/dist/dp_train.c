@@ -85,8 +85,7 @@ struct gd_dp {
     gd_collective *coll;       /* the device's collective, or NULL: sums through gd_dist */
     gd_tensor **updated;       /* AdamW's new parameters, NULL-terminated */
     gd_tensor **zeros;         /* device sums: the resets, n of them */
-    gd_program *reset;         /* ... as a program, for a skipped step */
-    int hooked;                /* device sums: the micro program queues them as it goes */
+    gd_program *reset;         /* ... as a program, for a skipped step (made at the first) */
     char dev_during[96];       /* "<backend>, during the backward" */
     dp_bucket *buckets;
     int n_buckets;
@@ -410,7 +409,10 @@ void gd_dp_cancel(gd_dp *dp)
 
 gd_status gd_dp_skipped(gd_dp *dp)
 {
-    return dp->reset != NULL ? gd_program_run(dp->reset) : GD_OK;
+    if (dp->coll == NULL) return GD_OK; /* the host's sums are written whole each step */
+    if (dp->reset == NULL && (dp->reset = gd_compile(gd_tensor_graph(dp->ps[0].p), dp->n, dp->zeros, 0)) == NULL)
+        return fail_after(dp->ctx, "data parallelism: compiling the sums' reset");
+    return gd_program_run(dp->reset);
 }
 
 /* Adds gradient i (once a run) and hands the thread every bucket now complete, in order. */
@@ -464,13 +466,9 @@ static gd_status on_bucket_ready(void *user, gd_tensor *last)
     return queue_bucket(dp, (int)(k - dp->buckets));
 }
 
-/* Device sums: a callback per bucket on the micro program, and the program that zeroes
- * the sums after a skipped step. */
+/* Device sums: a callback per bucket on the micro program. */
 static gd_status attach_device(gd_dp *dp, gd_program *micro, int overlap)
 {
-    gd_graph *g = gd_tensor_graph(dp->ps[0].p);
-    if ((dp->reset = gd_compile(g, dp->n, dp->zeros, 0)) == NULL)
-        return fail_after(dp->ctx, "data parallelism: compiling the sums' reset");
     if (!overlap) return GD_OK;
     gd_tensor **ts = gd_calloc((size_t)dp->n + 1, sizeof *ts);
     if (ts == NULL) return gd_ctx_fail(dp->ctx, GD_ERR_NOMEM, "data parallelism: out of memory");
@@ -481,7 +479,6 @@ static gd_status attach_device(gd_dp *dp, gd_program *micro, int overlap)
         st = gd_program_on_ready_all(micro, k->hi - k->lo, ts, on_bucket_ready, k);
     }
     gd_free(ts);
-    dp->hooked = st == GD_OK;
     return st;
 }
 
