@@ -19,25 +19,14 @@
  * init runs once per gradus context: what an instance changes lives in its own `testdev`,
  * and the one process-wide thing, the "driver", is shared under a lock. */
 #include "gradus_plugin.h"
-#include "shm_sum.h"
 #include "testdev.h"
+#include "testdev_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#ifdef TESTDEV_HOST_VISIBLE
-#define HOST_VISIBLE 1
-#define DEV_TAG ((uintptr_t)0)
-#else
-#define HOST_VISIBLE 0
-#define DEV_TAG ((uintptr_t)1 << 62)
-#endif
-static void *dev_to_host(const void *p) { return (void *)((uintptr_t)p & ~DEV_TAG); }
-static void *host_to_dev(void *p) { return (void *)((uintptr_t)p | DEV_TAG); }
 
 /* ---- the driver: process-wide, shared by every instance ------------------------------ */
 
@@ -104,7 +93,6 @@ typedef struct testdev {
     gdp_status fault;
     char fault_msg[512];
     struct td_prof *prof; /* the profiler's spans, made at its first start */
-    uint64_t made_id;     /* the collective id it made last (rank 0 must join that one) */
 } testdev;
 
 static void set_fault(testdev *d, gdp_status st, const char *fmt, ...)
@@ -826,149 +814,9 @@ static void td_shutdown(void *be)
     free(d);
 }
 
-/* ---- collective (ABI 2.2): sums across processes ------------------------------------- */
+/* ---- collective (ABI 2.2): collective.c --------------------------------------------- */
 
-/* The ranks of a job are processes of this machine, each with its test device; they add
- * their buffers in shared memory, in rank order (shm_sum.c). A sum is queued and done at
- * finish, which has the timeout: the host must not touch the buffers in between, as with a
- * device that sums beside its kernels. The module also checks the host's side of the
- * contract: rank 0 gets back the id it made, the sums are of this device's memory, and a
- * finish follows them. */
-#define TD_JOIN_TIMEOUT_S 60.0
-#define TD_MAX_PENDING 100000
-
-typedef struct td_sum {
-    void *data;
-    int64_t count;  /* elements of dtype; a broadcast's bytes */
-    int32_t dtype;
-    int32_t root;   /* a broadcast's root; -1 for a sum */
-} td_sum;
-
-typedef struct td_comm {
-    uint64_t id;
-    int rank, size;
-    shm_job *job;       /* NULL for a job of one rank */
-    td_sum *pending;    /* sums queued since the last finish */
-    int64_t n_pending, cap_pending;
-} td_comm;
-
-static gdp_status td_coll_id(void *be, void *id, gdp_err *err)
-{
-    testdev *d = be;
-    /* unique among the jobs of this machine: the clock, the process, the instance */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t v = ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 20) ^ ((uint64_t)getpid() << 40) ^
-                 (uint64_t)(uintptr_t)be;
-    d->made_id = v;
-    memcpy(id, &v, sizeof v);
-    return GDP_OK;
-}
-
-static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t size, void **comm, gdp_err *err)
-{
-    testdev *d = be;
-    uint64_t v;
-    memcpy(&v, id, sizeof v);
-    if (size < 1 || rank < 0 || rank >= size)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: rank %d of %d", rank, size);
-    if (rank == 0 && v != d->made_id)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: rank 0 joins job %016llx, not the one it made",
-                        (unsigned long long)v);
-    td_comm *c = calloc(1, sizeof *c);
-    if (c == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
-    c->id = v;
-    c->rank = rank;
-    c->size = size;
-    char m[256];
-    if (size > 1 && shm_job_open(v, rank, size, TD_JOIN_TIMEOUT_S, &c->job, m, sizeof m) != 0) {
-        free(c);
-        return gdp_fail(err, GDP_ERR_DEVICE, "testdev: rank %d of %d: %s", rank, size, m);
-    }
-    *comm = c;
-    return GDP_OK;
-}
-
-static gdp_status td_queue(td_comm *c, td_sum x, gdp_err *err)
-{
-    if (c->n_pending == c->cap_pending) {
-        int64_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
-        td_sum *p = realloc(c->pending, (size_t)cap * sizeof *p);
-        if (p == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "testdev: out of memory");
-        c->pending = p;
-        c->cap_pending = cap;
-    }
-    c->pending[c->n_pending++] = x;
-    return GDP_OK;
-}
-
-static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, int32_t dtype, void *stream, gdp_err *err)
-{
-    td_comm *c = comm;
-    (void)be;
-    (void)stream;
-    /* the host waits (finish) before the next step: sums queued without end are a bug */
-    if (c->n_pending >= TD_MAX_PENDING)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld sums queued and never finished", (long long)c->n_pending);
-    if (data == NULL || count < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: sum of %lld elements at %p: not memory of this device",
-                        (long long)count, data);
-    if (!(dtype == GDP_F32 || dtype == GDP_F64 || dtype == GDP_I32 || dtype == GDP_I64))
-        return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: no sum of dtype %d", (int)dtype);
-    return td_queue(c, (td_sum){data, count, dtype, -1}, err);
-}
-
-static gdp_status td_coll_broadcast(void *be, void *comm, void *data, int64_t bytes, int32_t root, void *stream,
-                                    gdp_err *err)
-{
-    td_comm *c = comm;
-    (void)be;
-    (void)stream;
-    if (c->n_pending >= TD_MAX_PENDING)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld collectives queued and never finished", (long long)c->n_pending);
-    if (data == NULL || bytes < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast of %lld bytes at %p: not memory of this device",
-                        (long long)bytes, data);
-    if (root < 0 || root >= c->size) return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast from rank %d of %d", root, c->size);
-    return td_queue(c, (td_sum){data, bytes, GDP_U8, root}, err);
-}
-
-static gdp_status td_coll_finish(void *be, void *comm, void *stream, double timeout_s, gdp_err *err)
-{
-    testdev *d = be;
-    td_comm *c = comm;
-    (void)stream;
-    if (!(timeout_s > 0)) return gdp_fail(err, GDP_ERR_INVALID, "testdev: finish with a timeout of %g s", timeout_s);
-    int64_t n = c->n_pending;
-    c->n_pending = 0;
-    if (c->job == NULL || n == 0) return GDP_OK;
-    drain(d); /* in stream order: after the kernels that wrote the buffers */
-    char m[256];
-    for (int64_t i = 0; i < n; i++) {
-        const td_sum *x = &c->pending[i];
-        int r = x->root >= 0 ? shm_job_broadcast(c->job, dev_to_host(x->data), x->count, x->root, timeout_s, m, sizeof m)
-                             : shm_job_sum(c->job, dev_to_host(x->data), x->count, gdp_dtype_size(x->dtype),
-                                           x->dtype == GDP_F32 || x->dtype == GDP_F64, timeout_s, m, sizeof m);
-        if (r != 0)
-            return gdp_fail(err, GDP_ERR_DEVICE, "testdev: %s", m);
-    }
-    return GDP_OK;
-}
-
-static void td_coll_close(void *be, void *comm)
-{
-    td_comm *c = comm;
-    (void)be;
-    if (c == NULL) return;
-    shm_job_close(c->job);
-    free(c->pending);
-    free(c);
-}
-
-static const gdp_collective td_collective = {.size = sizeof(gdp_collective), .id_bytes = sizeof(uint64_t),
-                                             .unique_id = td_coll_id, .comm_open = td_coll_open,
-                                             .allreduce_sum = td_coll_sum, .finish = td_coll_finish,
-                                             .comm_close = td_coll_close, .broadcast = td_coll_broadcast};
+void td_drain_queue(void *be) { drain(be); }
 
 __attribute__((visibility("default"))) gdp_status gradus_plugin_init(const gdp_host *host, gdp_plugin *plugin, gdp_err *err)
 {
