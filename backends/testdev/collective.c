@@ -76,8 +76,16 @@ static gdp_status td_coll_open(void *be, const void *id, int32_t rank, int32_t s
     return GDP_OK;
 }
 
-static gdp_status td_queue(td_comm *c, td_sum x, gdp_err *err)
+/* Queues a sum or broadcast (what: its name for messages, n: its elements or bytes) after
+ * the checks both share. */
+static gdp_status td_queue(td_comm *c, td_sum x, const char *what, gdp_err *err)
 {
+    /* the host waits (finish) before the next step: collectives queued without end are a bug */
+    if (c->n_pending >= TD_MAX_PENDING)
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld collectives queued and never finished", (long long)c->n_pending);
+    if (x.data == NULL || x.count < 0 || (DEV_TAG != 0 && ((uintptr_t)x.data & DEV_TAG) == 0))
+        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %s of %lld at %p: not memory of this device", what,
+                        (long long)x.count, x.data);
     if (c->n_pending == c->cap_pending) {
         int64_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
         td_sum *p = realloc(c->pending, (size_t)cap * sizeof *p);
@@ -94,15 +102,9 @@ static gdp_status td_coll_sum(void *be, void *comm, void *data, int64_t count, i
     td_comm *c = comm;
     (void)be;
     (void)stream;
-    /* the host waits (finish) before the next step: sums queued without end are a bug */
-    if (c->n_pending >= TD_MAX_PENDING)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld sums queued and never finished", (long long)c->n_pending);
-    if (data == NULL || count < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: sum of %lld elements at %p: not memory of this device",
-                        (long long)count, data);
     if (!(dtype == GDP_F32 || dtype == GDP_F64 || dtype == GDP_I32 || dtype == GDP_I64))
         return gdp_fail(err, GDP_ERR_UNSUPPORTED, "testdev: no sum of dtype %d", (int)dtype);
-    return td_queue(c, (td_sum){data, count, dtype, -1}, err);
+    return td_queue(c, (td_sum){data, count, dtype, -1}, "sum", err);
 }
 
 static gdp_status td_coll_broadcast(void *be, void *comm, void *data, int64_t bytes, int32_t root, void *stream,
@@ -111,13 +113,8 @@ static gdp_status td_coll_broadcast(void *be, void *comm, void *data, int64_t by
     td_comm *c = comm;
     (void)be;
     (void)stream;
-    if (c->n_pending >= TD_MAX_PENDING)
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: %lld collectives queued and never finished", (long long)c->n_pending);
-    if (data == NULL || bytes < 0 || (DEV_TAG != 0 && ((uintptr_t)data & DEV_TAG) == 0))
-        return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast of %lld bytes at %p: not memory of this device",
-                        (long long)bytes, data);
     if (root < 0 || root >= c->size) return gdp_fail(err, GDP_ERR_INVALID, "testdev: broadcast from rank %d of %d", root, c->size);
-    return td_queue(c, (td_sum){data, bytes, GDP_U8, root}, err);
+    return td_queue(c, (td_sum){data, bytes, GDP_U8, root}, "broadcast", err);
 }
 
 static gdp_status td_coll_finish(void *be, void *comm, void *stream, double timeout_s, gdp_err *err)
