@@ -147,8 +147,9 @@ if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
         must "test device, 2 ranks, ZeRO-1: no host buffer ($(gbuf out) MB of gradient buffers, $(gbuf tdd.out) MB without ZeRO-1)" \
             test "$(gbuf out)" = "$(gbuf tdd.out)"
     fi
-    # a rank that hangs (SIGSTOP after the checkpoint of step 2) while the device sums:
-    # the other gives up within the timeout, saying so, and the checkpoint loads
+    # a rank that hangs (SIGSTOP after the checkpoint of step 2) while the device sums (or
+    # while the ranks trade validation losses, when the stop lands there): the other gives
+    # up within the timeout, saying so, and the checkpoint loads
     rm -rf "$T/tdf"
     port=$((port + 1))
     for r in 1 0; do
@@ -168,7 +169,7 @@ if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
     [ "$rc" != 0 ] && rc=1
     cp "$T/out0" "$T/out"
     check "test device: a rank that hangs stops the job" 1 \
-        "rank 0 of 2: .*(waited 3 s for the other ranks|no answer from the other ranks within 3 s)"
+        "rank 0 of 2: .*(waited 3 s for the other ranks|no answer from (the other ranks|rank 1) within 3 s)"
     must "test device: ... within the timeout (took ${took} s)" test "$took" -le 30
     run "$G" generate --model "$T/tdf" --prompt-ids 1,2 --max-tokens 2
     check "test device: the checkpoint written before the fault loads" 0 "decode: 2 tokens"
