@@ -63,6 +63,13 @@ static const tcase cases[] = {
     {"linear_qkv", GDP_F32, 0, "n[8,4096] n[96,4096] n[32,4096] n[32,4096] p[4096] | eps=1e-5"},
     {"linear_qkv", GDP_BF16, 0, "n[2,1,1536] n[256,1536] n[64,1536] n[64,1536] p[1536]"},
     {"linear_qkv", GDP_F16, 0, "n[3,1001] n[100,1001] n[30,1001] n[30,1001] p[1001] | eps=0.01"},
+    /* with rope and the cache writes in the epilogue: a stories110m layer's shape at two
+     * positions per row, GQA with a head of 128 and two decode steps */
+    {"linear_qkv_rope", GDP_BF16, 0, "n[2,1,768] n[768,768] n[768,768] n[768,768] n[2,12,40,64] n[2,12,40,64] "
+                                     "i32[2]<0:40 p[768] | interleaved=0"},
+    {"linear_qkv_rope", GDP_F32, 0, "n[1,2,1024] n[512,1024] n[256,1024] n[256,1024] n[1,2,30,128] n[1,2,30,128] "
+                                    "i64[]<0:28 p[1024] | interleaved=0 theta=1000000.0 eps=1e-6"},
+    {"linear_qkv_rope", GDP_F16, 0, "n[3,1,200] n[96,200] n[32,200] n[32,200] n[3,2,9,16] n[3,2,9,16] i32[3]<0:9"},
     {"linear_swiglu", GDP_BF16, 0, "n[8,4096] n[200,4096] n[200,4096] p[4096]"},
     {"linear_swiglu", GDP_F32, 0, "n[1,2048] n[300,2048] n[300,2048] p[2048] | eps=1e-6"},
     {"linear_swiglu", GDP_F16, 0, "n[5,777] n[64,777] n[64,777] p[777]"},
@@ -295,7 +302,8 @@ static void count_line(void *user, const char *s)
     c->nodes++;
     c->copies += strstr(s, " copy(") != NULL;
     static const char *const fused_ops[] = {" linear_act(", " add_rms_norm(", " add_layer_norm(", " linear_swiglu(",
-                                            " linear_qkv(", " rope_cache_write(", " linear_add("};
+                                            " linear_qkv(", " rope_cache_write(", " linear_add(",
+                                            " linear_qkv_rope("};
     for (size_t k = 0; k < sizeof fused_ops / sizeof fused_ops[0]; k++) c->fused += strstr(s, fused_ops[k]) != NULL;
     c->segments += strstr(s, "[segment]") != NULL;
 }
@@ -387,7 +395,7 @@ static int run_views(gd_ctx *ctx, int bi)
  * in front adds one). */
 typedef struct plan_ops {
     int nodes, fallback, qkv, qkv_norm, swiglu, swiglu_norm, linear_add, rms_norm, add_rms_norm, add_layer_norm,
-        rope_cache_write, attention, add;
+        rope_cache_write, attention, add, qkv_rope;
 } plan_ops;
 
 static int n_operands(const char *s)
@@ -413,6 +421,7 @@ static void plan_line(void *user, const char *s)
     c->rope_cache_write += strstr(s, " rope_cache_write(") != NULL;
     c->attention += strstr(s, " attention(") != NULL;
     c->add += strstr(s, " add(") != NULL;
+    c->qkv_rope += strstr(s, " linear_qkv_rope(") != NULL && n == 8; /* with the norm in front */
 }
 
 /* The logits of a forward pass of cfg over B sequences of T tokens from positions 3 + b
@@ -459,18 +468,18 @@ typedef struct lm_case {
     plan_ops want; /* the counts checked: every field but nodes and add (-1: not checked) */
 } lm_case;
 
-/* Two layers each. A Llama decode step (at most 8 rows) is six nodes a layer: linear_qkv
- * with the input norm in front, rope_cache_write, attention, linear_add, linear_swiglu with
+/* Two layers each. A Llama decode step (at most 8 rows) is five nodes a layer:
+ * linear_qkv_rope with the input norm in front, attention, linear_add, linear_swiglu with
  * the post-attention norm in front, linear_add; the final norm stays before the head.
- * Qwen3's per-head q and k norms stay as they are. Nine rows (a prefill) keep the residual
+ * Qwen3's per-head q and k norms stay as they are, between linear_qkv and rope_cache_write. Nine rows (a prefill) keep the residual
  * adds fused with the norms after them (add_rms_norm) and the products apart. GPT-2's
  * LayerNorm and its Conv1D projections (linear_act) meet none of the decode rules. */
 static const lm_case lm_cases[] = {
-    {"llama decode", 0, 0, GD_F32, 2, 1, {0, 0, 0, 2, 0, 2, 4, 1, 0, 0, 2, 2, 0}},
-    {"llama decode", 0, 0, GD_BF16, 1, 1, {0, 0, 0, 2, 0, 2, 4, 1, 0, 0, 2, 2, 0}},
-    {"qwen3 decode", 0, 1, GD_BF16, 2, 1, {0, 0, 0, 2, 0, 2, 4, 5, 0, 0, 2, 2, 0}},
-    {"llama prefill, 9 rows", 0, 0, GD_F32, 3, 3, {0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 2, 2, 0}},
-    {"gpt2 decode", 1, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 2, -1}},
+    {"llama decode", 0, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 2, 0, 2}},
+    {"llama decode", 0, 0, GD_BF16, 1, 1, {0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 2, 0, 2}},
+    {"qwen3 decode", 0, 1, GD_BF16, 2, 1, {0, 0, 0, 2, 0, 2, 4, 5, 0, 0, 2, 2, 0, 0}},
+    {"llama prefill, 9 rows", 0, 0, GD_F32, 3, 3, {0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 2, 2, 0, 0}},
+    {"gpt2 decode", 1, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 2, -1, 0}},
 };
 
 static int run_lm_plans(gd_ctx *ctx, int bi)
@@ -504,16 +513,16 @@ static int run_lm_plans(gd_ctx *ctx, int bi)
                      ops.swiglu == w->swiglu && ops.swiglu_norm == w->swiglu_norm && ops.linear_add == w->linear_add &&
                      ops.rms_norm == w->rms_norm && ops.add_rms_norm == w->add_rms_norm &&
                      ops.add_layer_norm == w->add_layer_norm && ops.rope_cache_write == w->rope_cache_write &&
-                     ops.attention == w->attention && (w->add < 0 || ops.add == w->add);
+                     ops.attention == w->attention && ops.qkv_rope == w->qkv_rope && (w->add < 0 || ops.add == w->add);
             printf("%s %s %s B %lld T %lld: nmse %.3g (tol %.3g), %d nodes: linear_qkv %d+%d normed (want %d+%d), "
                    "linear_swiglu %d+%d normed (want %d+%d), linear_add %d (want %d), rms_norm %d (want %d), "
                    "add_rms_norm %d (want %d), add_layer_norm %d (want %d), rope_cache_write %d (want %d), "
-                   "attention %d (want %d), add %d, %d fallback\n",
+                   "attention %d (want %d), linear_qkv_rope %d normed (want %d), add %d, %d fallback\n",
                    ok ? "ok  " : "FAIL", c->name, gd_dtype_name(c->dt), (long long)c->B, (long long)c->T, e, tol,
                    ops.nodes, ops.qkv, ops.qkv_norm, w->qkv, w->qkv_norm, ops.swiglu, ops.swiglu_norm, w->swiglu,
                    w->swiglu_norm, ops.linear_add, w->linear_add, ops.rms_norm, w->rms_norm, ops.add_rms_norm,
                    w->add_rms_norm, ops.add_layer_norm, w->add_layer_norm, ops.rope_cache_write, w->rope_cache_write,
-                   ops.attention, w->attention, ops.add, ops.fallback);
+                   ops.attention, w->attention, ops.qkv_rope, w->qkv_rope, ops.add, ops.fallback);
             fails += !ok;
         }
         free(ref);

@@ -1,5 +1,6 @@
 /* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_add,
- * linear_qkv and linear_swiglu with and without the norm in front, rope_cache_write) on the
+ * linear_qkv and linear_swiglu with and without the norm in front, rope_cache_write,
+ * linear_qkv_rope) on the
  * CPU reference against the ops they stand for, built in the same graph from the same
  * inputs: the fused and the unfused forms must agree, exactly where both round the same
  * values the same way (in bf16 too, where the fused ops round an intermediate to the
@@ -293,6 +294,82 @@ static void test_rope_cache_write(void)
     }
 }
 
+/* linear_qkv_rope against linear_qkv, the products reshaped to heads, then rope_cache_write
+ * on a second pair of caches that start equal, bit for bit; with the norm in front and
+ * without, a decode step (T 1) and two (T 2), grouped-query heads. Then a bad operand. */
+static void test_linear_qkv_rope(void)
+{
+    for (int t = 0; t < 4; t++) {
+        const int64_t B = 2, T = 1 + (t & 1), H = 4, Hkv = 2, D = 8, S = 6, K = 37;
+        const int norm = t >> 1;
+        gd_graph *g = fresh();
+        gd_tensor *x = rand_in(g, "x", 3, (int64_t[]){B, T, K}, 40), *gw = rand_in(g, "g", 1, &K, 41);
+        gd_tensor *wq = rand_in(g, "wq", 2, (int64_t[]){H * D, K}, 42);
+        gd_tensor *wk = rand_in(g, "wk", 2, (int64_t[]){Hkv * D, K}, 43);
+        gd_tensor *wv = rand_in(g, "wv", 2, (int64_t[]){Hkv * D, K}, 44);
+        gd_tensor *pos = gd_input(g, "pos", GD_I32, 1, (int64_t[]){B});
+        const int32_t at[2] = {3, 4 - (int32_t)T};
+        gd_tensor_write(pos, at, sizeof at);
+        static float init[2 * 2 * 6 * 8];
+        const int64_t nc = B * Hkv * S * D, nq = B * T * H * D;
+        fill(init, (int)nc, 45);
+        gd_tensor *c[4];
+        const char *names[4] = {"kc", "vc", "kc2", "vc2"};
+        for (int j = 0; j < 4; j++) {
+            c[j] = gd_state(g, names[j], GD_F32, 4, (int64_t[]){B, Hkv, S, D});
+            gd_tensor_write(c[j], init, sizeof(float) * (size_t)nc);
+        }
+        gd_attr attrs[3] = {gd_attr_f("theta", 500.0), gd_attr_i("interleaved", 0), gd_attr_f("eps", 1e-5)};
+        gd_tensor *out[3] = {NULL, NULL, NULL}, *prod[3] = {NULL, NULL, NULL}, *un[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, "linear_qkv_rope", 7 + norm,
+                                  (gd_tensor *[]){x, wq, wk, wv, c[0], c[1], pos, gw}, 3, attrs, 3, out);
+        CHECK(s == GD_OK, "linear_qkv_rope: %s", gd_ctx_error(ctx));
+        gd_status s2 = gd_op_multi(g, "linear_qkv", 4 + norm, (gd_tensor *[]){x, wq, wk, wv, gw}, 1, attrs + 2, 3, prod);
+        if (s2 == GD_OK) {
+            gd_tensor *hq = gd_reshape(prod[0], 4, (int64_t[]){B, T, H, D});
+            gd_tensor *hk = gd_reshape(prod[1], 4, (int64_t[]){B, T, Hkv, D});
+            gd_tensor *hv = gd_reshape(prod[2], 4, (int64_t[]){B, T, Hkv, D});
+            s2 = gd_op_multi(g, "rope_cache_write", 6, (gd_tensor *[]){hq, hk, hv, c[2], c[3], pos}, 2, attrs, 3, un);
+        }
+        CHECK(s2 == GD_OK, "unfused: %s", gd_ctx_error(ctx));
+        if (s != GD_OK || s2 != GD_OK) {
+            gd_graph_free(g);
+            continue;
+        }
+        gd_tensor *targets[2] = {out[0], un[0]};
+        gd_program *p = gd_compile(g, 2, targets, GD_COMPILE_UPDATES);
+        CHECK(p != NULL && gd_program_run(p) == GD_OK, "run: %s", gd_ctx_error(ctx));
+        static float a[2 * 2 * 6 * 8], b[2 * 2 * 6 * 8];
+        if (p != NULL) {
+            gd_tensor_read(out[0], a, sizeof(float) * (size_t)nq);
+            gd_tensor_read(un[0], b, sizeof(float) * (size_t)nq);
+            CHECK(memcmp(a, b, sizeof(float) * (size_t)nq) == 0, "T %lld norm %d: rope(q) differs from the pair's",
+                  (long long)T, norm);
+            for (int j = 0; j < 2; j++) {
+                gd_tensor_read(c[j], a, sizeof(float) * (size_t)nc);
+                gd_tensor_read(c[j + 2], b, sizeof(float) * (size_t)nc);
+                CHECK(memcmp(a, b, sizeof(float) * (size_t)nc) == 0, "T %lld norm %d: the %s cache differs from the pair's",
+                      (long long)T, norm, j ? "value" : "key");
+                CHECK(memcmp(a, init, sizeof(float) * (size_t)nc) != 0, "T %lld norm %d: the %s cache was not written",
+                      (long long)T, norm, j ? "value" : "key");
+            }
+            gd_program_free(p);
+        }
+        gd_graph_free(g);
+    }
+    /* a key matrix that does not match the caches' heads is refused, naming both */
+    gd_graph *g = fresh();
+    gd_tensor *x = rand_in(g, "x", 3, (int64_t[]){1, 1, 16}, 5), *w = rand_in(g, "w", 2, (int64_t[]){8, 16}, 6);
+    gd_tensor *bad = rand_in(g, "bad", 2, (int64_t[]){12, 16}, 7);
+    gd_tensor *kc = gd_state(g, "kc", GD_F32, 4, (int64_t[]){1, 2, 5, 4});
+    gd_tensor *pos = gd_input(g, "pos", GD_I32, 0, NULL);
+    gd_tensor *out[3] = {NULL, NULL, NULL};
+    CHECK(gd_op_multi(g, "linear_qkv_rope", 7, (gd_tensor *[]){x, w, bad, w, kc, kc, pos}, 0, NULL, 3, out) != GD_OK,
+          "a key matrix of the wrong height should be refused");
+    check_error("linear_qkv_rope Wk", (const char *[]){"linear_qkv_rope", "Wk", "[12, 16]", "[1, 2, 5, 4]", NULL});
+    gd_graph_free(g);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -302,5 +379,6 @@ int main(void)
     test_norm_products();
     test_linear_add();
     test_rope_cache_write();
+    test_linear_qkv_rope();
     return tu_finish("test_ops_fused");
 }

@@ -18,9 +18,11 @@
  *                                              -> the same op (x, W..., g; eps)   (<= 8 rows)
  *   rope(q, pos), rope(k, pos) and the cache writes of rope(k) and v that an attention
  *   reads                                      -> rope_cache_write(q, k, v, kc, vc, pos)  (T <= 4)
+ *   rope_cache_write of linear_qkv's three products seen as heads
+ *                                              -> linear_qkv_rope(x, W..., kc, vc, pos [, g])
  *
- * With them a Llama layer's decode step is six nodes: linear_qkv with the input norm in
- * front, rope_cache_write, attention, linear_add (the output projection and the residual),
+ * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
+ * in front, attention, linear_add (the output projection and the residual),
  * linear_swiglu with the post-attention norm in front, linear_add (the down projection and
  * the residual). The residual sum is linear_add's output, which the next norm-and-product
  * and the next residual add both read. The residual rule comes first (it is anchored at the
@@ -422,6 +424,54 @@ static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
                             err);
 }
 
+/* A decode step's rope_cache_write (anchored at the attention that reads it) whose q, k
+ * and v are linear_qkv's three products, each only reshaped to (B, T, heads, D) and read by
+ * nothing else -> linear_qkv_rope(x, Wq, Wk, Wv, kc, vc, pos [, g]; eps, theta,
+ * interleaved): the products' epilogue rotates them and writes k and v into the caches
+ * (gemv.cu), one launch for the two. Not with a norm of q and k in between (Qwen3): those
+ * stay two nodes. */
+static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
+{
+    if (!op_is(g, att, "attention")) return GDP_OK;
+    int32_t o = -1;
+    const int32_t rc = g->node_input(g->graph, att, 1, &o);
+    if (rc < 0 || o != 1 || !op_is(g, rc, "rope_cache_write")) return GDP_OK;
+    int32_t qkv = -1, view[3];
+    for (int j = 0; j < 3; j++) {
+        view[j] = input_op(g, rc, j, "reshape");
+        if (view[j] < 0 || g->node_users(g->graph, view[j], 0) != 1) return GDP_OK;
+        const int32_t p = g->node_input(g->graph, view[j], 0, &o);
+        if (p < 0 || o != j || !op_is(g, p, "linear_qkv") || (qkv >= 0 && p != qkv) || g->node_users(g->graph, p, j) != 1)
+            return GDP_OK;
+        qkv = p;
+    }
+    const int32_t n_in = g->node_n_inputs(g->graph, qkv);
+    gdp_tensor x, kc, y;
+    if (g->node_input_desc(g->graph, qkv, 0, &x) != GDP_OK || g->node_input_desc(g->graph, rc, 3, &kc) != GDP_OK)
+        return GDP_OK;
+    if (x.ndim != 3 || kc.ndim != 4 || x.shape[0] * x.shape[1] > CU_GEMV_MAX_ROWS) return GDP_OK;
+    for (int j = 0; j < 3; j++) /* (B, T, heads * D) seen as (B, T, heads, D) */
+        if (g->node_output_desc(g->graph, view[j], 0, &y) != GDP_OK || y.ndim != 4 || y.shape[0] != x.shape[0] ||
+            y.shape[1] != x.shape[1] || y.shape[3] != kc.shape[3])
+            return GDP_OK;
+    /* x, the matrices and the norm weight from linear_qkv; the caches and pos from
+     * rope_cache_write */
+    int32_t in_nodes[8], in_outs[8] = {0, 1, 2, 3, 3, 4, 5, 4};
+    for (int k = 0; k < 8; k++) in_nodes[k] = -2 - (k >= 4 && k < 7 ? rc : qkv);
+    const int32_t out_nodes[3] = {rc, rc, rc}, out_outs[3] = {0, 1, 2};
+    const gdp_attrs *ra = g->node_attrs(g->graph, rc);
+    const double theta = gdp_attr_float(ra, "theta", 10000.0);
+    const int64_t inter = gdp_attr_int(ra, "interleaved", 1);
+    const double eps = gdp_attr_float(g->node_attrs(g->graph, qkv), "eps", 1e-6);
+    gdp_attr at[3];
+    memset(at, 0, sizeof at);
+    at[0].name = "theta", at[0].kind = GDP_ATTR_FLOAT, at[0].f = theta;
+    at[1].name = "interleaved", at[1].kind = GDP_ATTR_INT, at[1].i = inter;
+    at[2].name = "eps", at[2].kind = GDP_ATTR_FLOAT, at[2].f = eps;
+    return g->replace_chain(g->graph, qkv, rc, "linear_qkv_rope", n_in == 5 ? 8 : 7, in_nodes, in_outs, at,
+                            n_in == 5 ? 3 : 2, 3, out_nodes, out_outs, err);
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
@@ -450,11 +500,13 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_qkv(g, id, err);
         if (s == GDP_OK) s = fuse_norm_product(backend, g, id, err);
         if (s == GDP_OK) s = fuse_rope_cache(g, id, err);
+        if (s == GDP_OK) s = fuse_qkv_rope(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
 }
 
 extern const gdp_graph_pass cu_fuse_pass = {
-    sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write",
+    sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
+    "linear_qkv_rope",
     fuse_run};

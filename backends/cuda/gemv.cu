@@ -9,6 +9,10 @@
  *   linear_qkv           three W of one x, their columns side by side in one grid
  *   linear_swiglu        silu(x Wg^T) * (x Wu^T): a warp reads row n of both
  *                        (these two also with the RMS norm of x in front: below)
+ *   linear_qkv_rope      linear_qkv of a decode step with rope_cache_write in the epilogue:
+ *                        a warp takes a rotated pair of q or k (two rows of W, the pair rope
+ *                        turns together) or one column of v; q's pairs go to its output,
+ *                        k's and v's straight into the caches at the step's position
  *   linear_q8            int8 W with a scale per output channel, any R
  *   linear_w8a8          int8 W, each row of x quantized first (gw_quantize_kernel: gdp_q8,
  *                        into the node's workspace), then exact integer dot products
@@ -43,6 +47,7 @@
  * the piece size, aligned pointers); otherwise every lane reads element by element.
  */
 #include "cu_act.h"
+#include "cu_rope.h"
 #include "cu_vec.h"
 
 #include <string.h>
@@ -53,8 +58,9 @@
 #define GEMV_UNROLL 4 /* 16-byte loads of W a lane issues together */
 #define GEMV_MAX_TILES 65535 /* grid rows */
 
-enum { GW_FLOAT, GW_Q8, GW_SWIGLU }; /* W holds x's dtype, int8 with per-row scales, or the two
-                                         halves of a gated MLP (w and w2) */
+enum { GW_FLOAT, GW_Q8, GW_SWIGLU, GW_ROPE }; /* W holds x's dtype, int8 with per-row scales, the
+                                                  two halves of a gated MLP (w and w2), or q, k, v
+                                                  with rope and the cache writes after them */
 
 #define GW_SEGS 3 /* linear_qkv: three matrices, their outputs side by side in the grid */
 
@@ -77,6 +83,15 @@ typedef struct gw_args {
     double eps;
     int64_t R, N, K;    /* N: every segment's columns together */
     int act, vec;
+    /* GW_ROPE: segments 0 and 1 count q's and k's rotated pairs (D / 2 a head), segment 2
+     * v's columns; rows are (b, t) of T steps, at positions pos[b * pos_step] + t of the
+     * caches (B, Hkv, S, D) */
+    void *kc, *vc;
+    const void *pos;
+    int64_t pos_step, S, T, D, Hkv;
+    int pos64, interleaved;
+    double theta;
+    cu_bad bad;
 } gw_args;
 
 /* f[0..n) = p[0..n) widened to float; n * sizeof(T) a multiple of 16, p 16-byte aligned. */
@@ -99,9 +114,24 @@ template <typename T, int n> static __device__ __forceinline__ void gw_ld(const 
 static __device__ __forceinline__ float gw_ld1(const int8_t *p, int64_t i) { return (float)p[i]; }
 template <typename T> static __device__ __forceinline__ float gw_ld1(const T *p, int64_t i) { return cu_ld(p, i); }
 
-/* acc[r] = dot(x row r, w) for the warp's rows, summed over the lanes (every lane gets it). */
+/* The first GEMV_UNROLL 16-byte pieces of W's row a lane reads (lane, lane + 32, ...), for
+ * gw_dots: loaded before a kernel's prologue (the norm, the angle), so that their memory
+ * latency passes while it runs. */
+template <typename W>
+static __device__ __forceinline__ void gw_first(const W *w, int64_t K, int vec, int lane, uint4 *first)
+{
+    constexpr int PIECE = 16 / (int)sizeof(W);
+    const int64_t pieces = vec ? K / PIECE : 0;
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++)
+        if (lane + 32 * u < pieces) first[u] = *reinterpret_cast<const uint4 *>(w + (lane + 32 * u) * PIECE);
+}
+
+/* acc[r] = dot(x row r, w) for the warp's rows, summed over the lanes (every lane gets it);
+ * the first round of W's pieces from `first` (gw_first) when it is not NULL. */
 template <typename T, typename W, int RT>
-static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K, int vec, int rows, int lane, float *acc)
+static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K, int vec, int rows, int lane, float *acc,
+                                               const uint4 *first = nullptr)
 {
     constexpr int PIECE = 16 / (int)sizeof(W); /* elements of W per 16-byte load */
 #pragma unroll
@@ -113,7 +143,9 @@ static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K
         uint4 wraw[GEMV_UNROLL];
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
-            if (p0 + 32 * u < pieces) wraw[u] = *reinterpret_cast<const uint4 *>(w + (p0 + 32 * u) * PIECE);
+            if (p0 + 32 * u < pieces)
+                wraw[u] = first != nullptr && p0 == lane ? first[u]
+                                                         : *reinterpret_cast<const uint4 *>(w + (p0 + 32 * u) * PIECE);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int64_t p = p0 + 32 * u;
@@ -188,17 +220,91 @@ template <int RT> static __device__ __forceinline__ float gw_pick(const float *a
     return v;
 }
 
+/* v rounded to T, as a product is stored, and read back. */
+template <typename T> static __device__ __forceinline__ double gw_stored(float v)
+{
+    T s;
+    cu_st(&s, 0, v);
+    return (double)cu_ld(&s, 0);
+}
+
+/* GW_ROPE: the epilogue of unit n of segment seg (a pair of q or k, or a column of v): acc
+ * and acc1 the products of the pair's rows j0 and j1 of head `head` (acc alone for v), c
+ * the angle's cosine and sine for lane r's row r, its position `offset`. Each product is
+ * rounded to T as linear_qkv stores it, then rotated as rope_cache_write rotates what it
+ * reads, so the stores are the unfused pair's bits. */
+template <typename T, int RT>
+static __device__ __forceinline__ void gw_rope_store(const gw_args &a, int seg, int64_t n, int64_t head, int64_t j0,
+                                                     int64_t j1, const float *acc, const float *acc1, double2 c,
+                                                     int64_t offset, int64_t r0, int lane)
+{
+    const int64_t D = a.D, row = r0 + lane, b = row / a.T, t = row % a.T;
+    const double x0 = gw_stored<T>(gw_pick<RT>(acc, lane));
+    if (seg == 0) {
+        const int64_t H = 2 * a.end[0] / D;
+        rope_store(x0, gw_stored<T>(gw_pick<RT>(acc1, lane)), c, (T *)a.y[0] + (row * H + head) * D, j0, j1);
+        return;
+    }
+    if (offset < 0 || offset > a.S - a.T) return; /* reported by the first block */
+    const int64_t dst = ((b * a.Hkv + head) * a.S + offset + t) * D;
+    if (seg == 1)
+        rope_store(x0, gw_stored<T>(gw_pick<RT>(acc1, lane)), c, (T *)a.kc + dst, j0, j1);
+    else
+        cu_std((T *)a.vc + dst, n % D, x0);
+}
+
 /* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * warps + warp); with
- * NORM, blocks of GW_NORM_THREADS that normalize x into shared memory first. */
+ * NORM, blocks of GW_NORM_THREADS that normalize x into shared memory first.
+ *
+ * A kernel's time at a decode step is mostly latencies in a row, so what depends on nothing
+ * else goes first: rope's frequency before the wait for the kernel in front; then W's first
+ * pieces (GW_ROPE's angle, from the position, while they load) before the norm, which reads
+ * x and waits at its barriers meanwhile. */
 template <typename T, typename W, int MODE, int RT, int NORM>
 __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_kernel(gw_args a)
 {
-    cu_pdl_wait();
     constexpr int WARPS = NORM ? GW_NORM_WARPS : GEMV_WARPS;
     const int lane = threadIdx.x & 31;
     const int64_t col = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int64_t r0 = (int64_t)blockIdx.y * RT;
     const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
+    const bool live = col < a.N; /* the warp has a column (the norm needs every warp) */
+    /* the segment holding this column: its matrix, output and width */
+    int seg = 0;
+#pragma unroll
+    for (int k = 0; k + 1 < GW_SEGS; k++) seg += col >= a.end[k];
+    const int64_t c0 = seg > 0 ? a.end[seg - 1] : 0, n = col - c0, width = a.end[seg] - c0;
+    /* the W rows the warp reads: row ra of w[seg], and row rb of w2 (SwiGLU's up) or of
+     * w[seg] (the other half of a rotated pair) */
+    int64_t ra = n, rb = n, head = 0, j0 = 0, j1 = 0;
+    double freq = 0.0;
+    if constexpr (MODE == GW_ROPE) {
+        const int64_t half = a.D / 2, i = n % half;
+        head = seg < 2 ? n / half : n / a.D;
+        j0 = rope_j0(i, a.interleaved), j1 = rope_j1(i, a.D, a.interleaved);
+        ra = seg < 2 ? head * a.D + j0 : n, rb = head * a.D + j1;
+        if (live && seg < 2) freq = rope_freq(i, a.D, a.theta);
+    }
+    cu_pdl_wait();
+    if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
+        for (int64_t b = threadIdx.x; b < (a.pos_step != 0 ? a.R / a.T : 1); b += blockDim.x) {
+            const int64_t p = cu_ld_index(a.pos, a.pos64, b * a.pos_step);
+            if (p < 0 || p > a.S - a.T) cu_report(a.bad, p, b);
+        }
+    const W *wa = (const W *)a.w[seg] + ra * a.K;
+    const W *wb = MODE == GW_SWIGLU ? (const W *)a.w2 + n * a.K : (const W *)a.w[seg] + rb * a.K;
+    constexpr bool TWO = MODE == GW_SWIGLU || MODE == GW_ROPE; /* GW_ROPE: for q's and k's pairs */
+    uint4 fa[GEMV_UNROLL], fb[GEMV_UNROLL];
+    if (NORM && live) {
+        gw_first(wa, a.K, a.vec, lane, fa);
+        if (TWO && (MODE != GW_ROPE || seg < 2)) gw_first(wb, a.K, a.vec, lane, fb);
+    }
+    double2 cs = make_double2(1.0, 0.0);
+    int64_t offset = 0;
+    if (MODE == GW_ROPE && live && lane < rows) {
+        offset = cu_ld_index(a.pos, a.pos64, ((r0 + lane) / a.T) * a.pos_step);
+        if (seg < 2) cs = rope_cs_f((r0 + lane) % a.T, offset, freq, 1.0);
+    }
     const T *x = (const T *)a.x + r0 * a.K;
     if constexpr (NORM != 0) {
         /* the whole block, before any warp leaves: its columns may end inside it */
@@ -208,17 +314,15 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
         gw_norm_rows<T>(x, (const T *)a.norm, a.K, a.eps, rows, sh, xn);
         x = xn;
     }
-    if (col >= a.N) return;
-    /* the segment holding this column: its matrix, output and width */
-    int seg = 0;
-#pragma unroll
-    for (int k = 0; k + 1 < GW_SEGS; k++) seg += col >= a.end[k];
-    const int64_t c0 = seg > 0 ? a.end[seg - 1] : 0, n = col - c0, width = a.end[seg] - c0;
-    float acc[RT];
-    gw_dots<T, W, RT>(x, (const W *)a.w[seg] + n * a.K, a.K, a.vec, rows, lane, acc);
-    float up[RT];
-    if (MODE == GW_SWIGLU) gw_dots<T, W, RT>(x, (const W *)a.w2 + n * a.K, a.K, a.vec, rows, lane, up);
+    if (!live) return;
+    float acc[RT], up[RT];
+    gw_dots<T, W, RT>(x, wa, a.K, a.vec, rows, lane, acc, NORM ? fa : nullptr);
+    if (TWO && (MODE != GW_ROPE || seg < 2)) gw_dots<T, W, RT>(x, wb, a.K, a.vec, rows, lane, up, NORM ? fb : nullptr);
     if (lane >= rows) return;
+    if constexpr (MODE == GW_ROPE) {
+        gw_rope_store<T, RT>(a, seg, n, head, j0, j1, acc, up, cs, offset, r0, lane);
+        return;
+    }
     /* lane r writes row r */
     float v = gw_pick<RT>(acc, lane);
     T *y = (T *)a.y[seg] + (r0 + lane) * width + n;
@@ -302,6 +406,7 @@ template <typename T> static void gw_opt_in(const cu_backend *be)
 {
     gw_opt_in_mode<T, GW_FLOAT>(be);
     gw_opt_in_mode<T, GW_SWIGLU>(be);
+    gw_opt_in_mode<T, GW_ROPE>(be);
 }
 
 /* At open: the norm kernels' shared memory past 48 KiB (cu_smem_opt_in), once. */
@@ -456,6 +561,85 @@ static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     return GDP_OK;
 }
 CU_LAUNCHER(multi_run)
+
+/* ---- linear_qkv_rope (made by fuse.cu for decode steps) ------------------------------------ */
+
+/* x (B, T, K) with B T <= GEMV_MAX_ROWS and T <= 4 (each pair's angle computed where it is
+ * used), Wq (H D, K), Wk, Wv (Hkv D, K), the caches (B, Hkv, S, D), pos, maybe the norm
+ * weight g (K); one float dtype, contiguous (the host makes it so). */
+static int qkv_rope_supports(void *b, const gdp_node *n)
+{
+    if ((n->n_in != 7 && n->n_in != 8) || n->n_out != 3) return 0;
+    const gdp_tensor *x = n->in[0], *kc = n->in[4], *vc = n->in[5];
+    if (!cu_gpu_float(x->dtype) || x->ndim != 3 || kc->ndim != 4) return 0;
+    const int64_t B = x->shape[0], T = x->shape[1], K = x->shape[2], D = kc->shape[3], Hkv = kc->shape[1];
+    if (K < 1 || B * T < 1 || B * T > GEMV_MAX_ROWS || T > 4 || D < 2 || D % 2 != 0 || Hkv < 1) return 0;
+    if (kc->shape[0] != B || kc->shape[2] < T || !cu_same_shape(vc, kc) || kc->dtype != x->dtype || vc->dtype != x->dtype)
+        return 0;
+    for (int k = 1; k <= 3; k++) {
+        const gdp_tensor *w = n->in[k];
+        if (w->dtype != x->dtype || w->ndim != 2 || w->shape[1] != K || w->shape[0] % D != 0 ||
+            (k > 1 && w->shape[0] != Hkv * D))
+            return 0;
+    }
+    const int64_t H = n->in[1]->shape[0] / D;
+    if (H < 1 || H % Hkv != 0 || !index_per_row(n->in[6], B) || !(gdp_attr_float(&n->attrs, "theta", 10000.0) > 0))
+        return 0;
+    for (int k = 0; k < 3; k++)
+        if (n->out[k]->dtype != x->dtype) return 0;
+    if (!cu_same_shape(n->out[1], kc) || !cu_same_shape(n->out[2], vc) || gdp_numel(n->out[0]) != B * T * H * D)
+        return 0;
+    if (n->n_in == 8) {
+        const gdp_tensor *g = n->in[7];
+        if (g->dtype != x->dtype || g->ndim != 1 || g->shape[0] != K) return 0;
+        if (!cu_gemv_norm_fits((const cu_backend *)b, B * T, K, x->dtype)) return 0;
+    }
+    return (H + 3 * Hkv) * D <= (int64_t)GEMV_WARPS * 0x7fffffff;
+}
+
+static gdp_status qkv_rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[0], *kc = node->in[4], *pos = node->in[6];
+    const int norm = node->n_in == 8;
+    /* the caches are updated in place; out of place (a sweep's run), they are copied first */
+    for (int j = 0; j < 2; j++) {
+        const gdp_tensor *c = node->in[4 + j], *y = node->out[1 + j];
+        if (y->data != c->data)
+            CU_TRY(cudaMemcpyAsync(y->data, c->data, (size_t)gdp_numel(c) * gdp_dtype_size(c->dtype),
+                                   cudaMemcpyDeviceToDevice, s));
+    }
+    gw_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x->data, a.K = x->shape[2], a.R = x->shape[0] * x->shape[1];
+    a.T = x->shape[1], a.D = kc->shape[3], a.Hkv = kc->shape[1], a.S = kc->shape[2];
+    if (norm) {
+        a.norm = node->in[7]->data;
+        a.eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+    }
+    const size_t es = gdp_dtype_size(x->dtype);
+    a.vec = (a.K * (int64_t)es) % 16 == 0 && (norm || cu_aligned16(x->data));
+    const int64_t half = a.D / 2, units[GW_SEGS] = {node->in[1]->shape[0] / 2, a.Hkv * half, a.Hkv * a.D};
+    int64_t end = 0;
+    for (int k = 0; k < GW_SEGS; k++) {
+        a.w[k] = node->in[1 + k]->data;
+        a.end[k] = end += units[k];
+        a.vec = a.vec && cu_aligned16(a.w[k]);
+    }
+    a.N = end;
+    a.y[0] = node->out[0]->data, a.kc = node->out[1]->data, a.vc = node->out[2]->data;
+    a.pos = pos->data, a.pos64 = pos->dtype == GDP_I64, a.pos_step = index_step(pos);
+    a.interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
+    a.theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
+    a.bad = cu_bad_for(be, node, CU_BAD_POS, a.S, a.T, NULL);
+    if (a.N == 0 || a.R == 0) return GDP_OK;
+    if (norm) {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_ROPE, 1>(be, s, a)));
+    } else {
+        CU_FLOAT_SWITCH(x->dtype, T, (gw_launch<T, T, GW_ROPE, 0>(be, s, a)));
+    }
+    return GDP_OK;
+}
+CU_LAUNCHER(qkv_rope_run)
 
 /* ---- linear_q8 and linear_w8a8 ------------------------------------------------------------- */
 
@@ -635,6 +819,8 @@ CU_LAUNCHER(w8a8_run)
         CU_KSIG(op, "bf16,i8,f32,bf16->bf16", sup, fn, NULL, ws), CU_KSIG(op, "f16,i8,f32->f16", sup, fn, NULL, ws), \
         CU_KSIG(op, "f16,i8,f32,f16->f16", sup, fn, NULL, ws)
 
+static const char *const qkv_rope_attrs[] = {"theta", NULL};
+
 #define MULTI(op) \
     CU_K(op, GDP_F32, multi_supports, multi_run_launch, NULL), CU_K(op, GDP_F16, multi_supports, multi_run_launch, NULL), \
         CU_K(op, GDP_BF16, multi_supports, multi_run_launch, NULL)
@@ -644,6 +830,9 @@ static const gdp_kernel kernels[] = {
     Q8_SIGS("linear_w8a8", w8a8_supports, w8a8_run_launch, w8a8_workspace),
     MULTI("linear_qkv"),
     MULTI("linear_swiglu"),
+    CU_K("linear_qkv_rope", GDP_F32, qkv_rope_supports, qkv_rope_run_launch, qkv_rope_attrs),
+    CU_K("linear_qkv_rope", GDP_F16, qkv_rope_supports, qkv_rope_run_launch, qkv_rope_attrs),
+    CU_K("linear_qkv_rope", GDP_BF16, qkv_rope_supports, qkv_rope_run_launch, qkv_rope_attrs),
     CU_K("linear_add", GDP_F32, add_supports, add_run_launch, NULL),
     CU_K("linear_add", GDP_F16, add_supports, add_run_launch, NULL),
     CU_K("linear_add", GDP_BF16, add_supports, add_run_launch, NULL),

@@ -10,37 +10,16 @@
  * x's rows into the cache in place, or (not in place) every element of the output from x or
  * the cache; a row whose position does not fit is reported as bad data and left as it was.
  */
-#include "cuda_internal.h"
-
-#include <math.h>
+#include "cu_rope.h"
 
 /* ---- rope ------------------------------------------------------------------------------------- */
-
-/* rope's angle for pair i at step t of a row whose first position is `offset`, and its
- * cosine and sine, with the very expressions of rope_ref (in double). */
-static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int64_t i, int64_t D, double theta,
-                                                  double sign)
-{
-    const double angle = (double)(t + offset) * pow(theta, -2.0 * (double)i / (double)D);
-    return make_double2(cos(angle), sign * sin(angle));
-}
-
-/* The elements of pair i in a row of D: (2i, 2i + 1) interleaved, else (i, i + D / 2). */
-static __device__ __forceinline__ int64_t rope_j0(int64_t i, int interleaved) { return interleaved ? 2 * i : i; }
-static __device__ __forceinline__ int64_t rope_j1(int64_t i, int64_t D, int interleaved)
-{
-    return interleaved ? 2 * i + 1 : i + D / 2;
-}
 
 /* Pair i of the row at x (D elements) rotated by c into the row at y. */
 template <typename T>
 static __device__ __forceinline__ void rope_rot(const T *x, T *y, int64_t i, int64_t D, int interleaved, double2 c)
 {
     const int64_t i0 = rope_j0(i, interleaved), i1 = rope_j1(i, D, interleaved);
-    const double x0 = (double)cu_ld(x, i0), x1 = (double)cu_ld(x, i1);
-    /* no fused multiply-add: the reference rounds each product */
-    cu_std(y, i0, __dsub_rn(__dmul_rn(x0, c.x), __dmul_rn(x1, c.y)));
-    cu_std(y, i1, __dadd_rn(__dmul_rn(x0, c.y), __dmul_rn(x1, c.x)));
+    rope_store(cu_ld(x, i0), cu_ld(x, i1), c, y, i0, i1);
 }
 
 /* x (B, T, H, D) -> y: pair i of row `row` = (b * T + t) * H + h rotated by c. */
@@ -246,24 +225,28 @@ __global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *
                                   int64_t step, int64_t B, int64_t T_, int64_t H, int64_t Hkv, int64_t S, int64_t D,
                                   int interleaved, double theta, cu_bad bad)
 {
+    /* the first pair's frequency before the wait: it reads no memory (cu_rope.h) */
+    const int64_t half = D / 2, heads = H + 2 * Hkv, pairs = B * T_ * heads * half;
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const double first_freq = rope_freq(first % half, D, theta);
     cu_pdl_wait();
     if (blockIdx.x == 0)
         for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
             const int64_t p = cu_ld_index(pos, pos64, b * step);
             if (p < 0 || p > S - T_) cu_report(bad, p, b);
         }
-    const int64_t half = D / 2, heads = H + 2 * Hkv, pairs = B * T_ * heads * half;
-    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t p = first; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = p % half, r = p / half, hh = r % heads, bt = r / heads, b = bt / T_, t = bt % T_;
         const int64_t offset = cu_ld_index(pos, pos64, b * step);
+        const double f = p == first ? first_freq : rope_freq(i, D, theta);
         if (hh < H) {
-            rope_pair(q, qo, bt * H + hh, i, D, interleaved, rope_cs(t, offset, i, D, theta, 1.0));
+            rope_pair(q, qo, bt * H + hh, i, D, interleaved, rope_cs_f(t, offset, f, 1.0));
             continue;
         }
         if (offset < 0 || offset > S - T_) continue;
         const int64_t h = (hh - H) % Hkv, src = (bt * Hkv + h) * D, dst = ((b * Hkv + h) * S + offset + t) * D;
         if (hh < H + Hkv) {
-            rope_rot(k + src, kc + dst, i, D, interleaved, rope_cs(t, offset, i, D, theta, 1.0));
+            rope_rot(k + src, kc + dst, i, D, interleaved, rope_cs_f(t, offset, f, 1.0));
         } else {
             const int64_t j0 = rope_j0(i, interleaved), j1 = rope_j1(i, D, interleaved);
             vc[dst + j0] = v[src + j0];

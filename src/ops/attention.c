@@ -600,6 +600,129 @@ static const char *const rope_cache_cases[] = {
     "f[1,4,2,4] f[1,4,1,4] f[1,4,1,4] f[1,1,4,4] f[1,1,4,4] i64[]<0:1",
     NULL};
 
+/* ---- linear_qkv_rope: a decode step's projections, RoPE and cache writes in one op ---- */
+
+/* x (B, T, in), Wq (H D, in), Wk and Wv (Hkv D, in), the caches (B, Hkv, S, D), pos, and
+ * optionally a norm weight g (in) -> rope(q) (B, T, H, D) and the caches with steps
+ * [pos, pos + T) replaced by rope(k) and v, in place: what linear_qkv (x, Wq, Wk, Wv [, g];
+ * eps) and rope_cache_write (theta, interleaved) compute in turn, each product rounded to
+ * the dtype before it is rotated. A graph pass makes it for a decode step: one launch where
+ * the pair took two, and q, k, v never stored apart. */
+enum { QR_X, QR_WQ, QR_WK, QR_WV, QR_KC, QR_VC, QR_POS, QR_G };
+
+static int qkv_rope_infer(gd_infer *c)
+{
+    const gd_shape *x = &c->in[QR_X], *kc = &c->in[QR_KC], *vc = &c->in[QR_VC];
+    char xs[160], ws[160], cs[160];
+    gd_shape_str(x, xs, sizeof xs);
+    gd_shape_str(kc, cs, sizeof cs);
+    if (!is_float_dtype(x->dtype) || x->ndim != 3) return gd_infer_fail(c, "x %s must be a float (B, T, in)", xs);
+    if (kc->ndim != 4 || kc->dtype != x->dtype || kc->dim[0] != x->dim[0] || kc->dim[2] < x->dim[1] ||
+        kc->dim[3] % 2 != 0 || kc->dim[3] < 2)
+        return gd_infer_fail(c, "the key cache %s must be (B, Hkv, S >= T, D) with D even, of x %s's B, T and dtype",
+                             cs, xs);
+    if (vc->ndim != 4 || vc->dtype != kc->dtype || memcmp(vc->dim, kc->dim, 4 * sizeof(int64_t)) != 0) {
+        char vs[160];
+        return gd_infer_fail(c, "the value cache %s must be the key cache %s's shape and dtype",
+                             gd_shape_str(vc, vs, sizeof vs), cs);
+    }
+    const int64_t K = x->dim[2], Hkv = kc->dim[1], D = kc->dim[3];
+    for (int j = QR_WQ; j <= QR_WV; j++) {
+        const gd_shape *w = &c->in[j];
+        gd_shape_str(w, ws, sizeof ws);
+        const int64_t out = j == QR_WQ ? (w->ndim == 2 ? w->dim[0] : -1) : Hkv * D;
+        if (w->dtype != x->dtype || w->ndim != 2 || w->dim[1] != K || w->dim[0] != out || out < D || out % D != 0)
+            return gd_infer_fail(c, "W%c %s must be (%s, %lld) of x %s's dtype for the caches %s", "qkv"[j - QR_WQ], ws,
+                                 j == QR_WQ ? "H * D" : "Hkv * D", (long long)K, xs, cs);
+    }
+    const int64_t H = c->in[QR_WQ].dim[0] / D;
+    if (H % Hkv != 0) {
+        gd_shape_str(&c->in[QR_WQ], ws, sizeof ws);
+        return gd_infer_fail(c, "Wq %s gives %lld heads, not a multiple of the caches %s's %lld", ws, (long long)H, cs,
+                             (long long)Hkv);
+    }
+    if (index_per_row(c, QR_POS, "pos", x->dim[0])) return 1;
+    if (c->n_in > QR_G) {
+        const gd_shape *g = &c->in[QR_G];
+        gd_shape_str(g, ws, sizeof ws);
+        if (g->ndim != 1 || g->dim[0] != K || g->dtype != x->dtype)
+            return gd_infer_fail(c, "norm weight %s must be %s[%lld], the last axis of x %s", ws,
+                                 gd_dtype_name((gd_dtype)x->dtype), (long long)K, xs);
+        if (!(gdp_attr_float(c->attrs, "eps", 1e-6) >= 0.0)) return gd_infer_fail(c, "eps must be >= 0 (x %s)", xs);
+    }
+    if (!(gdp_attr_float(c->attrs, "theta", 10000.0) > 0)) return gd_infer_fail(c, "theta must be positive (x %s)", xs);
+    c->out[0] = *x;
+    c->out[0].ndim = 4, c->out[0].dim[2] = H, c->out[0].dim[3] = D;
+    c->out[1] = *kc, c->out[2] = *vc;
+    return 0;
+}
+
+/* The node as its two ops: `lin` linear_qkv into the three products (contiguous, in the
+ * workspace from `at`), then `rc` rope_cache_write of those products seen as heads. */
+typedef struct qr_parts {
+    gdp_node lin, rc;
+    const gdp_tensor *lin_in[5], *lin_out[3], *rc_in[6];
+    gdp_tensor prod[3], heads[3];
+    size_t prod_bytes;
+} qr_parts;
+
+static void qkv_rope_parts(const gdp_node *node, char *at, qr_parts *p)
+{
+    const gdp_tensor *x = node->in[QR_X];
+    const int64_t D = node->in[QR_KC]->shape[3];
+    p->prod_bytes = 0;
+    for (int j = 0; j < 3; j++) {
+        gdp_tensor *t = &p->prod[j], *h = &p->heads[j];
+        *t = *x;
+        t->shape[2] = node->in[QR_WQ + j]->shape[0];
+        gdp_set_contiguous(t);
+        t->data = at != NULL ? at + p->prod_bytes : NULL;
+        p->prod_bytes += rw_doubles((gdp_numel(t) * (int64_t)gdp_dtype_size(t->dtype) + 7) / 8);
+        *h = *t;
+        h->ndim = 4, h->shape[2] = t->shape[2] / D, h->shape[3] = D;
+        gdp_set_contiguous(h);
+        p->lin_out[j] = t, p->rc_in[j] = h;
+    }
+    p->lin = *node;
+    for (int j = 0; j < 4; j++) p->lin_in[j] = node->in[QR_X + j];
+    p->lin_in[4] = node->n_in > QR_G ? node->in[QR_G] : NULL;
+    p->lin.in = p->lin_in, p->lin.n_in = node->n_in > QR_G ? 5 : 4;
+    p->lin.out = p->lin_out, p->lin.n_out = 3;
+    p->rc = *node;
+    p->rc_in[3] = node->in[QR_KC], p->rc_in[4] = node->in[QR_VC], p->rc_in[5] = node->in[QR_POS];
+    p->rc.in = p->rc_in, p->rc.n_in = 6;
+}
+
+static size_t ws_qkv_rope(const gdp_node *node)
+{
+    qr_parts p;
+    qkv_rope_parts(node, NULL, &p);
+    const size_t a = gd_linear_qkv_ws(&p.lin), b = ws_rope_cache(&p.rc);
+    return p.prod_bytes + (a > b ? a : b);
+}
+
+static gdp_status qkv_rope_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    char *ws = rw_workspace(node, ws_qkv_rope(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    qr_parts p;
+    qkv_rope_parts(node, ws, &p);
+    p.lin.workspace = p.rc.workspace = ws + p.prod_bytes;
+    p.lin.workspace_bytes = p.rc.workspace_bytes = node->workspace_bytes - p.prod_bytes;
+    gdp_status s = gd_linear_qkv_ref(be, &p.lin, stream, err);
+    return s == GDP_OK ? rope_cache_ref(be, &p.rc, stream, err) : s;
+}
+
+/* Decode shapes: one step and two, GQA, a position per batch row, both pair layouts, with
+ * the norm and without, K in 16-byte pieces or not. */
+static const char *const qkv_rope_cases[] = {
+    "f[1,1,16] f[8,16] f[8,16] f[8,16] f[1,2,6,4] f[1,2,6,4] i32[]<0:6",
+    "n[1,1,64] f[64,64] f[32,64] f[32,64] f[1,2,10,16] f[1,2,10,16] i32[]<0:10 p[64] | eps=1e-5 theta=500",
+    "n[3,1,96] f[64,96] f[16,96] f[16,96] f[3,1,20,16] f[3,1,20,16] i32[3]<0:20 p[96] | interleaved=0",
+    "f[2,2,37] f[48,37] f[24,37] f[24,37] f[2,3,9,8] f[2,3,9,8] i64[]<0:8 | interleaved=1",
+    "n[1,1,256] f[256,256] f[128,256] f[128,256] f[1,1,12,128] f[1,1,12,128] i64[]<0:12 p[256] | interleaved=0",
+    NULL};
+
 /* ---- cost ------------------------------------------------------------------------------ */
 
 /* q k^T and p v: 2 D operations each per (query, key) pair of each head, over every key
@@ -659,6 +782,14 @@ GD_FAMILY(attention)
         .doc = "(q, k, v, k_cache, v_cache, pos) -> rope(q), the caches with steps [pos, pos + T) replaced by rope(k) "
                "and v, in place: q (B, T, H, D), k, v (B, T, Hkv, D), caches (B, Hkv, S, D); rope and cache_write "
                "as one op (fused by graph passes)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "linear_qkv_rope", .min_in = 7, .max_in = 8, .n_out = 3, .attrs = "eps:float theta:float interleaved:int",
+        .dtypes = GD_FLOATS, .infer = qkv_rope_infer, .grad = NULL, .ref = qkv_rope_ref, .ref_dtypes = GD_FLOATS64,
+        .cases = qkv_rope_cases, .inplace = {-1, QR_KC, QR_VC, -1}, .updates = 1, .tol = 1e-7,
+        .ref_workspace = ws_qkv_rope, .ref_strided = 1,
+        .doc = "(x, Wq, Wk, Wv, k_cache, v_cache, pos [, g]) -> rope(h Wq^T) (B, T, H, D), the caches with steps "
+               "[pos, pos + T) replaced by rope(h Wk^T) and h Wv^T, in place; h = x (B, T, in), or rms_norm(x, g; eps); "
+               "linear_qkv then rope_cache_write as one op (fused by graph passes)"});
     gd_register_op(r, &(gd_op_def){
         .name = "cache_write", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "",
         .dtypes = GD_FLOATS, .infer = cache_write_infer, .grad = NULL, .ref = cache_write_ref,

@@ -633,6 +633,12 @@ static gdp_status qkv_ref(void *backend, const gdp_node *node, void *stream, gdp
     return GDP_OK;
 }
 
+gdp_status gd_linear_qkv_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    return qkv_ref(backend, node, stream, err);
+}
+size_t gd_linear_qkv_ws(const gdp_node *node) { return ws_qkv(node); }
+
 /* Scratch of linear_swiglu's products: Wg^T and Wu^T (in, out), a row of x, two output rows. */
 static size_t ws_swiglu_own(const gdp_node *node)
 {

@@ -199,6 +199,11 @@ static inline int64_t rw_at(const gdp_tensor *t, const int64_t *idx)
     return off;
 }
 
+/* Fused ops whose references compose other files' references (matmul.c's linear_qkv, for
+ * attention.c's linear_qkv_rope): the reference kernel and its workspace. */
+gdp_status gd_linear_qkv_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err);
+size_t gd_linear_qkv_ws(const gdp_node *node);
+
 /* Workspace sizing: `n` doubles, never 0 (a kernel may still form a pointer to it). */
 static inline size_t rw_doubles(int64_t n) { return (size_t)(n > 0 ? n : 1) * sizeof(double); }
 
