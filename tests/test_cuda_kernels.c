@@ -69,6 +69,8 @@ static const tcase cases[] = {
                                      "i32[2]<0:40 p[768] | interleaved=0"},
     {"linear_qkv_rope", GDP_F32, 0, "n[1,2,1024] n[512,1024] n[256,1024] n[256,1024] n[1,2,30,128] n[1,2,30,128] "
                                     "i64[]<0:28 p[1024] | interleaved=0 theta=1000000.0 eps=1e-6"},
+    {"rope_cache_write", GDP_BF16, 0, "n[2,1,16,128] n[2,1,8,128] n[2,1,8,128] n[2,8,40,128] n[2,8,40,128] i32[2]<0:40 "
+                                      "p[128] p[128] | interleaved=0 theta=1000000.0 eps=1e-6"},
     {"linear_qkv_rope", GDP_F16, 0, "n[3,1,200] n[96,200] n[32,200] n[32,200] n[3,2,9,16] n[3,2,9,16] i32[3]<0:9"},
     {"linear_swiglu", GDP_BF16, 0, "n[8,4096] n[200,4096] n[200,4096] p[4096]"},
     {"linear_swiglu", GDP_F32, 0, "n[1,2048] n[300,2048] n[300,2048] p[2048] | eps=1e-6"},
@@ -471,13 +473,14 @@ typedef struct lm_case {
 /* Two layers each. A Llama decode step (at most 8 rows) is five nodes a layer:
  * linear_qkv_rope with the input norm in front, attention, linear_add, linear_swiglu with
  * the post-attention norm in front, linear_add; the final norm stays before the head.
- * Qwen3's per-head q and k norms stay as they are, between linear_qkv and rope_cache_write. Nine rows (a prefill) keep the residual
+ * Qwen3's per-head q and k norms go into rope_cache_write, which then stays apart from
+ * linear_qkv: six nodes a layer. Nine rows (a prefill) keep the residual
  * adds fused with the norms after them (add_rms_norm) and the products apart. GPT-2's
  * LayerNorm and its Conv1D projections (linear_act) meet none of the decode rules. */
 static const lm_case lm_cases[] = {
     {"llama decode", 0, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 2, 0, 2}},
     {"llama decode", 0, 0, GD_BF16, 1, 1, {0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 2, 0, 2}},
-    {"qwen3 decode", 0, 1, GD_BF16, 2, 1, {0, 0, 0, 2, 0, 2, 4, 5, 0, 0, 2, 2, 0, 0}},
+    {"qwen3 decode", 0, 1, GD_BF16, 2, 1, {0, 0, 0, 2, 0, 2, 4, 1, 0, 0, 2, 2, 0, 0}},
     {"llama prefill, 9 rows", 0, 0, GD_F32, 3, 3, {0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 2, 2, 0, 0}},
     {"gpt2 decode", 1, 0, GD_F32, 2, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 2, -1, 0}},
 };

@@ -1,6 +1,6 @@
 /* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_add,
  * linear_qkv and linear_swiglu with and without the norm in front, rope_cache_write,
- * linear_qkv_rope) on the
+ * rope_cache_write with the q and k norms, linear_qkv_rope) on the
  * CPU reference against the ops they stand for, built in the same graph from the same
  * inputs: the fused and the unfused forms must agree, exactly where both round the same
  * values the same way (in bf16 too, where the fused ops round an intermediate to the
@@ -240,7 +240,8 @@ static void test_linear_add(void)
 }
 
 /* rope_cache_write against rope, rope and two cache_writes of the transposed k and v, on
- * two pairs of caches that start equal; a decode step (T 1) and a prefill (T 3). */
+ * two pairs of caches that start equal; a decode step (T 1) and a prefill (T 3), the latter
+ * with the q and k norms in front (against rms_norm before each rope). */
 static void test_rope_cache_write(void)
 {
     for (int64_t T = 1; T <= 3; T += 2) {
@@ -259,10 +260,15 @@ static void test_rope_cache_write(void)
             c[j] = gd_state(g, names[j], GD_F32, 4, (int64_t[]){B, Hkv, S, D});
             gd_tensor_write(c[j], init, sizeof(float) * (size_t)(B * Hkv * S * D));
         }
-        gd_attr at2[2] = {gd_attr_f("theta", 500.0), gd_attr_i("interleaved", 0)};
+        gd_attr at2[3] = {gd_attr_f("theta", 500.0), gd_attr_i("interleaved", 0), gd_attr_f("eps", 1e-5)};
         gd_tensor *out[3] = {NULL, NULL, NULL};
-        gd_status s = gd_op_multi(g, "rope_cache_write", 6, (gd_tensor *[]){q, k, v, c[0], c[1], pos}, 2, at2, 3, out);
+        /* T 3: with the q and k norms in front (QK-norm) */
+        const int norms = T == 3;
+        gd_tensor *qn = rand_in(g, "qn", 1, (int64_t[]){D}, 24), *kn = rand_in(g, "kn", 1, (int64_t[]){D}, 25);
+        gd_status s = gd_op_multi(g, "rope_cache_write", norms ? 8 : 6, (gd_tensor *[]){q, k, v, c[0], c[1], pos, qn, kn},
+                                  norms ? 3 : 2, at2, 3, out);
         CHECK(s == GD_OK, "rope_cache_write: %s", gd_ctx_error(ctx));
+        if (norms) q = gd_rms_norm(q, qn, 1e-5), k = gd_rms_norm(k, kn, 1e-5);
         gd_tensor *rq = gd_rope(q, 500.0, 0, pos);
         gd_tensor *kw = gd_cache_write(c[2], gd_transpose(gd_rope(k, 500.0, 0, pos), 1, 2), pos);
         gd_tensor *vw = gd_cache_write(c[3], gd_transpose(v, 1, 2), pos);

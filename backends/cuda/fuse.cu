@@ -377,7 +377,10 @@ static int swaps_1_2(gdp_graph_view *g, int32_t id)
  *             cache_write(vc, transpose(v), pos) ...)
  * -> rope_cache_write(q, k, v, kc, vc, pos; theta, interleaved), which stands for the rope of
  * q and both cache writes (the rope of k and both transposes then have no reader and go).
- * Only for a few steps (T <= 4: the kernel computes each angle itself). */
+ * Only for a few steps (T <= 4: the kernel computes each angle itself). When q and k are
+ * rms_norm(q0, qn) and rms_norm(k0, kn) read by nothing else, with one eps (Qwen3's
+ * QK-norm, over heads of at most 256), the norms go in too: (q0, k0, v, kc, vc, pos, qn, kn;
+ * eps). */
 static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
 {
     if (!op_is(g, att, "attention")) return GDP_OK;
@@ -404,38 +407,51 @@ static gdp_status fuse_rope_cache(gdp_graph_view *g, int32_t att, gdp_err *err)
     gdp_tensor q;
     if (g->node_input_desc(g->graph, rq, 0, &q) != GDP_OK || !cu_gpu_float(q.dtype) || q.ndim != 4 || q.shape[1] > 4)
         return GDP_OK;
+    /* the QK-norm in front, both or neither */
+    int32_t nq = input_op(g, rq, 0, "rms_norm"), nk = input_op(g, rk, 0, "rms_norm");
+    double eps = 0.0;
+    if (nq >= 0 && nk >= 0 && nq != nk && g->node_n_inputs(g->graph, nq) == 2 && g->node_n_inputs(g->graph, nk) == 2 &&
+        g->node_users(g->graph, nq, 0) == 1 && g->node_users(g->graph, nk, 0) == 1 && q.shape[3] <= 256) {
+        eps = gdp_attr_float(g->node_attrs(g->graph, nq), "eps", 1e-6);
+        if (gdp_attr_float(g->node_attrs(g->graph, nk), "eps", 1e-6) != eps) nq = nk = -1;
+    } else {
+        nq = nk = -1;
+    }
+    const int norms = nq >= 0;
     int32_t first = rq, last = cwk;
-    const int32_t chain[4] = {rq, rk, cwk, cwv};
-    for (int j = 0; j < 4; j++) {
+    const int32_t chain[6] = {rq, rk, cwk, cwv, norms ? nq : rq, norms ? nk : rq};
+    for (int j = 0; j < 6; j++) {
         first = chain[j] < first ? chain[j] : first;
         last = chain[j] > last ? chain[j] : last;
     }
     if (read_between(g, rq, 0, first, last) || read_between(g, cwk, 0, first, last) ||
         read_between(g, cwv, 0, first, last))
         return GDP_OK;
-    const int32_t in_nodes[6] = {-2 - rq, -2 - rk, -2 - pv, -2 - cwk, -2 - cwv, -2 - rq};
-    const int32_t in_outs[6] = {0, 0, 0, 0, 0, 1};
+    const int32_t in_nodes[8] = {-2 - (norms ? nq : rq), -2 - (norms ? nk : rk), -2 - pv, -2 - cwk, -2 - cwv, -2 - rq,
+                                 -2 - nq, -2 - nk};
+    const int32_t in_outs[8] = {0, 0, 0, 0, 0, 1, 1, 1};
     const int32_t out_nodes[3] = {rq, cwk, cwv}, out_outs[3] = {0, 0, 0};
-    gdp_attr at[2];
+    gdp_attr at[3];
     memset(at, 0, sizeof at);
     at[0].name = "theta", at[0].kind = GDP_ATTR_FLOAT, at[0].f = theta;
     at[1].name = "interleaved", at[1].kind = GDP_ATTR_INT, at[1].i = inter;
-    return g->replace_chain(g->graph, first, last, "rope_cache_write", 6, in_nodes, in_outs, at, 2, 3, out_nodes, out_outs,
-                            err);
+    at[2].name = "eps", at[2].kind = GDP_ATTR_FLOAT, at[2].f = eps;
+    return g->replace_chain(g->graph, first, last, "rope_cache_write", norms ? 8 : 6, in_nodes, in_outs, at, norms ? 3 : 2,
+                            3, out_nodes, out_outs, err);
 }
 
 /* A decode step's rope_cache_write (anchored at the attention that reads it) whose q, k
  * and v are linear_qkv's three products, each only reshaped to (B, T, heads, D) and read by
  * nothing else -> linear_qkv_rope(x, Wq, Wk, Wv, kc, vc, pos [, g]; eps, theta,
  * interleaved): the products' epilogue rotates them and writes k and v into the caches
- * (gemv.cu), one launch for the two. Not with a norm of q and k in between (Qwen3): those
- * stay two nodes. */
+ * (gemv.cu), one launch for the two. Not with the QK-norm (Qwen3), which rope_cache_write
+ * then holds: those stay two nodes. */
 static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
 {
     if (!op_is(g, att, "attention")) return GDP_OK;
     int32_t o = -1;
     const int32_t rc = g->node_input(g->graph, att, 1, &o);
-    if (rc < 0 || o != 1 || !op_is(g, rc, "rope_cache_write")) return GDP_OK;
+    if (rc < 0 || o != 1 || !op_is(g, rc, "rope_cache_write") || g->node_n_inputs(g->graph, rc) != 6) return GDP_OK;
     int32_t qkv = -1, view[3];
     for (int j = 0; j < 3; j++) {
         view[j] = input_op(g, rc, j, "reshape");

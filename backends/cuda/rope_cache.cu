@@ -11,6 +11,7 @@
  * the cache; a row whose position does not fit is reported as bad data and left as it was.
  */
 #include "cu_rope.h"
+#include "cu_vec.h"
 
 /* ---- rope ------------------------------------------------------------------------------------- */
 
@@ -255,11 +256,73 @@ __global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *
     }
 }
 
-/* q (B, T, H, D), k, v (B, T, Hkv, D), k_cache, v_cache (B, Hkv, S, D), pos; T a decode step's. */
+#define ROPE_NORM_PAIRS 4 /* pairs a lane of the norm kernel takes: heads of up to 256 */
+
+// rope_cache_write with the q and k norms (Qwen3's QK-norm): a warp per head row of q, k or
+// v. A q or k row's lanes sum its squares in double (each lane its pairs' elements, then the
+// butterfly), normalize with the weight, round to T as rms_norm stores, then rotate; a v row
+// is copied into its cache. Pair frequencies before the wait (no memory read).
+template <typename T>
+__global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const T *qn, const T *kn, T *qo, T *kc, T *vc,
+                                       const void *pos, int pos64, int64_t step, int64_t B, int64_t T_, int64_t H,
+                                       int64_t Hkv, int64_t S, int64_t D, int interleaved, double theta, double eps,
+                                       cu_bad bad)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t half = D / 2, heads = H + 2 * Hkv, rows = B * T_ * heads;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    double f[ROPE_NORM_PAIRS];
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) f[u] = rope_freq(lane + 32 * u, D, theta);
+    cu_pdl_wait();
+    if (blockIdx.x == 0)
+        for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
+            const int64_t p = cu_ld_index(pos, pos64, b * step);
+            if (p < 0 || p > S - T_) cu_report(bad, p, b);
+        }
+    if (row >= rows) return;
+    const int64_t hh = row % heads, bt = row / heads, b = bt / T_, t = bt % T_;
+    const int64_t offset = cu_ld_index(pos, pos64, b * step);
+    const int64_t h = hh < H ? hh : (hh - H) % Hkv;
+    const int64_t dst = ((b * Hkv + h) * S + offset + t) * D;
+    const bool fits = offset >= 0 && offset <= S - T_;
+    if (hh >= H + Hkv) { /* v: into its cache */
+        if (fits)
+            for (int64_t j = lane; j < D; j += 32) vc[dst + j] = v[(bt * Hkv + h) * D + j];
+        return;
+    }
+    const T *x = hh < H ? q + (bt * H + h) * D : k + (bt * Hkv + h) * D, *g = hh < H ? qn : kn;
+    double x0[ROPE_NORM_PAIRS], x1[ROPE_NORM_PAIRS], ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
+        const int64_t i = lane + 32 * u;
+        x0[u] = x1[u] = 0.0;
+        if (i >= half) continue;
+        x0[u] = (double)cu_ld(x, rope_j0(i, interleaved)), x1[u] = (double)cu_ld(x, rope_j1(i, D, interleaved));
+        ss += x0[u] * x0[u];
+        ss += x1[u] * x1[u];
+    }
+    const double rstd = 1.0 / sqrt(cu_warp_sum_d(ss) / (double)D + eps);
+    if (hh >= H && !fits) return;
+    T *y = hh < H ? qo + (bt * H + h) * D : kc + dst;
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
+        const int64_t i = lane + 32 * u;
+        if (i >= half) continue;
+        const int64_t j0 = rope_j0(i, interleaved), j1 = rope_j1(i, D, interleaved);
+        T n0, n1; /* the normalized pair as rms_norm stores it */
+        cu_std(&n0, 0, x0[u] * rstd * (double)cu_ld(g, j0));
+        cu_std(&n1, 0, x1[u] * rstd * (double)cu_ld(g, j1));
+        rope_store((double)cu_ld(&n0, 0), (double)cu_ld(&n1, 0), rope_cs_f(t, offset, f[u], 1.0), y, j0, j1);
+    }
+}
+
+/* q (B, T, H, D), k, v (B, T, Hkv, D), k_cache, v_cache (B, Hkv, S, D), pos [, qn, kn (D)];
+ * T a decode step's; with the norms, heads of up to 32 ROPE_NORM_PAIRS pairs. */
 static int rope_cache_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in != 6 || n->n_out != 3) return 0;
+    if ((n->n_in != 6 && n->n_in != 8) || n->n_out != 3) return 0;
     const gdp_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *kc = n->in[3], *vc = n->in[4];
     if (q->ndim != 4 || k->ndim != 4 || kc->ndim != 4 || !cu_gpu_float(q->dtype) || q->shape[3] % 2 != 0) return 0;
     const int64_t B = q->shape[0], T = q->shape[1], D = q->shape[3], Hkv = k->shape[2];
@@ -269,6 +332,9 @@ static int rope_cache_supports(void *b, const gdp_node *n)
     const gdp_tensor *t[7] = {k, v, kc, vc, n->out[0], n->out[1], n->out[2]};
     for (int j = 0; j < 7; j++)
         if (t[j]->dtype != q->dtype) return 0;
+    for (int j = 6; j < n->n_in; j++)
+        if (n->in[j]->dtype != q->dtype || n->in[j]->ndim != 1 || n->in[j]->shape[0] != D) return 0;
+    if (n->n_in == 8 && D / 2 > 32 * ROPE_NORM_PAIRS) return 0;
     return cu_same_shape(n->out[0], q) && cu_same_shape(n->out[1], kc) && cu_same_shape(n->out[2], vc) &&
            index_per_row(n->in[5], B) && gdp_attr_float(&n->attrs, "theta", 10000.0) > 0;
 }
@@ -290,6 +356,18 @@ static gdp_status rope_cache_run(cu_backend *be, const gdp_node *node, cudaStrea
     const double theta = gdp_attr_float(&node->attrs, "theta", 10000.0);
     const int interleaved = gdp_attr_int(&node->attrs, "interleaved", 1) != 0;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_POS, S, T, NULL);
+    if (node->n_in == 8) {
+        const int64_t rows = B * T * (H + 2 * Hkv);
+        const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+        CU_FLOAT_SWITCH(q->dtype, E,
+                        cu_launch(be, rope_cache_norm_kernel<E>, dim3((unsigned)((rows + 7) / 8)), 256, 0, s,
+                                  (const E *)q->data, (const E *)k->data, (const E *)node->in[2]->data,
+                                  (const E *)node->in[6]->data, (const E *)node->in[7]->data, (E *)node->out[0]->data,
+                                  (E *)node->out[1]->data, (E *)node->out[2]->data, (const void *)pos->data,
+                                  (int)(pos->dtype == GDP_I64), index_step(pos), B, T, H, Hkv, S, D, interleaved, theta,
+                                  eps, bad));
+        return GDP_OK;
+    }
     CU_FLOAT_SWITCH(q->dtype, E,
                     cu_launch(be, rope_cache_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)q->data,
                               (const E *)k->data, (const E *)node->in[2]->data, (E *)node->out[0]->data,

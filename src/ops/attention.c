@@ -515,7 +515,9 @@ static const char *const cache_write_cases[] = {
 /* q (B, T, H, D), k and v (B, T, Hkv, D), the caches (B, Hkv, S, D), pos: rope(q), and the
  * caches with steps [pos, pos + T) replaced by rope(k) and v — what rope, rope and two
  * cache_writes of k and v transposed to (B, Hkv, T, D) compute. A graph pass makes it for
- * a decode step, where those four launches are most of the attention block's time. */
+ * a decode step, where those four launches are most of the attention block's time. With
+ * two more inputs, weights qn and kn (D), q and k are first rms-normalized per head (eps),
+ * as rms_norm stores them: Qwen3's QK-norm, two launches more folded in. */
 static int rope_cache_infer(gd_infer *c)
 {
     const gd_shape *q = &c->in[0], *k = &c->in[1], *v = &c->in[2], *kc = &c->in[3], *vc = &c->in[4];
@@ -540,17 +542,31 @@ static int rope_cache_infer(gd_infer *c)
         }
     }
     if (index_per_row(c, 5, "pos", q->dim[0])) return 1;
+    if (c->n_in == 7) return gd_infer_fail(c, "the q and k norm weights come together (q %s): got one", qs);
+    for (int j = 6; j < c->n_in; j++) {
+        const gd_shape *g = &c->in[j];
+        gd_shape_str(g, cs, sizeof cs);
+        if (g->ndim != 1 || g->dim[0] != q->dim[3] || g->dtype != q->dtype)
+            return gd_infer_fail(c, "the %s norm weight %s must be %s[%lld], the head of q %s", j == 6 ? "q" : "k", cs,
+                                 gd_dtype_name((gd_dtype)q->dtype), (long long)q->dim[3], qs);
+    }
+    if (c->n_in == 8 && !(gdp_attr_float(c->attrs, "eps", 1e-6) >= 0.0))
+        return gd_infer_fail(c, "eps must be >= 0 (q %s)", qs);
     double theta = gdp_attr_float(c->attrs, "theta", 10000.0);
     if (!(theta > 0)) return gd_infer_fail(c, "theta %g must be positive", theta);
     c->out[0] = *q, c->out[1] = *kc, c->out[2] = *vc;
     return 0;
 }
 
-/* rope's scratch, then rope(k) in k's dtype. */
+/* Bytes of a contiguous copy of t, in whole doubles. */
+static size_t copy_bytes(const gdp_tensor *t) { return rw_doubles(((int64_t)gdp_numel(t) * (int64_t)gdp_dtype_size(t->dtype) + 7) / 8); }
+
+/* rope's scratch, then rope(k) in k's dtype; with the norms, the normalized q and k ahead. */
 static size_t ws_rope_cache(const gdp_node *node)
 {
     const gdp_tensor *k = node->in[1];
-    return rw_doubles(k->shape[3]) + (size_t)gdp_numel(k) * gdp_dtype_size(k->dtype);
+    const size_t norms = node->n_in == 8 ? copy_bytes(node->in[0]) + copy_bytes(k) : 0;
+    return norms + rw_doubles(k->shape[3]) + (size_t)gdp_numel(k) * gdp_dtype_size(k->dtype);
 }
 
 /* x (B, T, Hkv, D) seen as (B, Hkv, T, D): the transpose cache_write takes. */
@@ -564,19 +580,32 @@ static gdp_tensor transposed(const gdp_tensor *x)
 
 static gdp_status rope_cache_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
-    const gdp_tensor *k = node->in[1];
+    const gdp_tensor *q = node->in[0], *k = node->in[1];
     char *ws = rw_workspace(node, ws_rope_cache(node), err);
     if (ws == NULL) return GDP_ERR_INVALID;
+    /* with the norms, q and k normalized first, into the head of the workspace */
+    gdp_tensor qn, kn;
+    if (node->n_in == 8) {
+        const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+        qn = *q, kn = *k;
+        qn.data = ws, kn.data = ws + copy_bytes(q);
+        gdp_set_contiguous(&qn);
+        gdp_set_contiguous(&kn);
+        gd_rms_rows(q, node->in[6], eps, &qn);
+        gd_rms_rows(k, node->in[7], eps, &kn);
+        ws += copy_bytes(q) + copy_bytes(k);
+        q = &qn, k = &kn;
+    }
     /* rope(q) into output 0, rope(k) into the scratch tensor kr */
     gdp_tensor kr = *k;
     kr.data = ws + rw_doubles(k->shape[3]);
     gd_strides(4, k->shape, kr.stride);
-    const gdp_tensor *rin[2][2] = {{node->in[0], node->in[5]}, {k, node->in[5]}};
+    const gdp_tensor *rin[2][2] = {{q, node->in[5]}, {k, node->in[5]}};
     const gdp_tensor *rout[2] = {node->out[0], &kr};
     for (int j = 0; j < 2; j++) {
         gdp_node sub = *node;
         sub.n_in = 2, sub.in = rin[j], sub.n_out = 1, sub.out = &rout[j];
-        sub.workspace_bytes = rw_doubles(k->shape[3]);
+        sub.workspace = ws, sub.workspace_bytes = rw_doubles(k->shape[3]);
         gdp_status st = rope_ref(be, &sub, stream, err);
         if (st != GDP_OK) return st;
     }
@@ -598,6 +627,10 @@ static const char *const rope_cache_cases[] = {
     "f[3,1,4,64] f[3,1,2,64] f[3,1,2,64] f[3,2,20,64] f[3,2,20,64] i32[3]<0:20 | theta=500",
     "f[2,2,6,16] f[2,2,6,16] f[2,2,6,16] f[2,6,9,16] f[2,6,9,16] i64[]<0:8 | interleaved=1",
     "f[1,4,2,4] f[1,4,1,4] f[1,4,1,4] f[1,1,4,4] f[1,1,4,4] i64[]<0:1",
+    "f[1,1,4,8] f[1,1,2,8] f[1,1,2,8] f[1,2,6,8] f[1,2,6,8] i32[]<0:6 p[8] p[8] | eps=1e-5",
+    "n[2,1,4,128] n[2,1,2,128] n[2,1,2,128] f[2,2,9,128] f[2,2,9,128] i32[2]<0:9 p[128] p[128] | interleaved=0 "
+    "theta=1000000.0",
+    "f[1,2,3,10] f[1,2,3,10] f[1,2,3,10] f[1,3,5,10] f[1,3,5,10] i64[]<0:4 p[10] p[10] | eps=0.01",
     NULL};
 
 /* ---- linear_qkv_rope: a decode step's projections, RoPE and cache writes in one op ---- */
@@ -775,13 +808,14 @@ GD_FAMILY(attention)
         .ref_workspace = ws_attention_grad, .ref_strided = 1, .cost = cost_attention_grad,
         .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
     gd_register_op(r, &(gd_op_def){
-        .name = "rope_cache_write", .min_in = 6, .max_in = 6, .n_out = 3, .attrs = "theta:float interleaved:int",
+        .name = "rope_cache_write", .min_in = 6, .max_in = 8, .n_out = 3,
+        .attrs = "theta:float interleaved:int eps:float",
         .dtypes = GD_FLOATS, .infer = rope_cache_infer, .grad = NULL, .ref = rope_cache_ref,
         .ref_dtypes = GD_FLOATS64, .cases = rope_cache_cases, .inplace = {-1, 3, 4, -1}, .updates = 1, .tol = 1e-8,
         .ref_workspace = ws_rope_cache, .ref_strided = 1,
-        .doc = "(q, k, v, k_cache, v_cache, pos) -> rope(q), the caches with steps [pos, pos + T) replaced by rope(k) "
-               "and v, in place: q (B, T, H, D), k, v (B, T, Hkv, D), caches (B, Hkv, S, D); rope and cache_write "
-               "as one op (fused by graph passes)"});
+        .doc = "(q, k, v, k_cache, v_cache, pos [, qn, kn]) -> rope(q), the caches with steps [pos, pos + T) replaced "
+               "by rope(k) and v, in place: q (B, T, H, D), k, v (B, T, Hkv, D), caches (B, Hkv, S, D); with qn, kn (D), "
+               "q and k rms-normalized per head first (eps); rope and cache_write as one op (fused by graph passes)"});
     gd_register_op(r, &(gd_op_def){
         .name = "linear_qkv_rope", .min_in = 7, .max_in = 8, .n_out = 3, .attrs = "eps:float theta:float interleaved:int",
         .dtypes = GD_FLOATS, .infer = qkv_rope_infer, .grad = NULL, .ref = qkv_rope_ref, .ref_dtypes = GD_FLOATS64,

@@ -638,6 +638,7 @@ gdp_status gd_linear_qkv_ref(void *backend, const gdp_node *node, void *stream, 
     return qkv_ref(backend, node, stream, err);
 }
 size_t gd_linear_qkv_ws(const gdp_node *node) { return ws_qkv(node); }
+void gd_rms_rows(const gdp_tensor *x, const gdp_tensor *g, double eps, const gdp_tensor *xn) { rms_rows(x, g, eps, xn); }
 
 /* Scratch of linear_swiglu's products: Wg^T and Wu^T (in, out), a row of x, two output rows. */
 static size_t ws_swiglu_own(const gdp_node *node)

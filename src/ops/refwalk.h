@@ -203,6 +203,9 @@ static inline int64_t rw_at(const gdp_tensor *t, const int64_t *idx)
  * attention.c's linear_qkv_rope): the reference kernel and its workspace. */
 gdp_status gd_linear_qkv_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err);
 size_t gd_linear_qkv_ws(const gdp_node *node);
+/* xn (contiguous, x's shape and dtype) = rms_norm(x, g; eps) over x's last axis, as that op
+ * computes and stores it (matmul.c; rope_cache_write's q and k norms use it too). */
+void gd_rms_rows(const gdp_tensor *x, const gdp_tensor *g, double eps, const gdp_tensor *xn);
 
 /* Workspace sizing: `n` doubles, never 0 (a kernel may still form a pointer to it). */
 static inline size_t rw_doubles(int64_t n) { return (size_t)(n > 0 ? n : 1) * sizeof(double); }
