@@ -32,6 +32,17 @@ static __device__ __forceinline__ double2 rope_cs(int64_t t, int64_t offset, int
     return rope_cs_f(t, offset, rope_freq(i, D, theta), sign);
 }
 
+/* Reports the first cache position pos[b * step] (b < B, or the scalar when step is 0) that
+ * leaves no room for T steps in a cache of S: the threads of one block call it. */
+static __device__ __forceinline__ void rope_check_pos(const void *pos, int pos64, int64_t step, int64_t B, int64_t S,
+                                                      int64_t T, const cu_bad &bad)
+{
+    for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
+        const int64_t p = cu_ld_index(pos, pos64, b * step);
+        if (p < 0 || p > S - T) cu_report(bad, p, b);
+    }
+}
+
 /* The elements of pair i in a row of D: (2i, 2i + 1) interleaved, else (i, i + D / 2). */
 static __device__ __forceinline__ int64_t rope_j0(int64_t i, int interleaved) { return interleaved ? 2 * i : i; }
 static __device__ __forceinline__ int64_t rope_j1(int64_t i, int64_t D, int interleaved)

@@ -287,10 +287,7 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
     }
     cu_pdl_wait();
     if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
-        for (int64_t b = threadIdx.x; b < (a.pos_step != 0 ? a.R / a.T : 1); b += blockDim.x) {
-            const int64_t p = cu_ld_index(a.pos, a.pos64, b * a.pos_step);
-            if (p < 0 || p > a.S - a.T) cu_report(a.bad, p, b);
-        }
+        rope_check_pos(a.pos, a.pos64, a.pos_step, a.R / a.T, a.S, a.T, a.bad);
     const W *wa = (const W *)a.w[seg] + ra * a.K;
     const W *wb = MODE == GW_SWIGLU ? (const W *)a.w2 + n * a.K : (const W *)a.w[seg] + rb * a.K;
     constexpr bool TWO = MODE == GW_SWIGLU || MODE == GW_ROPE; /* GW_ROPE: for q's and k's pairs */

@@ -145,13 +145,7 @@ __global__ void cache_write_kernel(const E *c, const E *x, E *y, const void *pos
                                    int64_t outer, int64_t inner, int64_t S, int64_t T, int64_t D, cu_bad bad)
 {
     cu_pdl_wait();
-    if (blockIdx.x == 0) {
-        const int64_t rows = step != 0 ? n0 : 1;
-        for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) {
-            const int64_t p = cu_ld_index(pos, pos64, b * step);
-            if (p < 0 || p > S - T) cu_report(bad, p, b);
-        }
-    }
+    if (blockIdx.x == 0) rope_check_pos(pos, pos64, step, n0, S, T, bad);
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     if (c == NULL) {
         const int64_t row = T * D, n = outer * row;
@@ -231,11 +225,7 @@ __global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const double first_freq = rope_freq(first % half, D, theta);
     cu_pdl_wait();
-    if (blockIdx.x == 0)
-        for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
-            const int64_t p = cu_ld_index(pos, pos64, b * step);
-            if (p < 0 || p > S - T_) cu_report(bad, p, b);
-        }
+    if (blockIdx.x == 0) rope_check_pos(pos, pos64, step, B, S, T_, bad);
     for (int64_t p = first; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = p % half, r = p / half, hh = r % heads, bt = r / heads, b = bt / T_, t = bt % T_;
         const int64_t offset = cu_ld_index(pos, pos64, b * step);
@@ -275,11 +265,7 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
 #pragma unroll
     for (int u = 0; u < ROPE_NORM_PAIRS; u++) f[u] = rope_freq(lane + 32 * u, D, theta);
     cu_pdl_wait();
-    if (blockIdx.x == 0)
-        for (int64_t b = threadIdx.x; b < (step != 0 ? B : 1); b += blockDim.x) {
-            const int64_t p = cu_ld_index(pos, pos64, b * step);
-            if (p < 0 || p > S - T_) cu_report(bad, p, b);
-        }
+    if (blockIdx.x == 0) rope_check_pos(pos, pos64, step, B, S, T_, bad);
     if (row >= rows) return;
     const int64_t hh = row % heads, bt = row / heads, b = bt / T_, t = bt % T_;
     const int64_t offset = cu_ld_index(pos, pos64, b * step);
