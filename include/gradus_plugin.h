@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define GDP_ABI_MAJOR 2
-#define GDP_ABI_MINOR 4
+#define GDP_ABI_MINOR 5
 #define GDP_INIT_SYMBOL "gradus_plugin_init"
 
 #define GDP_MAX_DIMS 8
@@ -393,7 +393,11 @@ typedef struct gdp_graph_view {
      *    (so a pass can name a parameter or graph input another chain node reads);
      *  - its outputs: with n_out 0, one output that takes the place of output 0 of
      *    `last`; otherwise output j takes the place of output out_outputs[j] of node
-     *    out_nodes[j] (a chain node), so a fused op may have several outputs;
+     *    out_nodes[j] (a chain node), so a fused op may have several outputs; with
+     *    out_nodes[j] = -1 (ABI 2.5, when `new_outputs` says so) output j is a new value
+     *    of the program, of the shape and dtype the op's shape rule gives it, which a
+     *    later replace_chain may name as an input (a forward op that keeps a statistic
+     *    for its backward);
      *  - chain nodes whose outputs are no longer read are removed.
      * The new node takes the place of `last` in program order. */
     gdp_status (*replace_chain)(void *graph, int32_t first, int32_t last, const char *op,
@@ -405,6 +409,9 @@ typedef struct gdp_graph_view {
      * graph inputs, parameters and states included, which node_input reports only as -1.
      * An older host leaves it out (GDP_HAS_FIELD). */
     int32_t (*same_input)(void *graph, int32_t a, int32_t ka, int32_t b, int32_t kb);
+    /* ABI 2.5. Nonzero when replace_chain makes new outputs (out_nodes[j] = -1). An older
+     * host leaves it out (GDP_HAS_FIELD) and refuses them. */
+    int32_t new_outputs;
 } gdp_graph_view;
 
 typedef struct gdp_graph_pass {

@@ -12,7 +12,8 @@
  * must reach the kernels without copies, programs must run as captured segments, bad
  * data found on the device must fail the run or the read, naming the node and the value,
  * and a language model's decode step must become the fused nodes the graph pass promises
- * (six a Llama layer) and compute what the reference computes.
+ * (six a Llama layer) and compute what the reference computes, as must a training step,
+ * whose attention keeps its lse for the backward (attention_lse, attention_grad_lse).
  * Without a GPU the plugin declines and the test prints SKIP and returns 77.
  */
 #include "gradus_lm.h"
@@ -535,6 +536,113 @@ static int run_lm_plans(gd_ctx *ctx, int bi)
     return fails;
 }
 
+/* Attention nodes of a compiled program. */
+typedef struct attn_ops {
+    int nodes, fallback, attention, attention_grad, attention_lse, attention_grad_lse;
+} attn_ops;
+
+static void attn_line(void *user, const char *s)
+{
+    attn_ops *c = (attn_ops *)user;
+    if (strncmp(s, "node", 4) != 0) return;
+    c->nodes++;
+    c->fallback += strstr(s, "[fallback]") != NULL;
+    c->attention += strstr(s, " attention(") != NULL;
+    c->attention_grad += strstr(s, " attention_grad(") != NULL;
+    c->attention_lse += strstr(s, " attention_lse(") != NULL;
+    c->attention_grad_lse += strstr(s, " attention_grad_lse(") != NULL;
+}
+
+/* The loss and every parameter's gradient of a training step of cfg (B sequences of T
+ * tokens) on backend bi, as f32, one after another in *out. */
+static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_dtype dt, int64_t B, int64_t T,
+                              float **out, int64_t *n, attn_ops *ops)
+{
+    ctx->preferred = bi;
+    ctx->strict = bi != 0;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *ids = gd_input(g, "ids", GD_I32, 2, (const int64_t[]){B, T});
+    gd_tensor *tg = gd_input(g, "targets", GD_I32, 2, (const int64_t[]){B, T});
+    gd_tensor *loss = gd_lm_forward_loss(g, cfg, ids, tg, dt, GD_LM_FLOAT);
+    gd_status st = loss != NULL ? gd_graph_init_params(g, 7) : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_backward(g, loss);
+    gd_tensor *t[64];
+    int nt = 0;
+    t[nt++] = loss;
+    for (int i = 0; st == GD_OK && i < gd_graph_param_count(g) && nt < 64; i++) {
+        gd_tensor *gr = gd_grad(g, gd_graph_param(g, i));
+        if (gr != NULL) t[nt++] = gd_tensor_dtype(gr) == GD_F32 ? gr : gd_cast(gr, GD_F32);
+    }
+    int32_t idv[512], tv[512];
+    for (int64_t i = 0; i < B * T && i < 512; i++) {
+        idv[i] = (int32_t)((i * 37 + 5) % cfg->vocab_size);
+        tv[i] = (int32_t)((i * 11 + 3) % cfg->vocab_size);
+    }
+    if (st == GD_OK) st = gd_tensor_write(ids, idv, sizeof(int32_t) * (size_t)(B * T));
+    if (st == GD_OK) st = gd_tensor_write(tg, tv, sizeof(int32_t) * (size_t)(B * T));
+    gd_program *p = st == GD_OK ? gd_compile(g, nt, t, 0) : NULL;
+    if (p == NULL && st == GD_OK) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_program_run(p);
+    *n = 0;
+    for (int i = 0; st == GD_OK && i < nt; i++) *n += gd_tensor_numel(t[i]);
+    *out = st == GD_OK ? malloc(sizeof(float) * (size_t)*n) : NULL;
+    for (int i = 0, at = 0; st == GD_OK && i < nt; i++) {
+        const int64_t k = gd_tensor_numel(t[i]);
+        st = gd_tensor_read(t[i], *out + at, sizeof(float) * (size_t)k);
+        at += (int)k;
+    }
+    if (st == GD_OK && ops != NULL) gd_program_describe(p, attn_line, ops);
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    ctx->strict = 0;
+    return st;
+}
+
+/* A Llama training step with grouped heads of 64 over 80 tokens (two of the tensor-core
+ * kernels' tiles in bf16; the CUDA-core kernels in f32): each layer's attention and its
+ * backward become attention_lse and attention_grad_lse, and the loss and the gradients
+ * match the reference's. */
+static int run_lm_train_plans(gd_ctx *ctx, int bi)
+{
+    const gd_dtype dts[2] = {GD_F32, GD_BF16};
+    int fails = 0;
+    for (int i = 0; i < 2; i++) {
+        gd_lm_config cfg = {.arch = GD_LM_LLAMA, .dim = 128, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1,
+                            .hidden_dim = 256, .vocab_size = 256, .max_seq = 128, .rope_theta = 1e4, .norm_eps = 1e-5};
+        float *ref = NULL, *got = NULL;
+        int64_t n_ref = 0, n_got = 0;
+        attn_ops ops;
+        memset(&ops, 0, sizeof ops);
+        gd_status st = gd_lm_config_check(ctx, &cfg);
+        if (st == GD_OK) st = run_lm_grads(ctx, 0, &cfg, dts[i], 2, 80, &ref, &n_ref, NULL);
+        if (st == GD_OK) st = run_lm_grads(ctx, bi, &cfg, dts[i], 2, 80, &got, &n_got, &ops);
+        if (st != GD_OK || n_ref != n_got) {
+            printf("FAIL training plan %s: %s\n", gd_dtype_name(dts[i]), gd_ctx_error(ctx));
+            fails++;
+        } else {
+            double num = 0, den = 1e-30;
+            for (int64_t k = 0; k < n_ref; k++) {
+                double d = (double)got[k] - ref[k];
+                num += d * d, den += (double)ref[k] * ref[k];
+            }
+            const double e = num / den, tol = dts[i] == GD_F32 ? 1e-7 : 1e-3;
+            const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
+                           ops.attention == 0 && ops.attention_grad == 0;
+            printf("%s training plan %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
+                   "attention_lse %d, attention_grad_lse %d (want 2, 2), attention %d, attention_grad %d (want 0, 0), "
+                   "%d fallback\n",
+                   ok ? "ok  " : "FAIL", gd_dtype_name(dts[i]), (long long)n_ref, e, tol, ops.nodes, ops.attention_lse,
+                   ops.attention_grad_lse, ops.attention, ops.attention_grad, ops.fallback);
+            fails += !ok;
+        }
+        free(ref);
+        free(got);
+        gd_ctx_clear_error(ctx);
+    }
+    return fails;
+}
+
 /* An embedding id past the table, found by the kernel on the device: the run or the read
  * after it fails with the node's label, the position and the value; good ids then run. */
 static int run_bad_ids(gd_ctx *ctx, int bi)
@@ -655,7 +763,9 @@ int main(int argc, char **argv)
     printf("%d passed, %d failed\n", n - fails, fails);
     ctx->guard = 0;
     int vf = run_views(ctx, bi), bf = run_bad_ids(ctx, bi) + run_bad_grad_ids(ctx, bi), lf = run_lm_plans(ctx, bi);
-    printf("views: %d failed; bad data: %d failed; decode plans: %d failed\n", vf, bf, lf);
+    int tf = run_lm_train_plans(ctx, bi);
+    printf("views: %d failed; bad data: %d failed; decode plans: %d failed; training plans: %d failed\n", vf, bf, lf,
+           tf);
     gd_ctx_free(ctx);
-    return fails + vf + bf + lf != 0;
+    return fails + vf + bf + lf + tf != 0;
 }

@@ -1,6 +1,7 @@
 /* test_ops_fused.c — the ops graph passes fuse (add_layer_norm, add_rms_norm, linear_add,
  * linear_qkv and linear_swiglu with and without the norm in front, rope_cache_write,
- * rope_cache_write with the q and k norms, linear_qkv_rope) on the
+ * rope_cache_write with the q and k norms, linear_qkv_rope, attention_lse and
+ * attention_grad_lse) on the
  * CPU reference against the ops they stand for, built in the same graph from the same
  * inputs: the fused and the unfused forms must agree, exactly where both round the same
  * values the same way (in bf16 too, where the fused ops round an intermediate to the
@@ -376,6 +377,71 @@ static void test_linear_qkv_rope(void)
     gd_graph_free(g);
 }
 
+/* attention_lse and attention_grad_lse against attention and attention_grad: y bit for
+ * bit (the same double sums), lse against the log-sum-exp computed here, the gradients
+ * within f32 rounding (the pair reads lse and y as stored in f32, attention_grad its own
+ * doubles). Causal with fewer keys than queries: the first rows see none. */
+static void test_attention_lse(void)
+{
+    const int64_t shapes[2][2] = {{9, 11}, {6, 2}}; /* (T, S) */
+    for (int c = 0; c < 2; c++) {
+        const int64_t B = 1, H = 4, Hkv = 2, D = 8, T = shapes[c][0], S = shapes[c][1];
+        gd_graph *g = fresh();
+        const int64_t qs[4] = {B, H, T, D}, ks[4] = {B, Hkv, S, D};
+        gd_tensor *q = rand_in(g, "q", 4, qs, 20), *k = rand_in(g, "k", 4, ks, 21), *v = rand_in(g, "v", 4, ks, 22);
+        gd_tensor *dy = rand_in(g, "dy", 4, qs, 23);
+        gd_attr at[2] = {gd_attr_i("causal", 1), gd_attr_f("scale", 0.0)};
+        gd_tensor *fw[2] = {NULL, NULL}, *gl[3] = {NULL, NULL, NULL}, *gr[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, "attention_lse", 3, (gd_tensor *[]){q, k, v}, 2, at, 2, fw);
+        CHECK(s == GD_OK, "attention_lse: %s", gd_ctx_error(ctx));
+        if (s != GD_OK) {
+            gd_graph_free(g);
+            continue;
+        }
+        expect_shape(fw[1], 3, (int64_t[]){B, H, T});
+        expect_same("attention_lse y", fw[0], gd_attention(q, k, v, 1, 0.0, NULL), B * H * T * D, 0);
+        s = gd_op_multi(g, "attention_grad_lse", 6, (gd_tensor *[]){dy, q, k, v, fw[0], fw[1]}, 2, at, 3, gl);
+        CHECK(s == GD_OK, "attention_grad_lse: %s", gd_ctx_error(ctx));
+        s = gd_op_multi(g, "attention_grad", 4, (gd_tensor *[]){dy, q, k, v}, 2, at, 3, gr);
+        CHECK(s == GD_OK, "attention_grad: %s", gd_ctx_error(ctx));
+        expect_same("attention_grad_lse dq", gl[0], gr[0], B * H * T * D, 2e-5);
+        expect_same("attention_grad_lse dk", gl[1], gr[1], B * Hkv * S * D, 2e-5);
+        expect_same("attention_grad_lse dv", gl[2], gr[2], B * Hkv * S * D, 2e-5);
+        /* lse: log sum_s exp(q . k_s / sqrt(D)) over the keys s <= t + S - T; 0 for none */
+        static float qv[MAXN], kv[MAXN], lse[MAXN];
+        fill(qv, (int)(B * H * T * D), 20);
+        fill(kv, (int)(B * Hkv * S * D), 21);
+        if (run_read(g, 1, &fw[1], (void *[]){lse})) {
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++) {
+                    const int64_t n = t + S - T + 1 < 0 ? 0 : t + S - T + 1;
+                    double m = -INFINITY, sum = 0, sc[64];
+                    for (int64_t j = 0; j < n; j++) {
+                        double dot = 0;
+                        for (int64_t d = 0; d < D; d++)
+                            dot += (double)qv[(h * T + t) * D + d] * kv[((h / 2) * S + j) * D + d];
+                        sc[j] = dot / sqrt((double)D);
+                        m = sc[j] > m ? sc[j] : m;
+                    }
+                    for (int64_t j = 0; j < n; j++) sum += exp(sc[j] - m);
+                    const double want = n > 0 ? m + log(sum) : 0.0, got = lse[h * T + t];
+                    CHECK(fabs(got - want) <= 1e-6 * (1 + fabs(want)), "lse[%lld, %lld] = %.9g, want %.9g", (long long)h,
+                          (long long)t, got, want);
+                }
+        }
+        gd_graph_free(g);
+    }
+    /* an lse that is not one float per query row is refused, naming it */
+    gd_graph *g = fresh();
+    const int64_t qs[4] = {1, 2, 4, 8};
+    gd_tensor *q = rand_in(g, "q", 4, qs, 1), *lse = rand_in(g, "lse", 2, (int64_t[]){2, 4}, 2);
+    gd_tensor *out[3] = {NULL, NULL, NULL};
+    CHECK(gd_op_multi(g, "attention_grad_lse", 6, (gd_tensor *[]){q, q, q, q, q, lse}, 0, NULL, 3, out) != GD_OK,
+          "an lse of the wrong rank should be refused");
+    check_error("attention_grad_lse lse", (const char *[]){"attention_grad_lse", "lse", "[2, 4]", "[1, 2, 4]", NULL});
+    gd_graph_free(g);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -386,5 +452,6 @@ int main(void)
     test_linear_add();
     test_rope_cache_write();
     test_linear_qkv_rope();
+    test_attention_lse();
     return tu_finish("test_ops_fused");
 }

@@ -78,8 +78,9 @@ static __device__ __forceinline__ float att_dot(const float *a, const float *b, 
 
 /* ---- forward (and backward pass 1) ------------------------------------------------------ */
 
-/* y = softmax(scale q k^T) v per query row. With lse != NULL (backward pass 1) it writes
- * lse[row] and delta[row] = dy[row] . o[row] instead, and y may be NULL.
+/* y = softmax(scale q k^T) v per query row, where y != NULL; lse[row] where lse != NULL
+ * (attention_lse, and backward pass 1); with dy != NULL (backward pass 1, y NULL) also
+ * delta[row] = dy[row] . o[row].
  * Shared memory: Ks (BK, KS), Vs (BK, D), Qs (BQ, D) floats, KS = D | 1. */
 template <typename T, int DV>
 __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const T *k, const T *v, T *y, const T *dy,
@@ -151,14 +152,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
                 if (d >= D) continue;
                 const float val = o[r][i] * inv;
                 if (y != NULL) cu_st(y, row + d, val);
-                if (lse != NULL) dsum = fmaf(cu_ld(dy, row + d), val, dsum);
+                if (dy != NULL) dsum = fmaf(cu_ld(dy, row + d), val, dsum);
             }
-            if (lse != NULL) {
-                dsum = cu_warp_sum_f(dsum);
-                if (lane == 0) {
-                    lse[bh * a.T + t] = l[r] > 0.0f ? m[r] + logf(l[r]) : 0.0f;
-                    delta[bh * a.T + t] = dsum;
-                }
+            if (dy != NULL) dsum = cu_warp_sum_f(dsum);
+            if (lse != NULL && lane == 0) {
+                lse[bh * a.T + t] = l[r] > 0.0f ? m[r] + logf(l[r]) : 0.0f;
+                if (dy != NULL) delta[bh * a.T + t] = dsum;
             }
         }
     }
@@ -380,15 +379,16 @@ static int qkv_ok(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k
 static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, int len_at);
 
 /* Views (strided inputs) only for the tensor-core and decode kernels; the others read
- * contiguous inputs, which the host makes when supports() declines a view. */
-static int views_ok(const cu_backend *be, const gdp_node *n, int first, int backward)
+ * contiguous inputs, which the host makes when supports() declines a view. kv_len is
+ * input len_at when the node has it; `decode`: the decode kernel may take the node. */
+static int views_ok(const cu_backend *be, const gdp_node *n, int first, int backward, int len_at, int decode)
 {
     const gdp_tensor *const *in = n->in + first;
     int contiguous = 1;
     for (int i = 0; i < (backward ? 4 : 3); i++) contiguous &= gdp_is_contiguous(n->in[i]);
     if (contiguous) return 1;
-    att_dims a = att_dims_of(n, n->in[first], n->in[first + 1], backward ? 4 : 3);
-    if (!backward && cu_attn_decode_ok(be, a, in)) return 1;
+    att_dims a = att_dims_of(n, n->in[first], n->in[first + 1], len_at);
+    if (decode && cu_attn_decode_ok(be, a, in)) return 1;
     const gdp_tensor *views[4] = {in[0], in[1], in[2], backward ? n->in[0] : NULL};
     return cu_attn_tc_ok(be, n->in[first]->dtype, a, backward, views, backward ? 4 : 3);
 }
@@ -398,7 +398,7 @@ static int attention_supports(void *b, const gdp_node *n)
     if (n->n_in < 3 || n->n_in > 4 || n->n_out != 1) return 0;
     if (!qkv_ok((const cu_backend *)b, n->in[0], n->in[1], n->in[2], 0)) return 0;
     if (n->n_in == 4 && !index_per_row(n->in[3], n->in[0]->shape[0])) return 0;
-    if (!views_ok((const cu_backend *)b, n, 0, 0)) return 0;
+    if (!views_ok((const cu_backend *)b, n, 0, 0, 3, 1)) return 0;
     return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype;
 }
 
@@ -409,10 +409,44 @@ static int attention_grad_supports(void *b, const gdp_node *n)
     /* a kv_len per row is declined: training never makes one, and on the H200 the f32
      * backward of such a case (with a broadcast input) failed the sweep */
     if (n->n_in == 5 && gdp_numel(n->in[4]) != 1) return 0;
-    if (!views_ok((const cu_backend *)b, n, 1, 1)) return 0;
+    if (!views_ok((const cu_backend *)b, n, 1, 1, 4, 0)) return 0;
     for (int i = 0; i < 3; i++)
         if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != n->in[1]->dtype) return 0;
     return cu_same_shape(n->in[0], n->in[1]) && n->in[0]->dtype == n->in[1]->dtype;
+}
+
+int cu_attn_lse_fits(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k, const gdp_tensor *v)
+{
+    return qkv_ok(be, q, k, v, 0) && qkv_ok(be, q, k, v, 1);
+}
+
+/* lse: f32 (B, H, T) for q (B, H, T, D), contiguous. */
+static int lse_ok(const gdp_tensor *lse, const gdp_tensor *q)
+{
+    return lse->dtype == GDP_F32 && lse->ndim == 3 && lse->shape[0] == q->shape[0] && lse->shape[1] == q->shape[1] &&
+           lse->shape[2] == q->shape[2] && gdp_is_contiguous(lse);
+}
+
+static int attention_lse_supports(void *b, const gdp_node *n)
+{
+    const cu_backend *be = (const cu_backend *)b;
+    if (n->n_in != 3 || n->n_out != 2 || !qkv_ok(be, n->in[0], n->in[1], n->in[2], 0)) return 0;
+    if (!views_ok(be, n, 0, 0, 3, 0)) return 0; /* the decode kernel makes no lse */
+    return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype && lse_ok(n->out[1], n->in[0]);
+}
+
+static int attention_grad_lse_supports(void *b, const gdp_node *n)
+{
+    const cu_backend *be = (const cu_backend *)b;
+    if (n->n_in != 6 || n->n_out != 3 || !qkv_ok(be, n->in[1], n->in[2], n->in[3], 1)) return 0;
+    if (!views_ok(be, n, 1, 1, 6, 0)) return 0;
+    const gdp_tensor *dy = n->in[0], *q = n->in[1], *y = n->in[4];
+    if (!cu_same_shape(dy, q) || dy->dtype != q->dtype || !cu_same_shape(y, q) || y->dtype != q->dtype ||
+        y->stride[3] != 1 || !lse_ok(n->in[5], q))
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != q->dtype) return 0;
+    return 1;
 }
 
 /* The dims; kv_len is input `len_at` when the node has it. */
@@ -442,29 +476,33 @@ static unsigned att_grid(const cu_backend *be, int64_t tiles)
     return (unsigned)(tiles < cap ? tiles : cap);
 }
 
+/* y (and lse, when not NULL) of q, k, v: inputs 0-2, y output 0. */
 template <typename T, int DV>
-static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, cu_bad bad)
+static gdp_status attn_fwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, float *lse,
+                                  cu_bad bad)
 {
     int64_t tiles = a.B * a.H * ((a.T + ATT_BQ - 1) / ATT_BQ);
     if (tiles == 0) return GDP_OK;
     attn_fwd_kernel<T, DV><<<att_grid(be, tiles), ATT_THREADS, fwd_smem(a.D), s>>>(
         (const T *)node->in[0]->data, (const T *)node->in[1]->data, (const T *)node->in[2]->data, (T *)node->out[0]->data,
-        (const T *)NULL, (float *)NULL, (float *)NULL, a, bad);
+        (const T *)NULL, lse, (float *)NULL, a, bad);
     return GDP_OK;
 }
 
-/* Passes 1, 2 and 3 of the backward; stats holds lse then delta, B * H * T floats each. */
+/* The backward of (dy, q, k, v, ...) inputs 0-3 into dq, dk, dv outputs 0-2: pass 1 when
+ * `pass1` (writing lse and delta), then passes 2 and 3 from lse and delta (B * H * T
+ * floats each). */
 template <typename T, int DV>
-static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, float *stats,
-                                  cu_bad bad)
+static gdp_status attn_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, const att_dims &a, int pass1,
+                                  float *lse, float *delta, cu_bad bad)
 {
     const T *dy = (const T *)node->in[0]->data, *q = (const T *)node->in[1]->data;
     const T *k = (const T *)node->in[2]->data, *v = (const T *)node->in[3]->data;
-    float *lse = stats, *delta = stats + a.B * a.H * a.T;
     int64_t qt = a.B * a.H * ((a.T + ATT_BQ - 1) / ATT_BQ), kt = a.B * a.Hkv * ((a.S + ATT_BQ - 1) / ATT_BQ);
     if (qt > 0) {
-        attn_fwd_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, fwd_smem(a.D), s>>>(q, k, v, (T *)NULL, dy, lse, delta,
-                                                                                    a, bad);
+        if (pass1)
+            attn_fwd_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, fwd_smem(a.D), s>>>(q, k, v, (T *)NULL, dy, lse,
+                                                                                        delta, a, bad);
         attn_dq_kernel<T, DV><<<att_grid(be, qt), ATT_THREADS, dq_smem(a.D), s>>>(dy, q, k, v, lse, delta,
                                                                                  (T *)node->out[0]->data, a);
     }
@@ -498,7 +536,7 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
                        bad);
         return GDP_OK;
     }
-    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, bad))));
+    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, NULL, bad))));
     return st;
 }
 CU_LAUNCHER(attention_run)
@@ -545,10 +583,92 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
                        node->out[1]->data, node->out[2]->data, a, w);
         return GDP_OK;
     }
-    CU_FLOAT_SWITCH(node->in[1]->dtype, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, stats, bad))));
+    float *lse = stats, *delta = stats + a.B * a.H * a.T;
+    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, 1, lse, delta, bad))));
     return st;
 }
 CU_LAUNCHER(attention_grad_run)
+
+// q (B, H, T, D), k, v (B, Hkv, S, D) -> y (B, H, T, D), lse (B, H, T) f32
+static gdp_status attention_lse_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    (void)err;
+    att_dims a = att_dims_of(node, node->in[0], node->in[1], 3);
+    cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
+    const int32_t dt = node->in[0]->dtype;
+    const gdp_tensor *in[3] = {node->in[0], node->in[1], node->in[2]};
+    float *lse = (float *)node->out[1]->data;
+    if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
+        const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, lse, NULL, a, w, bad);
+        return GDP_OK;
+    }
+    gdp_status st = GDP_OK;
+    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_fwd_launch<T, DV>(be, s, node, a, lse, bad))));
+    return st;
+}
+CU_LAUNCHER(attention_lse_run)
+
+/* delta[r] = dy[r] . y[r] in f32 for the B * H * T query rows r = (b, h, t), a warp per
+ * row; dy and y views whose rows are contiguous. */
+template <typename T>
+__global__ void __launch_bounds__(256) attn_delta_kernel(const T *dy, att_strides wd, const T *y, att_strides wy,
+                                                         float *delta, int64_t H, int64_t T_, int64_t rows, int D)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+        const int64_t t = r % T_, h = (r / T_) % H, b = r / T_ / H;
+        const T *dr = dy + b * wd.b + h * wd.h + t * wd.t, *yr = y + b * wy.b + h * wy.h + t * wy.t;
+        float acc = 0.0f;
+        for (int d = lane; d < D; d += 32) acc = fmaf(cu_ld(dr, d), cu_ld(yr, d), acc);
+        acc = cu_warp_sum_f(acc);
+        if (lane == 0) delta[r] = acc;
+    }
+}
+
+/* delta per query row. */
+static size_t attention_grad_lse_scratch(const gdp_node *n)
+{
+    const gdp_tensor *q = n->in[1];
+    return (size_t)(q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float);
+}
+
+static size_t attention_grad_lse_workspace(void *b, const gdp_node *n)
+{
+    (void)b;
+    return cu_ws_declare(attention_grad_lse_scratch(n));
+}
+
+// dy, q (B, H, T, D), k, v (B, Hkv, S, D), y (B, H, T, D), lse (B, H, T) -> dq, dk, dv:
+// delta from dy and y, then passes 2 and 3 (no pass 1: lse is given)
+static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    att_dims a = att_dims_of(node, node->in[1], node->in[2], 6);
+    char *ws = NULL;
+    gdp_status st = cu_ws(node, attention_grad_lse_scratch(node), &ws, err);
+    if (st != GDP_OK) return st;
+    float *delta = (float *)ws, *lse = (float *)node->in[5]->data;
+    const int32_t dt = node->in[1]->dtype;
+    const gdp_tensor *in[4] = {node->in[1], node->in[2], node->in[3], node->in[0]}; // q, k, v, dy
+    const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), att_strides_of(in[3])};
+    const att_strides wy = att_strides_of(node->in[4]);
+    const int64_t rows = a.B * a.H * a.T;
+    if (rows == 0) return GDP_OK;
+    CU_FLOAT_SWITCH(dt, T, (attn_delta_kernel<T><<<att_grid(be, (rows + 7) / 8), 256, 0, s>>>(
+                               (const T *)in[3]->data, w.dy, (const T *)node->in[4]->data, wy, delta, a.H, a.T, rows,
+                               (int)a.D)));
+    if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
+        cu_attn_tc_bwd(be, s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
+                       node->out[1]->data, node->out[2]->data, a, w);
+        return GDP_OK;
+    }
+    cu_bad none; /* pass 1 (the only reader of kv_len) does not run */
+    memset(&none, 0, sizeof none);
+    CU_FLOAT_SWITCH(dt, T, ATT_DV_SWITCH(a.D, DV, st = (attn_bwd_launch<T, DV>(be, s, node, a, 0, lse, delta, none))));
+    return st;
+}
+CU_LAUNCHER(attention_grad_lse_run)
 
 #define FLOATS3F(op, flags, sup, fn, attrs, ws) \
     CU_KX(op, GDP_F32, flags, sup, fn, attrs, ws), CU_KX(op, GDP_F16, flags, sup, fn, attrs, ws), \
@@ -559,5 +679,17 @@ static const gdp_kernel kernels[] = {
     FLOATS3F("attention", GDP_KERNEL_STRIDED, attention_supports, attention_run_launch, NULL, attention_workspace),
     FLOATS3F("attention_grad", GDP_KERNEL_STRIDED, attention_grad_supports, attention_grad_run_launch, NULL,
              attention_grad_workspace),
+    /* the forms that keep lse for the backward (fuse.cu makes them in training programs) */
+    CU_KX("attention_lse", GDP_F32, GDP_KERNEL_STRIDED, attention_lse_supports, attention_lse_run_launch, NULL, NULL),
+    CU_KSIGX("attention_lse", "bf16,bf16,bf16->bf16,f32", GDP_KERNEL_STRIDED, attention_lse_supports,
+             attention_lse_run_launch, NULL, NULL),
+    CU_KSIGX("attention_lse", "f16,f16,f16->f16,f32", GDP_KERNEL_STRIDED, attention_lse_supports,
+             attention_lse_run_launch, NULL, NULL),
+    CU_KX("attention_grad_lse", GDP_F32, GDP_KERNEL_STRIDED, attention_grad_lse_supports, attention_grad_lse_run_launch,
+          NULL, attention_grad_lse_workspace),
+    CU_KSIGX("attention_grad_lse", "bf16,bf16,bf16,bf16,bf16,f32->bf16,bf16,bf16", GDP_KERNEL_STRIDED,
+             attention_grad_lse_supports, attention_grad_lse_run_launch, NULL, attention_grad_lse_workspace),
+    CU_KSIGX("attention_grad_lse", "f16,f16,f16,f16,f16,f32->f16,f16,f16", GDP_KERNEL_STRIDED,
+             attention_grad_lse_supports, attention_grad_lse_run_launch, NULL, attention_grad_lse_workspace),
 };
 CU_FAMILY(attention, kernels);

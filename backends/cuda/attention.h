@@ -93,9 +93,9 @@ void cu_attn_decode_open(cu_backend *be);
  * rows are contiguous, and the shared memory the kernels need granted. */
 int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const gdp_tensor *const *in,
                   int n_in);
-/* Forward: y = attention(q, k, v), y contiguous; or, with lse != NULL, the backward's
- * statistics per query row (lse = log-sum-exp of the scaled scores, delta = dy . y) and
- * no y. */
+/* Forward: y = attention(q, k, v), y contiguous, and with lse != NULL the log-sum-exp of
+ * each query row's scaled scores (attention_lse); or, with dy != NULL and y NULL, the
+ * backward's statistics per query row: lse and delta = dy . o. */
 void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
                     void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
                     cu_bad bad);
@@ -105,5 +105,11 @@ void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *d
                     const att_dims &a, const att_views &w);
 /* Opts the kernels into the shared memory they need (once, at open). */
 void cu_attention_tc_open(cu_backend *be);
+
+/* ---- attention.cu ---- */
+
+/* Whether attention_lse and attention_grad_lse run here for q, k, v of these shapes and
+ * dtype (fuse.cu asks before it makes them). */
+int cu_attn_lse_fits(const cu_backend *be, const gdp_tensor *q, const gdp_tensor *k, const gdp_tensor *v);
 
 #endif

@@ -323,6 +323,10 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
         }
         tc_wait_all();
         const float inva = la > 0.0f ? 1.0f / la : 0.0f, invb = lb > 0.0f ? 1.0f / lb : 0.0f; /* no key: zeros */
+        if (lse != NULL && dy == NULL && (lane & 3) == 0) { /* attention_lse: y and lse */
+            if (ta < a.T) lse[bh * a.T + ta] = la > 0.0f ? (ma + log2f(la)) * TC_LN2 : 0.0f;
+            if (tb < a.T) lse[bh * a.T + tb] = lb > 0.0f ? (mb + log2f(lb)) * TC_LN2 : 0.0f;
+        }
         if (y != NULL) {
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
             }
             tc_store<T, D>(o, 1.0f, y + bh * a.T * D, t0 + warp * 16, a.T);
         }
-        if (lse != NULL) {
+        if (dy != NULL) { /* backward pass 1: lse and delta, no y */
             const T *dyb = tc_mat(dy, w.dy, b, h);
             float da = 0.0f, db = 0.0f;
 #pragma unroll

@@ -95,6 +95,7 @@ typedef struct cu_backend {
     int graphs;              /* the executor captures segments (GRADUS_CUDA_GRAPHS != 0) */
     int capturing;           /* a segment is being captured: no profiling, no waiting */
     int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
+    int attn_lse;            /* the graph pass keeps attention's lse for its backward (GRADUS_CUDA_ATTN_LSE=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
     int sm90;                /* the code the driver loaded is sm_90's (probe kernel) */
     int pdl;                 /* cu_launch may start a kernel early (GRADUS_CUDA_PDL=0: off) */
@@ -412,5 +413,6 @@ typedef struct cu_family {
 #define CU_K(op, dt, sup, fn, attrs) {sizeof(gdp_kernel), op, dt, 0, sup, fn, attrs, NULL, NULL}
 #define CU_KX(op, dt, flags, sup, fn, attrs, ws) {sizeof(gdp_kernel), op, dt, flags, sup, fn, attrs, NULL, ws}
 #define CU_KSIG(op, sig, sup, fn, attrs, ws) {sizeof(gdp_kernel), op, -1, 0, sup, fn, attrs, sig, ws}
+#define CU_KSIGX(op, sig, flags, sup, fn, attrs, ws) {sizeof(gdp_kernel), op, -1, flags, sup, fn, attrs, sig, ws}
 
 #endif

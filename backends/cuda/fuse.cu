@@ -20,6 +20,9 @@
  *   reads                                      -> rope_cache_write(q, k, v, kc, vc, pos)  (T <= 4)
  *   rope_cache_write of linear_qkv's three products seen as heads
  *                                              -> linear_qkv_rope(x, W..., kc, vc, pos [, g])
+ *   attention(q, k, v) and its attention_grad  -> attention_lse (y and a new lse) and
+ *                                                 attention_grad_lse(dy, q, k, v, y, lse)
+ *                                                 (training: the backward reuses lse)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -46,7 +49,7 @@
  *
  * GRADUS_CUDA_FUSE=0 turns the pass off (plugin.cu leaves graph_pass NULL).
  */
-#include "cuda_internal.h"
+#include "attention.h"
 
 #include <string.h>
 
@@ -488,6 +491,47 @@ static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
                             n_in == 5 ? 3 : 2, 3, out_nodes, out_outs, err);
 }
 
+/* An attention_grad and the attention whose backward it is (same q, k, v and attributes,
+ * no kv_len: a training program) -> attention_lse, which also writes each query row's
+ * log-sum-exp as a new value, and attention_grad_lse, which reads it and the forward's y
+ * back: the backward no longer runs the forward again for its statistics (attention.cu,
+ * attention_tc.cu). y then lives until the backward. */
+static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t grad, gdp_err *err)
+{
+    const cu_backend *be = (const cu_backend *)backend;
+    if (!be->attn_lse || !op_is(g, grad, "attention_grad") || g->node_n_inputs(g->graph, grad) != 4) return GDP_OK;
+    if (!GDP_HAS_FIELD(g, gdp_graph_view, new_outputs) || !g->new_outputs) return GDP_OK; /* a host before 2.5 */
+    const gdp_attrs *ga = g->node_attrs(g->graph, grad);
+    const int64_t causal = gdp_attr_int(ga, "causal", 0);
+    const double scale = gdp_attr_float(ga, "scale", 0.0);
+    for (int32_t fwd = grad - 1; fwd >= 0; fwd--) {
+        if (!op_is(g, fwd, "attention") || g->node_n_inputs(g->graph, fwd) != 3) continue;
+        if (!same_input(g, fwd, 0, grad, 1) || !same_input(g, fwd, 1, grad, 2) || !same_input(g, fwd, 2, grad, 3))
+            continue;
+        const gdp_attrs *fa = g->node_attrs(g->graph, fwd);
+        if (gdp_attr_int(fa, "causal", 0) != causal || gdp_attr_float(fa, "scale", 0.0) != scale) continue;
+        gdp_tensor q, k, v;
+        if (g->node_input_desc(g->graph, fwd, 0, &q) != GDP_OK || g->node_input_desc(g->graph, fwd, 1, &k) != GDP_OK ||
+            g->node_input_desc(g->graph, fwd, 2, &v) != GDP_OK || !cu_attn_lse_fits(be, &q, &k, &v))
+            return GDP_OK;
+        gdp_attr at[2];
+        memset(at, 0, sizeof at);
+        at[0].name = "causal", at[0].kind = GDP_ATTR_INT, at[0].i = causal;
+        at[1].name = "scale", at[1].kind = GDP_ATTR_FLOAT, at[1].f = scale;
+        const int32_t f_in[3] = {-1, -1, -1}, f_in_outs[3] = {0, 1, 2};
+        const int32_t f_out[2] = {fwd, -1}, f_out_outs[2] = {0, 0}; /* y in place of y; lse new */
+        gdp_status st = g->replace_chain(g->graph, fwd, fwd, "attention_lse", 3, f_in, f_in_outs, at, 2, 2, f_out,
+                                         f_out_outs, err);
+        if (st != GDP_OK) return st;
+        /* dy, q, k, v of the grad; y and lse of the new node, in the forward's place */
+        const int32_t b_in[6] = {-1, -1, -1, -1, fwd, fwd}, b_in_outs[6] = {0, 1, 2, 3, 0, 1};
+        const int32_t b_out[3] = {grad, grad, grad}, b_out_outs[3] = {0, 1, 2};
+        return g->replace_chain(g->graph, grad, grad, "attention_grad_lse", 6, b_in, b_in_outs, at, 2, 3, b_out,
+                                b_out_outs, err);
+    }
+    return GDP_OK;
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
@@ -517,6 +561,7 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_norm_product(backend, g, id, err);
         if (s == GDP_OK) s = fuse_rope_cache(g, id, err);
         if (s == GDP_OK) s = fuse_qkv_rope(g, id, err);
+        if (s == GDP_OK) s = fuse_attention_lse(backend, g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
@@ -524,5 +569,5 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 
 extern const gdp_graph_pass cu_fuse_pass = {
     sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
-    "linear_qkv_rope",
+    "linear_qkv_rope, attention_lse + attention_grad_lse",
     fuse_run};

@@ -108,6 +108,34 @@ static int32_t v_users(void *g, int32_t id, int32_t k)
     return users_of(P(g), n->out[k]);
 }
 
+/* The new outputs (NULL in out) of a replacement node of `op` over `in`: values of the
+ * program, shaped by the op's shape rule (which node_make then checks again). */
+static gdp_status new_values(gd_program *p, const gd_op_def *op, int n_in, gd_tensor *const *in, int n_attrs,
+                             const gdp_attr *attrs, int no, gd_tensor **out, gdp_err *err)
+{
+    gd_shape shapes[GDP_MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) shapes[i] = gd_value_shape(in[i]);
+    const gdp_attrs av = {n_attrs, attrs};
+    gd_infer ic = {.op = op->name, .n_in = n_in, .in = shapes, .attrs = &av, .n_out = op->n_out};
+    if (op->infer(&ic) != 0) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s: %s", op->name, ic.msg);
+    if (ic.n_out != no) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s makes %d outputs here", op->name, ic.n_out);
+    for (int j = 0; j < no; j++) {
+        if (out[j] != NULL) continue;
+        gd_tensor *t = gd_calloc(1, sizeof *t);
+        if (t == NULL) return gdp_fail(err, GDP_ERR_NOMEM, "replace_chain: out of memory");
+        *t = (gd_tensor){.g = p->g, .kind = GD_V_NODE, .dtype = ic.out[j].dtype, .ndim = ic.out[j].ndim};
+        memcpy(t->shape, ic.out[j].dim, sizeof ic.out[j].dim[0] * (size_t)ic.out[j].ndim);
+        int id = gd_prog_add_value(p, t); /* the program frees it (gd_program_free) */
+        if (id < 0) {
+            gd_free(t);
+            return gdp_fail(err, GDP_ERR_NOMEM, "replace_chain: out of memory");
+        }
+        t->id = id;
+        out[j] = t;
+    }
+    return GDP_OK;
+}
+
 static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *opname, int32_t n_in,
                             const int32_t *in_nodes, const int32_t *in_outputs, const gdp_attr *attrs, int32_t n_attrs,
                             int32_t n_out, const int32_t *out_nodes, const int32_t *out_outputs, gdp_err *err)
@@ -138,17 +166,23 @@ static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *o
             in[i] = m->out[in_outputs[i]];
         }
     }
-    /* the values the new node's outputs take the place of */
+    /* the values the new node's outputs take the place of, NULL for a new one */
     gd_tensor *out[GDP_MAX_OUTPUTS];
-    int no = n_out > 0 ? n_out : 1;
+    int no = n_out > 0 ? n_out : 1, fresh = 0;
     if (no != op->n_out) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s has %d outputs, %d given", opname, op->n_out, no);
     for (int j = 0; j < no; j++) {
         int32_t on = n_out > 0 ? out_nodes[j] : last, oi = n_out > 0 ? out_outputs[j] : 0;
+        out[j] = NULL;
+        if (on == -1) {
+            fresh++;
+            continue;
+        }
         gd_node *m = node_at(gv, on);
         if (m == NULL || on < first || on > last || oi < 0 || oi >= m->n_out)
             return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: output %d must replace an output of the chain", j);
         out[j] = m->out[oi];
     }
+    if (fresh == no) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: no output replaces one of the chain");
     gd_attr a[16];
     for (int k = 0; k < n_attrs; k++) {
         memset(&a[k], 0, sizeof a[k]);
@@ -160,6 +194,7 @@ static gdp_status v_replace(void *gv, int32_t first, int32_t last, const char *o
         a[k].n = attrs[k].n;
         for (int j = 0; j < a[k].n && j < GD_MAX_DIMS; j++) a[k].ints[j] = attrs[k].ints[j];
     }
+    if (fresh > 0 && new_values(p, op, n_in, in, n_attrs, attrs, no, out, err) != GDP_OK) return GDP_ERR_INVALID;
     gd_node *nn = gd_node_make(g, op, n_in, in, n_attrs, a, no, out);
     if (nn == NULL) return gdp_fail(err, GDP_ERR_INVALID, "replace_chain: %s", g->ctx->err);
     /* Which chain nodes go: `last`, and going back every node in [first, last) that fed a
@@ -205,7 +240,7 @@ gd_status gd_prog_passes(gd_program *p)
                                .node_n_inputs = v_n_inputs, .node_n_outputs = v_n_outputs, .node_input = v_input,
                                .node_input_desc = v_in_desc, .node_output_desc = v_out_desc, .node_attrs = v_attrs,
                                .node_users = v_users, .replace_chain = v_replace,
-                               .same_input = v_same_input};
+                               .same_input = v_same_input, .new_outputs = 1};
         gdp_err e = {.size = sizeof e};
         gdp_status s = pass->run(b->plugin.backend, &view, &e);
         if (s != GDP_OK)

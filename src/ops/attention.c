@@ -11,27 +11,18 @@
  * with contiguous inner loops over the head dim; still naive (one query row at a time, no
  * tiling, no threads).
  */
+#include "attention_ref.h"
 #include "cost.h"
-#include "refwalk.h"
 
 #include <math.h>
 #include <string.h>
 
 static int is_float_dtype(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
-/* Carves n doubles off the front of *ws (the node's workspace, sized by the op's
- * ref_workspace from the same counts). */
-static double *take(char **ws, int64_t n)
-{
-    double *p = (double *)*ws;
-    *ws += rw_doubles(n);
-    return p;
-}
-
 
 /* Fails c unless input k is an integer scalar or a vector of one per batch row (B of
  * them): a decoder's batch whose sequences stand at different positions. */
-static int index_per_row(gd_infer *c, int k, const char *name, int64_t B)
+int gd_index_per_row(gd_infer *c, int k, const char *name, int64_t B)
 {
     const gd_shape *s = &c->in[k];
     if (gdp_is_index(s->dtype) && (gd_shape_numel(s) == 1 || (s->ndim == 1 && s->dim[0] == B))) return 0;
@@ -41,7 +32,7 @@ static int index_per_row(gd_infer *c, int k, const char *name, int64_t B)
 }
 
 /* Input k's value for batch row b: the scalar, or element b. */
-static int64_t row_value(const gdp_node *node, int k, int64_t b)
+int64_t gd_row_value(const gdp_node *node, int k, int64_t b)
 {
     const gdp_tensor *t = node->in[k];
     return (int64_t)gd_ref_load(t, gdp_numel(t) == 1 ? 0 : b);
@@ -52,7 +43,7 @@ static int64_t row_value(const gdp_node *node, int k, int64_t b)
 static int rope_infer(gd_infer *c)
 {
     const gd_shape *x = &c->in[0];
-    if (c->n_in > 1 && index_per_row(c, 1, "pos", x->ndim > 0 ? x->dim[0] : 1)) return 1;
+    if (c->n_in > 1 && gd_index_per_row(c, 1, "pos", x->ndim > 0 ? x->dim[0] : 1)) return 1;
     char xs[200];
     gd_shape_str(x, xs, sizeof xs);
     if (!is_float_dtype(x->dtype))
@@ -82,7 +73,7 @@ static gdp_status rope_ref(void *be, const gdp_node *node, void *stream, gdp_err
     if (cs == NULL) return GDP_ERR_INVALID;
     const int64_t sb = x->stride[0], st = x->stride[1], sh = x->stride[2], sd = x->stride[3];
     for (int64_t b = 0; b < B; b++) {
-        int64_t pos_offset = node->n_in > 1 ? row_value(node, 1, b) : 0; /* a position per row, or one for all */
+        int64_t pos_offset = node->n_in > 1 ? gd_row_value(node, 1, b) : 0; /* a position per row, or one for all */
         for (int64_t t = 0; t < T; t++) {
             double pos = (double)(t + pos_offset);
             for (int64_t i = 0; i < half; i++) {
@@ -148,7 +139,7 @@ static const char *const rope_cases[] = {
 
 /* Checks q (B, H, T, D), k and v (B, Hkv, S, D) with H a multiple of Hkv, all of one
  * float dtype. */
-static int attention_check(gd_infer *c, const gd_shape *q, const gd_shape *k, const gd_shape *v)
+int gd_attention_check(gd_infer *c, const gd_shape *q, const gd_shape *k, const gd_shape *v)
 {
     char qs[200], ks[200], vs[200];
     gd_shape_str(q, qs, sizeof qs);
@@ -175,26 +166,19 @@ static int attention_check(gd_infer *c, const gd_shape *q, const gd_shape *k, co
 
 static int attention_infer(gd_infer *c)
 {
-    int rc = attention_check(c, &c->in[0], &c->in[1], &c->in[2]);
+    int rc = gd_attention_check(c, &c->in[0], &c->in[1], &c->in[2]);
     if (rc != 0) return rc;
-    if (c->n_in > 3 && index_per_row(c, 3, "kv_len", c->in[0].dim[0])) return 1;
+    if (c->n_in > 3 && gd_index_per_row(c, 3, "kv_len", c->in[0].dim[0])) return 1;
     c->out[0] = c->in[0];
     return 0;
 }
 
-typedef struct attn_dims {
-    int64_t B, H, T, D, Hkv, S;
-    int64_t L; /* valid keys: the first L of the S */
-    int causal;
-    double scale;
-} attn_dims;
-
 /* a->L for batch row b: kv_len (input len_at, a scalar or one per row) when the node has
  * it, which must lie in [0, S]; else S. */
-static gdp_status attn_len_of(const gdp_node *node, int len_at, int64_t b, attn_dims *a, gdp_err *err)
+gdp_status gd_attn_len_of(const gdp_node *node, int len_at, int64_t b, gd_attn_dims *a, gdp_err *err)
 {
     if (node->n_in <= len_at) return GDP_OK;
-    a->L = row_value(node, len_at, b);
+    a->L = gd_row_value(node, len_at, b);
     if (a->L < 0 || a->L > a->S)
         return gdp_fail(err, GDP_ERR_INVALID, "kv_len = %lld (batch row %lld) is outside [0, %lld], the keys k has",
                         (long long)a->L, (long long)b, (long long)a->S);
@@ -202,14 +186,14 @@ static gdp_status attn_len_of(const gdp_node *node, int len_at, int64_t b, attn_
 }
 
 /* kv_len is input `len_at` when the node has it; it must lie in [0, S]. */
-static gdp_status attn_dims_of(const gdp_node *node, const gdp_tensor *q, const gdp_tensor *k, int len_at,
-                               attn_dims *a, gdp_err *err)
+gdp_status gd_attn_dims_of(const gdp_node *node, const gdp_tensor *q, const gdp_tensor *k, int len_at,
+                           gd_attn_dims *a, gdp_err *err)
 {
-    *a = (attn_dims){q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], k->shape[2], 0, 0};
+    *a = (gd_attn_dims){q->shape[0], q->shape[1], q->shape[2], q->shape[3], k->shape[1], k->shape[2], k->shape[2], 0, 0};
     a->causal = gdp_attr_int(&node->attrs, "causal", 0) != 0;
     a->scale = gdp_attr_float(&node->attrs, "scale", 0.0);
     if (!(a->scale > 0)) a->scale = 1.0 / sqrt((double)a->D);
-    return attn_len_of(node, len_at, 0, a, err); /* row 0's; the kernels set each row's */
+    return gd_attn_len_of(node, len_at, 0, a, err); /* row 0's; the kernels set each row's */
 }
 
 /* Softmax of the scaled scores of query row qt against keys kh (S, D) into p; returns how
@@ -217,13 +201,16 @@ static gdp_status attn_dims_of(const gdp_node *node, const gdp_tensor *q, const 
  * s <= t + L - T (the last query row lines up with the last valid key, as in a decoder
  * whose cache holds L keys). Zero visible keys leave the row out: its output and
  * gradients are zero. */
-static int64_t attn_probs(const attn_dims *a, int64_t t, const double *qt, const double *kh, double *p)
+int64_t gd_attn_visible(const gd_attn_dims *a, int64_t t)
 {
-    int64_t n = a->L;
-    if (a->causal) {
-        int64_t last = t + a->L - a->T;
-        n = last + 1 < 0 ? 0 : last + 1 > a->L ? a->L : last + 1;
-    }
+    if (!a->causal) return a->L;
+    int64_t last = t + a->L - a->T;
+    return last + 1 < 0 ? 0 : last + 1 > a->L ? a->L : last + 1;
+}
+
+int64_t gd_attn_probs(const gd_attn_dims *a, int64_t t, const double *qt, const double *kh, double *p, double *lse)
+{
+    const int64_t n = gd_attn_visible(a, t);
     double m = -INFINITY;
     for (int64_t s = 0; s < n; s++) {
         const double *ks = kh + s * a->D;
@@ -238,6 +225,7 @@ static int64_t attn_probs(const attn_dims *a, int64_t t, const double *qt, const
         sum += p[s];
     }
     for (int64_t s = 0; s < n; s++) p[s] /= sum;
+    if (lse != NULL) *lse = n > 0 ? m + log(sum) : 0.0;
     return n;
 }
 
@@ -253,26 +241,26 @@ static size_t ws_attention(const gdp_node *node)
 static gdp_status attention_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *y = node->out[0];
-    attn_dims a;
-    if (attn_dims_of(node, node->in[0], node->in[1], 3, &a, err) != GDP_OK) return GDP_ERR_INVALID;
+    gd_attn_dims a;
+    if (gd_attn_dims_of(node, node->in[0], node->in[1], 3, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     int64_t group = a.H / a.Hkv;
     char *ws = rw_workspace(node, ws_attention(node), err);
     if (ws == NULL) return GDP_ERR_INVALID;
-    double *Q = take(&ws, gdp_numel(node->in[0])); // (B, H, T, D)
-    double *K = take(&ws, gdp_numel(node->in[1])); // (B, Hkv, S, D)
-    double *V = take(&ws, gdp_numel(node->in[2])); // (B, Hkv, S, D)
-    double *p = take(&ws, a.S), *o = take(&ws, a.D);
+    double *Q = gd_attn_take(&ws, gdp_numel(node->in[0])); // (B, H, T, D)
+    double *K = gd_attn_take(&ws, gdp_numel(node->in[1])); // (B, Hkv, S, D)
+    double *V = gd_attn_take(&ws, gdp_numel(node->in[2])); // (B, Hkv, S, D)
+    double *p = gd_attn_take(&ws, a.S), *o = gd_attn_take(&ws, a.D);
     rw_gather(node->in[0], Q);
     rw_gather(node->in[1], K);
     rw_gather(node->in[2], V);
     for (int64_t b = 0; b < a.B; b++) {
-        if (attn_len_of(node, 3, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
+        if (gd_attn_len_of(node, 3, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
         for (int64_t h = 0; h < a.H; h++) {
             const double *kh = K + (b * a.Hkv + h / group) * a.S * a.D; // (S, D)
             const double *vh = V + (b * a.Hkv + h / group) * a.S * a.D; // (S, D)
             for (int64_t t = 0; t < a.T; t++) {
                 int64_t row = ((b * a.H + h) * a.T + t) * a.D;
-                int64_t n = attn_probs(&a, t, Q + row, kh, p);
+                int64_t n = gd_attn_probs(&a, t, Q + row, kh, p, NULL);
                 for (int64_t d = 0; d < a.D; d++) o[d] = 0;
                 for (int64_t s = 0; s < n; s++)
                     for (int64_t d = 0; d < a.D; d++) o[d] += p[s] * vh[s * a.D + d];
@@ -338,9 +326,9 @@ static const char *const attention_cases[] = {
 
 static int attention_grad_infer(gd_infer *c)
 {
-    int rc = attention_check(c, &c->in[1], &c->in[2], &c->in[3]);
+    int rc = gd_attention_check(c, &c->in[1], &c->in[2], &c->in[3]);
     if (rc != 0) return rc;
-    if (c->n_in > 4 && index_per_row(c, 4, "kv_len", c->in[1].dim[0])) return 1;
+    if (c->n_in > 4 && gd_index_per_row(c, 4, "kv_len", c->in[1].dim[0])) return 1;
     const gd_shape *dy = &c->in[0], *q = &c->in[1];
     int ok = dy->dtype == q->dtype && dy->ndim == q->ndim;
     for (int i = 0; ok && i < q->ndim; i++) ok = dy->dim[i] == q->dim[i];
@@ -376,22 +364,22 @@ static size_t ws_attention_grad(const gdp_node *node)
 static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     const gdp_tensor *dq = node->out[0], *dk = node->out[1], *dv = node->out[2];
-    attn_dims a;
-    if (attn_dims_of(node, node->in[1], node->in[2], 4, &a, err) != GDP_OK) return GDP_ERR_INVALID;
+    gd_attn_dims a;
+    if (gd_attn_dims_of(node, node->in[1], node->in[2], 4, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     int64_t group = a.H / a.Hkv, nq = gdp_numel(node->in[1]), nkv = gdp_numel(node->in[2]);
     char *ws = rw_workspace(node, ws_attention_grad(node), err);
     if (ws == NULL) return GDP_ERR_INVALID;
-    double *dY = take(&ws, nq), *Q = take(&ws, nq);           // (B, H, T, D)
-    double *K = take(&ws, nkv), *V = take(&ws, nkv);          // (B, Hkv, S, D)
-    double *dK = take(&ws, nkv), *dV = take(&ws, nkv);        // (B, Hkv, S, D)
-    double *p = take(&ws, a.S), *dp = take(&ws, a.S), *g = take(&ws, a.D);
+    double *dY = gd_attn_take(&ws, nq), *Q = gd_attn_take(&ws, nq);           // (B, H, T, D)
+    double *K = gd_attn_take(&ws, nkv), *V = gd_attn_take(&ws, nkv);          // (B, Hkv, S, D)
+    double *dK = gd_attn_take(&ws, nkv), *dV = gd_attn_take(&ws, nkv);        // (B, Hkv, S, D)
+    double *p = gd_attn_take(&ws, a.S), *dp = gd_attn_take(&ws, a.S), *g = gd_attn_take(&ws, a.D);
     rw_gather(node->in[0], dY);
     rw_gather(node->in[1], Q);
     rw_gather(node->in[2], K);
     rw_gather(node->in[3], V);
     for (int64_t i = 0; i < nkv; i++) dK[i] = dV[i] = 0.0;
     for (int64_t b = 0; b < a.B; b++) {
-        if (attn_len_of(node, 4, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
+        if (gd_attn_len_of(node, 4, b, &a, err) != GDP_OK) return GDP_ERR_INVALID;
         for (int64_t h = 0; h < a.H; h++) {
             int64_t kv = (b * a.Hkv + h / group) * a.S * a.D;
             const double *kh = K + kv, *vh = V + kv; // (S, D)
@@ -399,7 +387,7 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
             for (int64_t t = 0; t < a.T; t++) {
                 int64_t row = ((b * a.H + h) * a.T + t) * a.D;
                 const double *qt = Q + row, *dyt = dY + row;
-                int64_t n = attn_probs(&a, t, qt, kh, p);
+                int64_t n = gd_attn_probs(&a, t, qt, kh, p, NULL);
                 double pdp = 0;
                 for (int64_t s = 0; s < n; s++) {
                     double dot = 0;
@@ -457,7 +445,7 @@ static int cache_write_infer(gd_infer *c)
             return gd_infer_fail(c, "x %s and cache %s differ in dim %d (only the time axis -2 may)", xs, cs, d);
     if (x->dim[x->ndim - 2] > cache->dim[cache->ndim - 2])
         return gd_infer_fail(c, "x %s has more steps than cache %s holds", xs, cs);
-    if (index_per_row(c, 2, "pos", cache->dim[0])) return 1;
+    if (gd_index_per_row(c, 2, "pos", cache->dim[0])) return 1;
     c->out[0] = *cache;
     return 0;
 }
@@ -471,7 +459,7 @@ static gdp_status cache_write_ref(void *be, const gdp_node *node, void *stream, 
     int nd = y->ndim;
     int64_t S = y->shape[nd - 2], T = x->shape[nd - 2];
     for (int64_t b = 0; b < y->shape[0]; b++) {
-        int64_t pos = row_value(node, 2, b);
+        int64_t pos = gd_row_value(node, 2, b);
         if (pos < 0 || pos + T > S)
             return gdp_fail(err, GDP_ERR_INVALID, "pos = %lld (batch row %lld): steps [%lld, %lld) do not fit the cache's %lld",
                             (long long)pos, (long long)b, (long long)pos, (long long)(pos + T), (long long)S);
@@ -487,7 +475,7 @@ static gdp_status cache_write_ref(void *be, const gdp_node *node, void *stream, 
     rw_add_strides(&w, ys);
     int64_t n = gdp_numel(x);
     for (int64_t i = 0; i < n; i++, rw_next(&w)) {
-        int64_t base = row_value(node, 2, w.idx[0]) * ys[nd - 2];
+        int64_t base = gd_row_value(node, 2, w.idx[0]) * ys[nd - 2];
         memcpy((char *)y->data + (size_t)(base + w.off[1]) * es, (const char *)x->data + (size_t)w.off[0] * es, es);
     }
     return GDP_OK;
@@ -541,7 +529,7 @@ static int rope_cache_infer(gd_infer *c)
                                  cs, ks);
         }
     }
-    if (index_per_row(c, 5, "pos", q->dim[0])) return 1;
+    if (gd_index_per_row(c, 5, "pos", q->dim[0])) return 1;
     if (c->n_in == 7) return gd_infer_fail(c, "the q and k norm weights come together (q %s): got one", qs);
     for (int j = 6; j < c->n_in; j++) {
         const gd_shape *g = &c->in[j];
@@ -674,7 +662,7 @@ static int qkv_rope_infer(gd_infer *c)
         return gd_infer_fail(c, "Wq %s gives %lld heads, not a multiple of the caches %s's %lld", ws, (long long)H, cs,
                              (long long)Hkv);
     }
-    if (index_per_row(c, QR_POS, "pos", x->dim[0])) return 1;
+    if (gd_index_per_row(c, QR_POS, "pos", x->dim[0])) return 1;
     if (c->n_in > QR_G) {
         const gd_shape *g = &c->in[QR_G];
         gd_shape_str(g, ws, sizeof ws);
