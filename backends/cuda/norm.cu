@@ -6,8 +6,8 @@
  * passes for the variance, as the reference); rows of up to 2048 are held in registers
  * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes
  * dx and the row's statistics; the weight and bias gradients (sums over rows, per column)
- * are then taken by a column kernel over chunks of rows and folded in chunk order:
- * deterministic, with no atomics. Rows of up to 32 x 8 vectors (1024 f16/bf16 or f32
+ * are then taken by a column kernel over chunks of rows and folded in a fixed order, a
+ * warp per column: deterministic, with no atomics. Rows of up to 32 x 8 vectors (1024 f16/bf16 or f32
  * elements; a transformer's hidden size) go to a warp each in the backward
  * (norm_bwd_warp_kernel): held in registers, read once, the sums warp shuffles — a block per
  * row spent its time in the barriers of four block-wide sums.
@@ -255,6 +255,7 @@ __global__ void norm_bwd_cols_kernel(const T *dy, const T *x, const double *stat
         int64_t c = i / C, k = i % C;
         int64_t lo = c * ROWS_PER_CHUNK, hi = lo + ROWS_PER_CHUNK < rows ? lo + ROWS_PER_CHUNK : rows;
         double aw = 0.0, ab = 0.0;
+#pragma unroll 8
         for (int64_t r = lo; r < hi; r++) {
             double d = (double)cu_ld(dy, r * C + k);
             aw += d * ((double)cu_ld(x, r * C + k) - stats[2 * r]) * stats[2 * r + 1];
@@ -265,14 +266,23 @@ __global__ void norm_bwd_cols_kernel(const T *dy, const T *x, const double *stat
     }
 }
 
+/* dw[k], db[k] = the chunks' partial sums of column k, a warp per column: lane l adds
+ * chunks l, l + 32, ... in order, then the lanes' sums are added in a fixed butterfly. (A
+ * thread per column walking all the chunks was a chain of dependent loads on a few
+ * hundred threads: most of a norm backward's time.) */
 template <typename T>
-__global__ void norm_bwd_fold_kernel(const double *part, T *dw, T *db, int64_t C, int64_t chunks)
+__global__ void __launch_bounds__(THREADS) norm_bwd_fold_kernel(const double *part, T *dw, T *db, int64_t C,
+                                                                int64_t chunks)
 {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < C; k += (int64_t)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
+    for (int64_t k = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); k < C; k += warps) {
         double aw = 0.0, ab = 0.0;
-        for (int64_t c = 0; c < chunks; c++) aw += part[c * 2 * C + k], ab += part[c * 2 * C + C + k];
-        if (dw != NULL) cu_std(dw, k, aw);
-        if (db != NULL) cu_std(db, k, ab);
+        for (int64_t c = lane; c < chunks; c += 32) aw += part[c * 2 * C + k], ab += part[c * 2 * C + C + k];
+        aw = cu_warp_sum_d(aw);
+        ab = cu_warp_sum_d(ab);
+        if (lane == 0 && dw != NULL) cu_std(dw, k, aw);
+        if (lane == 0 && db != NULL) cu_std(db, k, ab);
     }
 }
 
@@ -366,7 +376,7 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
         norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C,
                                                                                           eps, rms);
     norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
-    norm_bwd_fold_kernel<T><<<cu_blocks(be, C, THREADS), THREADS, 0, s>>>(
+    norm_bwd_fold_kernel<T><<<cu_blocks(be, C * 32, THREADS), THREADS, 0, s>>>(
         part, (T *)node->out[1]->data, node->n_out > 2 ? (T *)node->out[2]->data : (T *)NULL, C, chunks);
 }
 

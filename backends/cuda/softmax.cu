@@ -220,8 +220,8 @@ static __device__ __forceinline__ int64_t load_target(const void *t, int is64, i
  * (a shuffle butterfly, then the warps in order). Elements are widened to float and the
  * threads' pairs kept in float, as softmax_reg_kernel does (a row of 50k classes sums
  * ~100 terms per thread, within about 1e-6 relative of the double reference, far inside
- * the ops' tolerance); the pairs are merged, the loss (m + log(s) - x[target]) and the
- * mean taken in double.
+ * the ops' tolerance); the threads' sums are scaled to the row's maximum and added in
+ * double, the loss (m + log(s) - x[target]) and the mean taken in double.
  * Rows whose length is a multiple of a 16-byte vector, on aligned tensors, are read in
  * vectors (a GPT-2 head's 50304 columns are). Only the first K columns (`classes`) take
  * part; the gradient writes zeros past them. */
@@ -247,22 +247,6 @@ template <int V> static __device__ __forceinline__ void ce_fold(float &m, float 
 #pragma unroll
     for (int j = 0; j < V; j++) t += expf(v[j] - nm);
     s = (m == nm ? s : __fmul_rn(s, expf(m - nm))) + t;
-    m = nm;
-}
-
-/* (m, s) <- the union of (m, s) and (m2, s2), the sums in double (a row has a few dozen
- * merges, each a rounding of all the terms below it). Symmetric in its two pairs bit for
- * bit (no contracted multiply-add), so every lane of a butterfly ends with the same pair. */
-static __device__ __forceinline__ void ce_merge(float &m, double &s, float m2, double s2)
-{
-    const float nm = fmaxf(m, m2);
-    if (nm == -INFINITY) {
-        s = s + s2;
-        return;
-    }
-    const double a = m == nm ? s : __dmul_rn(s, exp((double)m - (double)nm));
-    const double b = m2 == nm ? s2 : __dmul_rn(s2, exp((double)m2 - (double)nm));
-    s = a + b;
     m = nm;
 }
 
@@ -298,20 +282,29 @@ static __device__ double ce_row_lse(const T *x, int64_t base, int64_t K, int vec
             ce_fold<1>(m, s, v);
         }
     }
-    double sd = s;
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(CU_FULL_MASK, m, o);
-        double s2 = __shfl_xor_sync(CU_FULL_MASK, sd, o);
-        ce_merge(m, sd, m2, s2);
-    }
+    /* The block's maximum M first (fmax: any order gives the same), then each thread's sum
+     * scaled to it once, in float, and the scaled sums added in double in a fixed order: a
+     * butterfly (a + b on one lane is b + a on its partner, so all lanes agree), then the
+     * warps in order, in every thread. One exponential a thread; merging the threads' pairs
+     * online instead took two double exponentials per merge, 21 merges a thread, which cost
+     * more than the row's own reads. */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) shm[warp] = m, shs[warp] = sd;
+    float M = m;
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(CU_FULL_MASK, M, o));
+    if (lane == 0) shm[warp] = M;
     __syncthreads();
-    m = shm[0], sd = shs[0];
-    for (int w = 1; w < nw; w++) ce_merge(m, sd, shm[w], shs[w]); /* warp order, in every thread */
+    M = shm[0];
+    for (int w = 1; w < nw; w++) M = fmaxf(M, shm[w]);
+    /* nothing above -inf: no scaling (s holds 0, or the NaN a NaN element left) */
+    double sd = M == -INFINITY || m == M ? (double)s : (double)__fmul_rn(s, expf(m - M));
+    for (int o = 16; o > 0; o >>= 1) sd += __shfl_xor_sync(CU_FULL_MASK, sd, o);
+    if (lane == 0) shs[warp] = sd;
+    __syncthreads();
+    sd = shs[0];
+    for (int w = 1; w < nw; w++) sd += shs[w]; /* warp order, in every thread */
     __syncthreads(); /* shm, shs are reused by the next row */
     /* an infinite maximum leaves exp(inf - inf) in the reference's sum: NaN */
-    return isinf(m) ? (double)NAN : (double)m + log(sd);
+    return isinf(M) ? (double)NAN : (double)M + log(sd);
 }
 
 /* Per row: loss[r] = logsumexp(row[:K]) - row[target] (0 for ignored rows) and kept[r].
