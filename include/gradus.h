@@ -333,6 +333,9 @@ typedef struct gd_adamw_config {
      * GD_COMPILE_UPDATES they run the updates (and what they read) and none of the graph's
      * other updates: a trainer's gradient accumulation stays out of its update program. */
     gd_tensor **updated;
+    /* The gradients' global norm when the caller has it (an f32 scalar, e.g. for its log):
+     * clipping then reads it rather than computing it again. NULL: computed here. */
+    gd_tensor *grad_norm;
 } gd_adamw_config;
 gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg);
 gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg);

@@ -86,6 +86,42 @@ static void test_adamw_steps(void)
     fixed_grad_free(&f);
 }
 
+/* AdamW with clip_norm 0.1 over g = c = (0.1, -0.2, 0.3, 0), |g| = sqrt(0.14): the factor
+ * k = 0.1 / (|g| + 1e-6) reaches the update as its gradient scale, so after a step
+ * m = 0.1 k g and v = 0.001 k^2 g^2 — the norm computed by the optimizer, or given to it
+ * (grad_norm); a grad_norm that is no f32 scalar is refused. */
+static void refused(gd_status st, const char *what, const char *want);
+
+static void test_adamw_clip(void)
+{
+    for (int given = 0; given < 2; given++) {
+        fixed_grad f;
+        if (!fixed_grad_build(&f, 4)) return;
+        gd_tensor *gr = gd_grad(f.g, f.p);
+        gd_tensor *norm = given ? gd_global_norm(f.g, 1, &gr) : NULL;
+        if (given) {
+            gd_status bad = gd_optimizer_adamw(f.g, &(gd_adamw_config){.lr = 0.1, .clip_norm = 0.1, .grad_norm = gr});
+            refused(bad, "a vector grad_norm", "grad_norm");
+            gd_ctx_clear_error(ctx);
+        }
+        CHECK(gd_optimizer_adamw(f.g, &(gd_adamw_config){.lr = 0.1, .clip_norm = 0.1, .grad_norm = norm}) == GD_OK,
+              "adamw: %s", gd_ctx_error(ctx));
+        const float p0[4] = {1, -2, 0.5f, 3}, c[4] = {0.1f, -0.2f, 0.3f, 0};
+        float p[4], mv[4];
+        if (fixed_grad_compile(&f, p0, c) && fixed_grad_run(&f, p)) {
+            const double k = 0.1 / (sqrt(0.14) + 1e-6);
+            gd_tensor *m = gd_graph_find(f.g, "w.adam_m"), *v = gd_graph_find(f.g, "w.adam_v");
+            if (m != NULL && gd_tensor_read(m, mv, sizeof mv) == GD_OK)
+                expect_close(given ? "clipped adam_m (norm given)" : "clipped adam_m", mv,
+                             (const double[]){0.01 * k, -0.02 * k, 0.03 * k, 0}, 4, 1e-7);
+            if (v != NULL && gd_tensor_read(v, mv, sizeof mv) == GD_OK)
+                expect_close("clipped adam_v", mv,
+                             (const double[]){1e-5 * k * k, 4e-5 * k * k, 9e-5 * k * k, 0}, 4, 1e-10);
+        }
+        fixed_grad_free(&f);
+    }
+}
+
 /* SGD lr 0.1, momentum 0.9, weight decay 0.1, g = (0.5, 2), p0 = (1, -1):
  *   step 1: g' = g + 0.1 p = (0.6, 1.9); buf = g'; p = (0.94, -1.19)
  *   step 2: g' = (0.594, 1.881); buf = 0.9*(0.6, 1.9) + g' = (1.134, 3.591); p = (0.8266, -1.5491)
@@ -279,6 +315,7 @@ int main(void)
 {
     if (!tu_open_ctx()) return 1;
     test_adamw_steps();
+    test_adamw_clip();
     test_sgd_steps(0);
     test_sgd_steps(1);
     test_clip_and_lr();

@@ -17,7 +17,7 @@
 
 typedef struct opt_job {
     const gdp_node *n;
-    double lr, b1, b2, eps, wd, bc1, bc2, momentum;
+    double lr, b1, b2, eps, wd, bc1, bc2, momentum, gs;
     int nesterov;
 } opt_job;
 
@@ -28,7 +28,8 @@ typedef struct opt_job {
  *
  * Mixed precision: the gradient may be bf16 or f16 (the gradient of a half copy of the
  * weights), and an optional 7th input, that half copy, gets p' rounded to its dtype (4th
- * output, in place). The master weights and moments stay f32. */
+ * output, in place). The master weights and moments stay f32. An optional last f32 scalar
+ * (7th without a copy, 8th with one) multiplies the gradient: clipping's factor. */
 #define ADAM_BLOCK 256
 
 static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
@@ -42,16 +43,16 @@ static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
     float *Po = nd->out[0]->data, *Mo = nd->out[1]->data, *Vo = nd->out[2]->data;
     void *Co = nd->n_out > 3 ? nd->out[3]->data : NULL;
     const int32_t cdt = nd->n_out > 3 ? nd->out[3]->dtype : GDP_F32;
-    const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2;
+    const double lr = j->lr, b1 = j->b1, b2 = j->b2, eps = j->eps, wd = j->wd, bc1 = j->bc1, bc2 = j->bc2, gs = j->gs;
     double p[ADAM_BLOCK], g[ADAM_BLOCK], m[ADAM_BLOCK], v[ADAM_BLOCK];
     float h[ADAM_BLOCK];
     for (int64_t i0 = begin; i0 < end; i0 += ADAM_BLOCK) {
         int n = (int)(end - i0 < ADAM_BLOCK ? end - i0 : ADAM_BLOCK);
         if (gdt == GDP_F32) {
-            for (int i = 0; i < n; i++) g[i] = ((const float *)G)[i0 + i];
+            for (int i = 0; i < n; i++) g[i] = ((const float *)G)[i0 + i] * gs;
         } else {
             gcpu_load_f32(gdt, G, i0, h, n);
-            for (int i = 0; i < n; i++) g[i] = h[i];
+            for (int i = 0; i < n; i++) g[i] = h[i] * gs;
         }
         for (int i = 0; i < n; i++) {
             p[i] = P[i0 + i];
@@ -80,11 +81,20 @@ static void adamw_task(void *ctx, int64_t begin, int64_t end, int tid)
     }
 }
 
-// (p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']): PyTorch AdamW, step 1-based
+/* The gradient scale's input: the last, when it is an f32 scalar after the six (a copy is
+ * f16 or bf16); -1 without one. */
+static int adamw_gscale(const gdp_node *n)
+{
+    return n->n_in > 6 && n->in[n->n_in - 1]->dtype == GDP_F32 ? n->n_in - 1 : -1;
+}
+
+// (p, g, m, v, step, lr [, copy] [, gscale]) -> (p', m', v' [, copy']): PyTorch AdamW, step 1-based
 static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be; (void)stream; (void)err;
     opt_job j = {.n = n};
+    const int is = adamw_gscale(n);
+    j.gs = is >= 0 ? ((const float *)n->in[is]->data)[0] : 1.0;
     double t = ((const float *)n->in[4]->data)[0];
     j.lr = ((const float *)n->in[5]->data)[0];
     j.b1 = gdp_attr_float(&n->attrs, "beta1", 0.9);
@@ -102,7 +112,8 @@ static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *er
 static int s_adamw_mixed(void *be, const gdp_node *n)
 {
     (void)be;
-    if (n->n_in != 7 || n->n_out != 4) return 0;
+    if (n->n_in < 7 || n->n_in > 8 || n->n_out != 4) return 0;
+    if (n->n_in == 8 && (n->in[7]->dtype != GDP_F32 || gdp_numel(n->in[7]) != 1)) return 0;
     const int32_t cdt = n->in[6]->dtype;
     if (!gdp_is_half(cdt) || n->out[3]->dtype != cdt || gdp_numel(n->in[6]) != gdp_numel(n->in[0])) return 0;
     if (n->in[1]->dtype != GDP_F32 && n->in[1]->dtype != cdt) return 0;
@@ -166,8 +177,9 @@ gdp_status gcpu_register_optim(gcpu_regctx *r, gdp_err *err)
     static const char *const mixed[] = {
         "f32,bf16,f32,f32,f32,f32,bf16->f32,f32,f32,bf16", "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
         "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16",    "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16",
+        "f32,bf16,f32,f32,f32,f32,bf16,f32->f32,f32,f32,bf16", "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16",
     };
-    for (int i = 0; i < 4 && s == GDP_OK; i++)
+    for (int i = 0; i < 6 && s == GDP_OK; i++)
         s = gcpu_reg_mixed(r, "adamw_update", mixed[i], 0, k_adamw, s_adamw_mixed, NULL, err);
     if (s == GDP_OK) s = gcpu_reg(r, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
     if (s == GDP_OK) s = gcpu_reg_floats(r, "clip_coef", GCPU_FLOATS(k_clip_coef, s_f32, NULL), 0, NULL, err);

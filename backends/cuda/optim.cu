@@ -11,7 +11,9 @@
  * adamw_update's mixed forms keep f32 master weights and moments beside a low-precision
  * model: the gradient may come in bf16/f16, and an optional 7th input `copy` (bf16/f16)
  * gets p' rounded to its dtype as a 4th output, in place. The rounding goes through f32
- * (p' as stored, then to the narrow type), as the reference does.
+ * (p' as stored, then to the narrow type), as the reference does. An optional last input,
+ * an f32 scalar read on the device (7th, or 8th after a copy), multiplies the gradient:
+ * clipping by global norm folded into the update.
  */
 #include "cuda_internal.h"
 
@@ -46,9 +48,10 @@ __global__ void sgd_kernel(const float *p_in, const float *g_in, const float *bu
 template <typename G, typename C>
 __device__ __forceinline__ void adamw_elem(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
                                            float *p_out, float *m_out, float *v_out, C *copy, int64_t i, double lr,
-                                           double bc1, double bc2, double b1, double b2, double eps, double wd)
+                                           double bc1, double bc2, double b1, double b2, double eps, double wd,
+                                           double gs)
 {
-    double p = p_in[i], g = (double)cu_ld(g_in, i), m = m_in[i], v = v_in[i];
+    double p = p_in[i], g = (double)cu_ld(g_in, i) * gs, m = m_in[i], v = v_in[i];
     p -= lr * wd * p;
     m = b1 * m + (1.0 - b1) * g;
     v = b2 * v + (1.0 - b2) * g * g;
@@ -62,13 +65,21 @@ __device__ __forceinline__ void adamw_elem(const float *p_in, const G *g_in, con
 
 template <typename G, typename C>
 __global__ void adamw_kernel(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
-                             const float *step_p, const float *lr_p, float *p_out, float *m_out, float *v_out, C *copy,
-                             int64_t n, double b1, double b2, double eps, double wd)
+                             const float *step_p, const float *lr_p, const float *gs_p, float *p_out, float *m_out,
+                             float *v_out, C *copy, int64_t n, double b1, double b2, double eps, double wd)
 {
-    double t = (double)step_p[0], lr = (double)lr_p[0];
+    double t = (double)step_p[0], lr = (double)lr_p[0], gs = gs_p != NULL ? (double)gs_p[0] : 1.0;
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        adamw_elem(p_in, g_in, m_in, v_in, p_out, m_out, v_out, copy, i, lr, bc1, bc2, b1, b2, eps, wd);
+        adamw_elem(p_in, g_in, m_in, v_in, p_out, m_out, v_out, copy, i, lr, bc1, bc2, b1, b2, eps, wd, gs);
+}
+
+/* adamw_update's optional inputs: the copy (f16/bf16, 7th) and the gradient scale (f32
+ * scalar, last), as src/ops/optim.c tells them apart; -1 when absent. */
+static int adamw_copy(const gdp_node *n) { return n->n_in > 6 && n->in[6]->dtype != GDP_F32 ? 6 : -1; }
+static int adamw_gscale(const gdp_node *n)
+{
+    return n->n_in > 6 && n->in[n->n_in - 1]->dtype == GDP_F32 ? n->n_in - 1 : -1;
 }
 
 static int shaped_like(const gdp_tensor *a, const gdp_tensor *b)
@@ -104,16 +115,20 @@ CU_LAUNCHER(sgd_run)
 static int adamw_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    if (n->n_in < 6 || n->n_in > 7 || n->n_out != n->n_in - 3 || n->in[0]->dtype != GDP_F32) return 0;
+    const int ic = adamw_copy(n), is = adamw_gscale(n);
+    if (n->n_in < 6 || n->n_in > 8 || n->n_in != 6 + (ic >= 0) + (is >= 0) || n->n_out != 3 + (ic >= 0) ||
+        n->in[0]->dtype != GDP_F32)
+        return 0;
     const gdp_tensor *p = n->in[0], *g = n->in[1];
     if (!cu_gpu_float(g->dtype) || !cu_same_shape(g, p)) return 0;
     if (!shaped_like(n->in[2], p) || !shaped_like(n->in[3], p)) return 0;
     for (int k = 0; k < 3; k++)
         if (!shaped_like(n->out[k], p)) return 0;
-    if (n->n_in == 7) {
-        const gdp_tensor *c = n->in[6];
+    if (ic >= 0) {
+        const gdp_tensor *c = n->in[ic];
         if (!cu_gpu_float(c->dtype) || !cu_same_shape(c, p) || !shaped_like(n->out[3], c)) return 0;
     }
+    if (is >= 0 && !f32_scalar(n->in[is])) return 0;
     return f32_scalar(n->in[4]) && f32_scalar(n->in[5]);
 }
 
@@ -123,6 +138,7 @@ static void adamw_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, i
     adamw_kernel<G, C><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
         (const float *)node->in[0]->data, (const G *)node->in[1]->data, (const float *)node->in[2]->data,
         (const float *)node->in[3]->data, (const float *)node->in[4]->data, (const float *)node->in[5]->data,
+        adamw_gscale(node) >= 0 ? (const float *)node->in[adamw_gscale(node)]->data : (const float *)NULL,
         (float *)node->out[0]->data, (float *)node->out[1]->data, (float *)node->out[2]->data,
         node->n_out > 3 ? (C *)node->out[3]->data : (C *)NULL, n, gdp_attr_float(&node->attrs, "beta1", 0.9),
         gdp_attr_float(&node->attrs, "beta2", 0.999), gdp_attr_float(&node->attrs, "eps", 1e-8),
@@ -133,7 +149,7 @@ static gdp_status adamw_run(cu_backend *be, const gdp_node *node, cudaStream_t s
 {
     int64_t n = gdp_numel(node->in[0]);
     if (n == 0) return GDP_OK;
-    int32_t cdt = node->n_in > 6 ? node->in[6]->dtype : GDP_F32;
+    int32_t cdt = adamw_copy(node) >= 0 ? node->in[adamw_copy(node)]->dtype : GDP_F32;
     switch (node->in[1]->dtype) {
     case GDP_F32: CU_FLOAT_SWITCH(cdt, C, adamw_launch<float, C>(be, s, node, n)); break;
     case GDP_F16: CU_FLOAT_SWITCH(cdt, C, adamw_launch<__half, C>(be, s, node, n)); break;
@@ -229,14 +245,14 @@ __global__ void sgd_batch_kernel(const mt_sgd_table tab, const float *lr_p, doub
 }
 
 template <typename G, typename C>
-__global__ void adamw_batch_kernel(const mt_adamw_table tab, const float *step_p, const float *lr_p, double b1,
-                                   double b2, double eps, double wd)
+__global__ void adamw_batch_kernel(const mt_adamw_table tab, const float *step_p, const float *lr_p,
+                                   const float *gs_p, double b1, double b2, double eps, double wd)
 {
     const mt_adamw e = tab.t[blockIdx.y];
-    double t = (double)step_p[0], lr = (double)lr_p[0];
+    double t = (double)step_p[0], lr = (double)lr_p[0], gs = gs_p != NULL ? (double)gs_p[0] : 1.0;
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x)
-        adamw_elem(e.p, (const G *)e.g, e.m, e.v, e.po, e.mo, e.vo, (C *)e.copy, i, lr, bc1, bc2, b1, b2, eps, wd);
+        adamw_elem(e.p, (const G *)e.g, e.m, e.v, e.po, e.mo, e.vo, (C *)e.copy, i, lr, bc1, bc2, b1, b2, eps, wd, gs);
 }
 
 static int same_attrs(const gdp_node *a, const gdp_node *b)
@@ -258,9 +274,12 @@ static int overlaps(const gdp_tensor *a, const gdp_tensor *b)
     return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
-/* The inputs of an update that are scalars read by every element: sgd's lr; adamw's step
- * and lr. Nodes launched together share them. */
-static int scalar_input(int sgd, int k) { return sgd ? k == 3 : k == 4 || k == 5; }
+/* The inputs of an update that are scalars read by every element: sgd's lr; adamw's step,
+ * lr and gradient scale. Nodes launched together share them. */
+static int scalar_input(const gdp_node *n, int sgd, int k)
+{
+    return sgd ? k == 3 : k == 4 || k == 5 || k == adamw_gscale(n);
+}
 
 /* Whether nodes a and b may run in one launch: same form, the same scalars, and no other
  * tensor of one overlapping a tensor of the other, since the elements of one launch run
@@ -269,12 +288,12 @@ static int batchable(const gdp_node *a, const gdp_node *b, int sgd)
 {
     if (a->n_in != b->n_in || a->n_out != b->n_out || !same_attrs(a, b)) return 0;
     for (int k = 0; k < a->n_in; k++)
-        if (a->in[k]->dtype != b->in[k]->dtype || (scalar_input(sgd, k) && a->in[k]->data != b->in[k]->data)) return 0;
+        if (a->in[k]->dtype != b->in[k]->dtype || (scalar_input(a, sgd, k) && a->in[k]->data != b->in[k]->data)) return 0;
     for (int i = 0; i < a->n_in + a->n_out; i++) {
-        if (i < a->n_in && scalar_input(sgd, i)) continue;
+        if (i < a->n_in && scalar_input(a, sgd, i)) continue;
         const gdp_tensor *x = i < a->n_in ? a->in[i] : a->out[i - a->n_in];
         for (int j = 0; j < b->n_in + b->n_out; j++) {
-            if (j < b->n_in && scalar_input(sgd, j)) continue;
+            if (j < b->n_in && scalar_input(b, sgd, j)) continue;
             if (overlaps(x, j < b->n_in ? b->in[j] : b->out[j - b->n_in])) return 0;
         }
     }
@@ -285,7 +304,9 @@ template <typename G, typename C>
 static void adamw_batch_launch(cudaStream_t s, dim3 grid, const mt_adamw_table &tab, const gdp_node *n)
 {
     adamw_batch_kernel<G, C><<<grid, THREADS, 0, s>>>(
-        tab, (const float *)n->in[4]->data, (const float *)n->in[5]->data, gdp_attr_float(&n->attrs, "beta1", 0.9),
+        tab, (const float *)n->in[4]->data, (const float *)n->in[5]->data,
+        adamw_gscale(n) >= 0 ? (const float *)n->in[adamw_gscale(n)]->data : (const float *)NULL,
+        gdp_attr_float(&n->attrs, "beta1", 0.9),
         gdp_attr_float(&n->attrs, "beta2", 0.999), gdp_attr_float(&n->attrs, "eps", 1e-8),
         gdp_attr_float(&n->attrs, "weight_decay", 0.0));
 }
@@ -356,7 +377,7 @@ int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t
                         n->in[1]->data, (float *)n->out[0]->data, (float *)n->out[1]->data, (float *)n->out[2]->data,
                         n->n_out > 3 ? n->out[3]->data : NULL, gdp_numel(n->in[0])};
         }
-        int32_t cdt = n0->n_in > 6 ? n0->in[6]->dtype : GDP_F32;
+        int32_t cdt = adamw_copy(n0) >= 0 ? n0->in[adamw_copy(n0)]->dtype : GDP_F32;
         if (!adamw_batch_dispatch(n0->in[1]->dtype, cdt, s, grid, tab, n0)) return 0;
     }
     cudaError_t e = cudaGetLastError();
@@ -374,6 +395,10 @@ static const gdp_kernel kernels[] = {
     CU_KSIG("adamw_update", "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16", adamw_supports, adamw_run_launch, NULL, NULL),
     CU_KSIG("adamw_update", "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16", adamw_supports, adamw_run_launch, NULL, NULL),
     CU_KSIG("adamw_update", "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16", adamw_supports, adamw_run_launch, NULL, NULL),
+    CU_KSIG("adamw_update", "f32,bf16,f32,f32,f32,f32,bf16,f32->f32,f32,f32,bf16", adamw_supports, adamw_run_launch, NULL,
+            NULL),
+    CU_KSIG("adamw_update", "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16", adamw_supports, adamw_run_launch, NULL,
+            NULL),
     CU_K("assign", GDP_F32, assign_supports, assign_run_launch, NULL),
     CU_K("assign", GDP_F16, assign_supports, assign_run_launch, NULL),
     CU_K("assign", GDP_BF16, assign_supports, assign_run_launch, NULL),

@@ -223,24 +223,19 @@ gd_status gd_dp_build(gd_graph *g, gd_dist *d, int64_t accum, double clip, const
     if (st == GD_OK && dp->n == 0) st = gd_ctx_fail(ctx, GD_ERR_INVALID, "no parameter has a gradient");
     if (st == GD_OK && (*norm = gd_label(gd_global_norm(g, dp->n, grads), "grad_norm")) == NULL)
         st = fail_after(ctx, "the gradient norm");
-    /* clipping as gd_optimizer_adamw does it (clip_coef, then a product), over every
-     * gradient: with zero1 the optimizer sees only this rank's share */
-    gd_tensor *coef = NULL;
-    if (st == GD_OK && clip > 0) {
-        gd_attr a = gd_attr_f("max_norm", clip);
-        if ((coef = gd_op(g, "clip_coef", 1, norm, 1, &a)) == NULL) st = fail_after(ctx, "clipping");
-    }
     for (int i = 0; i < dp->n && st == GD_OK; i++) {
         dp_param *q = &dp->ps[i];
-        gd_tensor *gr = coef != NULL ? gd_mul(grads[i], coef) : grads[i];
-        if (gr == NULL || gd_set_grad(g, q->p, gr) != GD_OK) st = fail_after(ctx, "data parallelism: the gradients");
+        if (gd_set_grad(g, q->p, grads[i]) != GD_OK) st = fail_after(ctx, "data parallelism: the gradients");
         if (q->owner < 0 || q->owner == gd_dist_rank(d)) mine[n_mine++] = q->p;
     }
     if (st == GD_OK && n_mine == 0)
         st = gd_ctx_fail(ctx, GD_ERR_INVALID, "rank %d of %d: the sharded optimizer gives this rank no parameter (%d in all)",
                          gd_dist_rank(d), ranks, dp->n);
+    /* clipping by the norm over every gradient (with zero1 the optimizer sees only this
+     * rank's share), as one process clips: the factor scales the updates' gradients */
     gd_adamw_config c = *oc;
-    c.clip_norm = 0;
+    c.clip_norm = clip > 0 ? clip : 0;
+    c.grad_norm = *norm;
     c.n_params = n_mine;
     c.params = mine;
     c.updated = dp->updated;

@@ -166,7 +166,8 @@ static gd_status build_scaled(trainer *t)
     if (st == GD_OK && (t->norm = gd_label(gd_global_norm(g, n, grads), "grad_norm")) == NULL)
         st = failed(ctx, "the gradient norm");
     gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
-                          .weight_decay = c->weight_decay, .clip_norm = c->clip, .updated = upd + 1};
+                          .weight_decay = c->weight_decay, .clip_norm = c->clip, .updated = upd + 1,
+                          .grad_norm = t->norm};
     if (st == GD_OK && gd_optimizer_adamw(g, &oc) != GD_OK) st = failed(ctx, "the optimizer");
     int k = 1;
     while (st == GD_OK && upd[k] != NULL) k++;
@@ -244,7 +245,7 @@ static gd_status build(trainer *t)
     if (st == GD_OK && (t->norm = gd_label(gd_global_norm(g, n, grads), "grad_norm")) == NULL)
         st = failed(ctx, "the gradient norm");
     gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
-                          .weight_decay = c->weight_decay, .clip_norm = c->clip};
+                          .weight_decay = c->weight_decay, .clip_norm = c->clip, .grad_norm = t->norm};
     if (st == GD_OK && gd_optimizer_adamw(g, &oc) != GD_OK) st = failed(ctx, "the optimizer");
     /* the accumulators' reset, after the optimizer has read them (graph order) */
     for (int i = 0; i < np && st == GD_OK && c->grad_accum > 1; i++) {

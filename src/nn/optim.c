@@ -170,6 +170,13 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
     if (cfg->n_params < 0 || (cfg->n_params > 0 && cfg->params == NULL))
         return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: %d parameters listed at %p", who, cfg->n_params,
                            (const void *)cfg->params);
+    if (cfg->grad_norm != NULL &&
+        (gd_tensor_graph(cfg->grad_norm) != g || gd_tensor_dtype(cfg->grad_norm) != GD_F32 ||
+         gd_tensor_numel(cfg->grad_norm) != 1)) {
+        char b[96];
+        return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: grad_norm %s must be an f32 scalar of this graph", who,
+                           gd_tensor_describe(cfg->grad_norm, b, sizeof b));
+    }
     trainable t;
     gd_status s = collect(g, who, &t, cfg->n_params, cfg->params);
     if (s != GD_OK) return s;
@@ -178,13 +185,21 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
     gd_tensor *step = gd_state(g, "optim.step", GD_F32, 0, NULL);
     gd_tensor *step1 = gd_assign(step, gd_scale(step, 1.0, 1.0));
     if (lrs == NULL || step1 == NULL) s = fail_after(g, who, "optimizer states", NULL);
-    if (s == GD_OK && cfg->clip_norm > 0) s = clip_grads(g, &t, cfg->clip_norm, who);
+    /* clipping: the factor goes into the updates as their gradient scale (no product
+     * over the gradients); the norm is the caller's when it has one */
+    gd_tensor *coef = NULL;
+    if (s == GD_OK && cfg->clip_norm > 0) {
+        gd_tensor *norm = cfg->grad_norm != NULL ? cfg->grad_norm : gd_global_norm(g, t.n, t.g);
+        gd_attr ca = gd_attr_f("max_norm", cfg->clip_norm);
+        coef = norm != NULL ? gd_op(g, "clip_coef", 1, &norm, 1, &ca) : NULL;
+        if (coef == NULL) s = fail_after(g, who, "clipping by global norm", NULL);
+    }
     gd_attr a[4] = {gd_attr_f("beta1", b1), gd_attr_f("beta2", b2), gd_attr_f("eps", eps),
                     gd_attr_f("weight_decay", cfg->weight_decay)};
     for (int i = 0; s == GD_OK && i < t.n; i++) {
         gd_tensor *m = state_like(t.p[i], "adam_m"), *v = state_like(t.p[i], "adam_v"), *out[3];
-        gd_tensor *in[6] = {t.p[i], t.g[i], m, v, step1, lrs};
-        if (m == NULL || v == NULL || gd_op_multi(g, "adamw_update", 6, in, 4, a, 3, out) != GD_OK)
+        gd_tensor *in[7] = {t.p[i], t.g[i], m, v, step1, lrs, coef};
+        if (m == NULL || v == NULL || gd_op_multi(g, "adamw_update", coef != NULL ? 7 : 6, in, 4, a, 3, out) != GD_OK)
             s = fail_after(g, who, "update of", gd_tensor_name(t.p[i]));
         else if (cfg->updated != NULL)
             cfg->updated[i] = out[0];

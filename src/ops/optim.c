@@ -12,6 +12,10 @@
  * and writes p' rounded to it (round to nearest even) as a fourth output, in place. That
  * is how a bf16 model trains with f32 master weights: the copy is the parameter autodiff
  * differentiates (so g may be bf16 too), the f32 p is an optimizer state.
+ *
+ * Clipping: adamw_update takes an optional last input, an f32 scalar that multiplies g
+ * (clip_coef's factor), so that clipping by global norm costs no pass over the gradients.
+ * An f32 seventh input is that scale (a copy is f16 or bf16); with a copy it is the eighth.
  */
 #include "refwalk.h"
 
@@ -113,14 +117,30 @@ static gdp_status sgd_ref(void *backend, const gdp_node *node, void *stream, gdp
     return GDP_OK;
 }
 
-/* ---- adamw_update(p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']) ----------- */
+/* ---- adamw_update(p, g, m, v, step, lr [, copy] [, gscale]) -> (p', m', v' [, copy']) -- */
+
+/* Which optional inputs a node of n_in inputs has, the seventh of dtype dt6: the copy's
+ * index and the gradient scale's, -1 when absent. */
+static void adamw_optional(int n_in, int32_t dt6, int *copy, int *gscale)
+{
+    *copy = n_in > 6 && (n_in > 7 || dt6 != GDP_F32) ? 6 : -1;
+    *gscale = n_in > 7 ? 7 : n_in > 6 && dt6 == GDP_F32 ? 6 : -1;
+}
 
 static int adamw_infer(gd_infer *c)
 {
     if (float_param(c) || shaped_as_first(c, 1, "g", "p", 1) || same_as_first(c, 2, "m", "p") ||
         same_as_first(c, 3, "v", "p") || f32_scalar(c, 4, "step") || f32_scalar(c, 5, "lr"))
         return -1;
-    if (c->n_in > 6) {
+    int ic, is;
+    adamw_optional(c->n_in, c->n_in > 6 ? c->in[6].dtype : GDP_F32, &ic, &is);
+    if (is >= 0 && gd_shape_numel(&c->in[is]) != 1) {
+        char b[96];
+        return gd_infer_fail(c, "input %d %s is neither a copy of p (bf16 or f16) nor a gradient scale (an f32 scalar)",
+                             is, gd_shape_str(&c->in[is], b, sizeof b));
+    }
+    if (is >= 0 && f32_scalar(c, is, "gscale")) return -1;
+    if (ic >= 0) {
         if (shaped_as_first(c, 6, "copy", "p", 1)) return -1;
         if (!gdp_is_half(c->in[6].dtype)) {
             char b[96];
@@ -137,7 +157,7 @@ static int adamw_infer(gd_infer *c)
     c->out[1] = c->in[2];
     c->out[2] = c->in[3];
     c->n_out = 3;
-    if (c->n_in > 6) {
+    if (ic >= 0) {
         c->out[3] = c->in[6];
         c->n_out = 4;
     }
@@ -155,6 +175,9 @@ static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, g
     const gdp_tensor *P = node->in[0], *G = node->in[1], *M = node->in[2], *V = node->in[3];
     const gdp_tensor *copy = node->n_out > 3 ? node->out[3] : NULL;
     double t = gd_ref_load(node->in[4], 0), lr = gd_ref_load(node->in[5], 0);
+    int ic, is;
+    adamw_optional(node->n_in, node->n_in > 6 ? node->in[6]->dtype : GDP_F32, &ic, &is);
+    const double gs = is >= 0 ? gd_ref_load(node->in[is], 0) : 1.0;
     double b1 = gdp_attr_float(&node->attrs, "beta1", 0.9), b2 = gdp_attr_float(&node->attrs, "beta2", 0.999);
     double eps = gdp_attr_float(&node->attrs, "eps", 1e-8), wd = gdp_attr_float(&node->attrs, "weight_decay", 0.0);
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
@@ -162,7 +185,7 @@ static gdp_status adamw_ref(void *backend, const gdp_node *node, void *stream, g
     rw_walk w;
     int64_t n = update_walk(&w, 4, in);
     for (int64_t i = 0; i < n; i++, rw_next(&w)) {
-        double p = rw_ld(P, w.off[0]), g = rw_ld(G, w.off[1]), m = rw_ld(M, w.off[2]), v = rw_ld(V, w.off[3]);
+        double p = rw_ld(P, w.off[0]), g = rw_ld(G, w.off[1]) * gs, m = rw_ld(M, w.off[2]), v = rw_ld(V, w.off[3]);
         p -= lr * wd * p;
         m = b1 * m + (1.0 - b1) * g;
         v = b2 * v + (1.0 - b2) * g * g;
@@ -244,6 +267,9 @@ static const char *const sgd_cases[] = {
 static const char *const adamw_cases[] = {
     "f[4,8] f[4,8] f[4,8] p[4,8] p[] p[] | beta1=0.9 beta2=0.999 eps=1e-8 weight_decay=0.01",
     "f[17] f[17] f[17] p[17] p[] p[] | beta1=0.8 beta2=0.99 eps=1e-6 weight_decay=0.0",
+    /* a gradient scale (clipping) */
+    "f[4,8] f[4,8] f[4,8] p[4,8] p[] p[] p[] | beta1=0.9 beta2=0.999 eps=1e-8 weight_decay=0.01",
+    "f[300] f[300] f[300] p[300] p[] p[] f32[]<0.01:0.5 | weight_decay=0.1",
     NULL};
 
 /* f32 master weights with a bf16 or f16 copy, the gradient of the copy's dtype or f32 */
@@ -252,6 +278,9 @@ static const char *const adamw_mixed[] = {
     "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
     "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16",
     "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16",
+    /* with the gradient scale */
+    "f32,bf16,f32,f32,f32,f32,bf16,f32->f32,f32,f32,bf16",
+    "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16",
     NULL};
 static const char *const adamw_mixed_cases[] = {
     "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[4,8] | beta1=0.9 beta2=0.999 eps=1e-8 "
@@ -260,6 +289,8 @@ static const char *const adamw_mixed_cases[] = {
     "f32[4,8] f16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[4,8] | beta1=0.9 beta2=0.999 eps=1e-8 "
     "weight_decay=0.01",
     "f32[3,5] f32[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[3,5] | weight_decay=0.1",
+    "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[4,8] f32[]<0.1:1 | weight_decay=0.01",
+    "f32[3,5] f16[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[3,5] f32[]<0.1:1",
     NULL};
 
 static const char *const assign_cases[] = {
@@ -282,13 +313,14 @@ GD_FAMILY(optim)
         .dtypes = GD_M(GDP_F32), .infer = sgd_infer, .ref = sgd_ref, .cases = sgd_cases, .inplace = {0, 2, -1, -1}, .updates = 1,
         .tol = 1e-10, .ref_strided = 1, .doc = "(p, g, buf, lr) -> (p', buf') in place: PyTorch SGD with momentum, weight decay, nesterov"});
     gd_register_op(r, &(gd_op_def){
-        .name = "adamw_update", .min_in = 6, .max_in = 7, .n_out = 4,
+        .name = "adamw_update", .min_in = 6, .max_in = 8, .n_out = 4,
         .attrs = "beta1:float beta2:float eps:float weight_decay:float", .dtypes = GD_M(GDP_F32), .infer = adamw_infer,
         .ref = adamw_ref, .ref_dtypes = GD_M(GDP_F32) | GD_M(GDP_F64) | GD_M(GDP_F16) | GD_M(GDP_BF16),
         .cases = adamw_cases, .mixed = adamw_mixed, .mixed_cases = adamw_mixed_cases, .inplace = {0, 2, 3, 6},
         .updates = 1, .tol = 1e-10, .ref_strided = 1,
-        .doc = "(p, g, m, v, step, lr [, copy]) -> (p', m', v' [, copy']) in place: PyTorch AdamW, step 1-based; "
-               "copy (bf16/f16, optional) receives p' rounded to nearest even (f32 master weights)"});
+        .doc = "(p, g, m, v, step, lr [, copy] [, gscale]) -> (p', m', v' [, copy']) in place: PyTorch AdamW, step "
+               "1-based; copy (bf16/f16, optional) receives p' rounded to nearest even (f32 master weights); gscale (f32 "
+               "scalar, optional) multiplies g (clipping)"});
     gd_register_op(r, &(gd_op_def){
         .name = "assign", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS, .infer = assign_infer,
         .ref = assign_ref, .ref_dtypes = 0x1ffu, .cases = assign_cases, .inplace = {0, -1, -1, -1}, .updates = 1, .tol = 0,
