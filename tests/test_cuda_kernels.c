@@ -538,7 +538,7 @@ static int run_lm_plans(gd_ctx *ctx, int bi)
 
 /* Attention nodes of a compiled program. */
 typedef struct attn_ops {
-    int nodes, fallback, attention, attention_grad, attention_lse, attention_grad_lse;
+    int nodes, fallback, attention, attention_grad, attention_lse, attention_grad_lse, y_bthd;
 } attn_ops;
 
 static void attn_line(void *user, const char *s)
@@ -551,6 +551,8 @@ static void attn_line(void *user, const char *s)
     c->attention_grad += strstr(s, " attention_grad(") != NULL;
     c->attention_lse += strstr(s, " attention_lse(") != NULL;
     c->attention_grad_lse += strstr(s, " attention_grad_lse(") != NULL;
+    /* y read back in the layout the output projection takes, (B, T, H, D) = (2, 80, 2, 64) */
+    c->y_bthd += strstr(s, " attention_grad_lse(") != NULL && strstr(s, "[2, 80, 2, 64]") != NULL;
 }
 
 /* The loss and every parameter's gradient of a training step of cfg (B sequences of T
@@ -601,8 +603,8 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
 
 /* A Llama training step with grouped heads of 64 over 80 tokens (two of the tensor-core
  * kernels' tiles in bf16; the CUDA-core kernels in f32): each layer's attention and its
- * backward become attention_lse and attention_grad_lse, and the loss and the gradients
- * match the reference's. */
+ * backward become attention_lse and attention_grad_lse, y written in the layout of its
+ * transpose, and the loss and the gradients match the reference's. */
 static int run_lm_train_plans(gd_ctx *ctx, int bi)
 {
     const gd_dtype dts[2] = {GD_F32, GD_BF16};
@@ -628,12 +630,12 @@ static int run_lm_train_plans(gd_ctx *ctx, int bi)
             }
             const double e = num / den, tol = dts[i] == GD_F32 ? 1e-7 : 1e-3;
             const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
-                           ops.attention == 0 && ops.attention_grad == 0;
+                           ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2;
             printf("%s training plan %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
-                   "attention_lse %d, attention_grad_lse %d (want 2, 2), attention %d, attention_grad %d (want 0, 0), "
-                   "%d fallback\n",
+                   "attention_lse %d, attention_grad_lse %d (want 2, 2), of them with y (B, T, H, D) %d (want 2), "
+                   "attention %d, attention_grad %d (want 0, 0), %d fallback\n",
                    ok ? "ok  " : "FAIL", gd_dtype_name(dts[i]), (long long)n_ref, e, tol, ops.nodes, ops.attention_lse,
-                   ops.attention_grad_lse, ops.attention, ops.attention_grad, ops.fallback);
+                   ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad, ops.fallback);
             fails += !ok;
         }
         free(ref);

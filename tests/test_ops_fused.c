@@ -407,6 +407,19 @@ static void test_attention_lse(void)
         expect_same("attention_grad_lse dq", gl[0], gr[0], B * H * T * D, 2e-5);
         expect_same("attention_grad_lse dk", gl[1], gr[1], B * Hkv * S * D, 2e-5);
         expect_same("attention_grad_lse dv", gl[2], gr[2], B * Hkv * S * D, 2e-5);
+        /* y laid out (B, T, H, D): the transpose of the same values, and the same gradients */
+        gd_attr atb[3] = {at[0], at[1], gd_attr_i("y_bthd", 1)};
+        gd_tensor *fb[2] = {NULL, NULL}, *gb[3] = {NULL, NULL, NULL};
+        s = gd_op_multi(g, "attention_lse", 3, (gd_tensor *[]){q, k, v}, 3, atb, 2, fb);
+        CHECK(s == GD_OK, "attention_lse y_bthd: %s", gd_ctx_error(ctx));
+        if (s == GD_OK) {
+            expect_shape(fb[0], 4, (int64_t[]){B, T, H, D});
+            expect_same("attention_lse y_bthd", gd_contiguous(gd_transpose(fb[0], 1, 2)), fw[0], B * H * T * D, 0);
+            s = gd_op_multi(g, "attention_grad_lse", 6, (gd_tensor *[]){dy, q, k, v, fb[0], fb[1]}, 3, atb, 3, gb);
+            CHECK(s == GD_OK, "attention_grad_lse y_bthd: %s", gd_ctx_error(ctx));
+            for (int j = 0; s == GD_OK && j < 3; j++)
+                expect_same("attention_grad_lse y_bthd", gb[j], gl[j], j == 0 ? B * H * T * D : B * Hkv * S * D, 0);
+        }
         /* lse: log sum_s exp(q . k_s / sqrt(D)) over the keys s <= t + S - T; 0 for none */
         static float qv[MAXN], kv[MAXN], lse[MAXN];
         fill(qv, (int)(B * H * T * D), 20);

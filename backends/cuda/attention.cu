@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
         for (int r = 0; r < ATT_R; r++) {
             const int64_t t = t0 + warp * ATT_R + r;
             if (t >= a.T) continue;
-            const int64_t row = qbase + t * a.D;
+            const int64_t row = qbase + t * a.D, yrow = att_y_row(a, bh / a.H, bh % a.H, t);
             const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no visible key: zeros */
             float dsum = 0.0f;
 #pragma unroll
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_kernel(const T *q, const
                 const int d = lane + 32 * i;
                 if (d >= D) continue;
                 const float val = o[r][i] * inv;
-                if (y != NULL) cu_st(y, row + d, val);
+                if (y != NULL) cu_st(y, yrow + d, val);
                 if (dy != NULL) dsum = fmaf(cu_ld(dy, row + d), val, dsum);
             }
             if (dy != NULL) dsum = cu_warp_sum_f(dsum);
@@ -420,6 +420,14 @@ int cu_attn_lse_fits(const cu_backend *be, const gdp_tensor *q, const gdp_tensor
     return qkv_ok(be, q, k, v, 0) && qkv_ok(be, q, k, v, 1);
 }
 
+/* y: q's dtype, of shape (B, H, T, D), or (B, T, H, D) with y_bthd. */
+static int y_ok(const gdp_node *n, const gdp_tensor *y, const gdp_tensor *q)
+{
+    const int bthd = gdp_attr_int(&n->attrs, "y_bthd", 0) != 0;
+    return y->dtype == q->dtype && y->ndim == 4 && y->shape[0] == q->shape[0] && y->shape[3] == q->shape[3] &&
+           y->shape[1] == q->shape[bthd ? 2 : 1] && y->shape[2] == q->shape[bthd ? 1 : 2];
+}
+
 /* lse: f32 (B, H, T) for q (B, H, T, D), contiguous. */
 static int lse_ok(const gdp_tensor *lse, const gdp_tensor *q)
 {
@@ -432,7 +440,7 @@ static int attention_lse_supports(void *b, const gdp_node *n)
     const cu_backend *be = (const cu_backend *)b;
     if (n->n_in != 3 || n->n_out != 2 || !qkv_ok(be, n->in[0], n->in[1], n->in[2], 0)) return 0;
     if (!views_ok(be, n, 0, 0, 3, 0)) return 0; /* the decode kernel makes no lse */
-    return cu_same_shape(n->out[0], n->in[0]) && n->out[0]->dtype == n->in[0]->dtype && lse_ok(n->out[1], n->in[0]);
+    return y_ok(n, n->out[0], n->in[0]) && lse_ok(n->out[1], n->in[0]);
 }
 
 static int attention_grad_lse_supports(void *b, const gdp_node *n)
@@ -441,8 +449,7 @@ static int attention_grad_lse_supports(void *b, const gdp_node *n)
     if (n->n_in != 6 || n->n_out != 3 || !qkv_ok(be, n->in[1], n->in[2], n->in[3], 1)) return 0;
     if (!views_ok(be, n, 1, 1, 6, 0)) return 0;
     const gdp_tensor *dy = n->in[0], *q = n->in[1], *y = n->in[4];
-    if (!cu_same_shape(dy, q) || dy->dtype != q->dtype || !cu_same_shape(y, q) || y->dtype != q->dtype ||
-        y->stride[3] != 1 || !lse_ok(n->in[5], q))
+    if (!cu_same_shape(dy, q) || dy->dtype != q->dtype || !y_ok(n, y, q) || y->stride[3] != 1 || !lse_ok(n->in[5], q))
         return 0;
     for (int i = 0; i < 3; i++)
         if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != q->dtype) return 0;
@@ -463,6 +470,7 @@ static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_te
         a.kvlen64 = n->in[len_at]->dtype == GDP_I64;
     }
     a.causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
+    a.y_bthd = gdp_attr_int(&n->attrs, "y_bthd", 0) != 0;
     double scale = gdp_attr_float(&n->attrs, "scale", 0.0);
     if (!(scale > 0)) scale = 1.0 / sqrt((double)a.D); /* attention.c's default */
     a.scale = (float)scale;
@@ -652,7 +660,12 @@ static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, c
     const int32_t dt = node->in[1]->dtype;
     const gdp_tensor *in[4] = {node->in[1], node->in[2], node->in[3], node->in[0]}; // q, k, v, dy
     const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), att_strides_of(in[3])};
-    const att_strides wy = att_strides_of(node->in[4]);
+    /* y's rows by (b, h, t): with y_bthd its dims 1 and 2 are t and h */
+    att_strides wy = att_strides_of(node->in[4]);
+    if (a.y_bthd) {
+        const gdp_tensor *y = node->in[4];
+        wy.h = y->shape[2] > 1 ? y->stride[2] : 0, wy.t = y->shape[1] > 1 ? y->stride[1] : 0;
+    }
     const int64_t rows = a.B * a.H * a.T;
     if (rows == 0) return GDP_OK;
     CU_FLOAT_SWITCH(dt, T, (attn_delta_kernel<T><<<att_grid(be, (rows + 7) / 8), 256, 0, s>>>(

@@ -14,8 +14,15 @@ typedef struct att_dims {
     int64_t kvstep;     /* elements between batch rows' kv_len: 0 for a scalar (or a broadcast) */
     int kvlen64;
     int causal;
+    int y_bthd;         /* y laid out (B, T, H, D) (attention_lse), else (B, H, T, D) */
     float scale;
 } att_dims;
+
+/* Offset of row (b, h, t) of a contiguous y in the layout a says. */
+static __host__ __device__ __forceinline__ int64_t att_y_row(const att_dims &a, int64_t b, int64_t h, int64_t t)
+{
+    return (a.y_bthd ? (b * a.T + t) * a.H + h : (b * a.H + h) * a.T + t) * a.D;
+}
 
 /* Batch row b's kv_len as given (S when there is none). */
 static __device__ __forceinline__ int64_t att_len_raw(const att_dims &a, int64_t b)

@@ -192,17 +192,18 @@ static __device__ __forceinline__ const T *tc_mat(const T *base, const att_strid
     return base + b * st.b + h * st.h;
 }
 
-/* Rows g and g + 8 of a warp's 16 of out (rows D apart; rows `rows` and past are not
- * written) from accumulators acc[D / 8][4] times mul. */
+/* Rows g and g + 8 of a warp's 16 of out (rows ld elements apart; rows `rows` and past are
+ * not written) from accumulators acc[D / 8][4] times mul. */
 template <typename T, int D>
-static __device__ __forceinline__ void tc_store(const float (*acc)[4], float mul, T *out, int64_t row0, int64_t rows)
+static __device__ __forceinline__ void tc_store(const float (*acc)[4], float mul, T *out, int64_t row0, int64_t rows,
+                                                int64_t ld = D)
 {
     const int l = threadIdx.x & 31, g = l >> 2, c = (l & 3) * 2;
     const int64_t ra = row0 + g, rb = ra + 8;
 #pragma unroll
     for (int n = 0; n < D / 8; n++) {
-        if (ra < rows) *reinterpret_cast<uint32_t *>(out + ra * D + n * 8 + c) = tc_pack(acc[n][0] * mul, acc[n][1] * mul, out);
-        if (rb < rows) *reinterpret_cast<uint32_t *>(out + rb * D + n * 8 + c) = tc_pack(acc[n][2] * mul, acc[n][3] * mul, out);
+        if (ra < rows) *reinterpret_cast<uint32_t *>(out + ra * ld + n * 8 + c) = tc_pack(acc[n][0] * mul, acc[n][1] * mul, out);
+        if (rb < rows) *reinterpret_cast<uint32_t *>(out + rb * ld + n * 8 + c) = tc_pack(acc[n][2] * mul, acc[n][3] * mul, out);
     }
 }
 
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
             for (int n = 0; n < D / 8; n++) {
                 o[n][0] *= inva, o[n][1] *= inva, o[n][2] *= invb, o[n][3] *= invb;
             }
-            tc_store<T, D>(o, 1.0f, y + bh * a.T * D, t0 + warp * 16, a.T);
+            tc_store<T, D>(o, 1.0f, y + att_y_row(a, b, h, 0), t0 + warp * 16, a.T, a.y_bthd ? a.H * D : D);
         }
         if (dy != NULL) { /* backward pass 1: lse and delta, no y */
             const T *dyb = tc_mat(dy, w.dy, b, h);

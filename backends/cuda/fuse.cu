@@ -22,7 +22,9 @@
  *                                              -> linear_qkv_rope(x, W..., kc, vc, pos [, g])
  *   attention(q, k, v) and its attention_grad  -> attention_lse (y and a new lse) and
  *                                                 attention_grad_lse(dy, q, k, v, y, lse)
- *                                                 (training: the backward reuses lse)
+ *                                                 (training: the backward reuses lse; y
+ *                                                 written as y.transpose(1, 2) where only
+ *                                                 that reads it)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -491,6 +493,26 @@ static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
                             n_in == 5 ? 3 : 2, 3, out_nodes, out_outs, err);
 }
 
+/* The node that is the only reader of attention `att`'s y, when it is y.transpose(1, 2)
+ * (a permute (0, 2, 1, 3)); -1 otherwise. */
+static int32_t y_transposed(gdp_graph_view *g, int32_t att)
+{
+    if (g->node_users(g->graph, att, 0) != 1) return -1;
+    const int32_t n = g->node_count(g->graph);
+    for (int32_t id = att + 1; id < n; id++) {
+        if (!op_is(g, id, "permute") || g->node_n_inputs(g->graph, id) != 1) continue;
+        int32_t o = -1;
+        if (g->node_input(g->graph, id, 0, &o) != att || o != 0) continue;
+        const gdp_attr *perm = gdp_attr_find(g->node_attrs(g->graph, id), "perm");
+        const int64_t want[4] = {0, 2, 1, 3};
+        if (perm == NULL || perm->kind != GDP_ATTR_INTS || perm->n != 4) return -1;
+        for (int k = 0; k < 4; k++)
+            if (perm->ints[k] != want[k]) return -1;
+        return read_between(g, att, 0, att, id) ? -1 : id;
+    }
+    return -1;
+}
+
 /* An attention_grad and the attention whose backward it is (same q, k, v and attributes,
  * no kv_len: a training program) -> attention_lse, which also writes each query row's
  * log-sum-exp as a new value, and attention_grad_lse, which reads it and the forward's y
@@ -514,19 +536,24 @@ static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t g
         if (g->node_input_desc(g->graph, fwd, 0, &q) != GDP_OK || g->node_input_desc(g->graph, fwd, 1, &k) != GDP_OK ||
             g->node_input_desc(g->graph, fwd, 2, &v) != GDP_OK || !cu_attn_lse_fits(be, &q, &k, &v))
             return GDP_OK;
-        gdp_attr at[2];
+        /* y read only as y.transpose(1, 2) (a transformer's way to the output projection):
+         * the forward writes that layout itself, in the transpose's place */
+        const int32_t tr = y_transposed(g, fwd);
+        const int32_t last = tr >= 0 ? tr : fwd;
+        gdp_attr at[3];
         memset(at, 0, sizeof at);
         at[0].name = "causal", at[0].kind = GDP_ATTR_INT, at[0].i = causal;
         at[1].name = "scale", at[1].kind = GDP_ATTR_FLOAT, at[1].f = scale;
+        at[2].name = "y_bthd", at[2].kind = GDP_ATTR_INT, at[2].i = tr >= 0;
         const int32_t f_in[3] = {-1, -1, -1}, f_in_outs[3] = {0, 1, 2};
-        const int32_t f_out[2] = {fwd, -1}, f_out_outs[2] = {0, 0}; /* y in place of y; lse new */
-        gdp_status st = g->replace_chain(g->graph, fwd, fwd, "attention_lse", 3, f_in, f_in_outs, at, 2, 2, f_out,
+        const int32_t f_out[2] = {last, -1}, f_out_outs[2] = {0, 0}; /* y in place of y (or of its transpose); lse new */
+        gdp_status st = g->replace_chain(g->graph, fwd, last, "attention_lse", 3, f_in, f_in_outs, at, 3, 2, f_out,
                                          f_out_outs, err);
         if (st != GDP_OK) return st;
-        /* dy, q, k, v of the grad; y and lse of the new node, in the forward's place */
-        const int32_t b_in[6] = {-1, -1, -1, -1, fwd, fwd}, b_in_outs[6] = {0, 1, 2, 3, 0, 1};
+        /* dy, q, k, v of the grad; y and lse of the new node */
+        const int32_t b_in[6] = {-1, -1, -1, -1, last, last}, b_in_outs[6] = {0, 1, 2, 3, 0, 1};
         const int32_t b_out[3] = {grad, grad, grad}, b_out_outs[3] = {0, 1, 2};
-        return g->replace_chain(g->graph, grad, grad, "attention_grad_lse", 6, b_in, b_in_outs, at, 2, 3, b_out,
+        return g->replace_chain(g->graph, grad, grad, "attention_grad_lse", 6, b_in, b_in_outs, at, 3, 3, b_out,
                                 b_out_outs, err);
     }
     return GDP_OK;

@@ -12,6 +12,10 @@
  * No kv_len here: training attends over whole sequences. lse is f32 whatever the dtype of
  * q (its rounding to bf16 would spoil every probability); a row that sees no key has y
  * zero and lse 0.
+ *
+ * y_bthd = 1 lays y out as (B, T, H, D), the heads of a position side by side: what the
+ * output projection reads (a transformer's y.transpose(1, 2).reshape(B, T, H * D)), so that
+ * neither a copy into that layout nor a second y for the backward is kept.
  */
 #include "attention_ref.h"
 #include "cost.h"
@@ -39,11 +43,25 @@ static int shaped(gd_infer *c, int k, const char *name, const gd_shape *want, co
 
 /* ---- attention_lse: (q, k, v) -> y, lse -------------------------------------------- */
 
+/* y's shape for q (B, H, T, D): q's, or (B, T, H, D) with y_bthd. */
+static gd_shape y_shape(const gd_shape *q, const gdp_attrs *a)
+{
+    gd_shape y = *q;
+    if (gdp_attr_int(a, "y_bthd", 0) != 0) y.dim[1] = q->dim[2], y.dim[2] = q->dim[1];
+    return y;
+}
+
+/* Offset of y[b, h, t, 0] in a contiguous y of either layout. */
+static int64_t y_row(const gd_attn_dims *a, int bthd, int64_t b, int64_t h, int64_t t)
+{
+    return (bthd ? (b * a->T + t) * a->H + h : (b * a->H + h) * a->T + t) * a->D;
+}
+
 static int attention_lse_infer(gd_infer *c)
 {
     int rc = gd_attention_check(c, &c->in[0], &c->in[1], &c->in[2]);
     if (rc != 0) return rc;
-    c->out[0] = c->in[0];
+    c->out[0] = y_shape(&c->in[0], c->attrs);
     c->out[1] = lse_shape(&c->in[0]);
     c->n_out = 2;
     return 0;
@@ -61,6 +79,7 @@ static gdp_status attention_lse_ref(void *be, const gdp_node *node, void *stream
 {
     (void)be, (void)stream;
     const gdp_tensor *y = node->out[0], *lse = node->out[1];
+    const int bthd = gdp_attr_int(&node->attrs, "y_bthd", 0) != 0;
     gd_attn_dims a;
     if (gd_attn_dims_of(node, node->in[0], node->in[1], 3, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     const int64_t group = a.H / a.Hkv;
@@ -83,7 +102,8 @@ static gdp_status attention_lse_ref(void *be, const gdp_node *node, void *stream
                 for (int64_t d = 0; d < a.D; d++) o[d] = 0;
                 for (int64_t s = 0; s < n; s++)
                     for (int64_t d = 0; d < a.D; d++) o[d] += p[s] * V[kv + s * a.D + d];
-                for (int64_t d = 0; d < a.D; d++) rw_st(y, row + d, o[d]);
+                const int64_t yr = y_row(&a, bthd, b, h, t);
+                for (int64_t d = 0; d < a.D; d++) rw_st(y, yr + d, o[d]);
                 rw_st(lse, r, l);
             }
         }
@@ -97,6 +117,8 @@ static const char *const attention_lse_cases[] = {
     "f[1,2,6,4] f[1,1,2,4] f[1,1,2,4] | causal=1", /* the first rows see no key */
     "f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] | causal=1",
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128]",
+    "f[2,3,5,8] f[2,1,5,8] f[2,1,5,8] | causal=1 y_bthd=1",
+    "f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] | causal=1 y_bthd=1",
     NULL};
 
 /* q, k, v of f16 or bf16 with an f32 lse; shapes that backends' tensor-core paths take
@@ -109,6 +131,8 @@ static const char *const attention_lse_mixed_cases[] = {
     "f16[1,2,5,8] f16[1,1,5,8] f16[1,1,5,8]",
     "f16[1,2,70,64] f16[1,1,90,64] f16[1,1,90,64] | causal=1",
     "f16[1,2,33,128] f16[1,2,33,128] f16[1,2,33,128]",
+    "bf16[2,4,130,64] bf16[2,2,130,64] bf16[2,2,130,64] | causal=1 y_bthd=1",
+    "f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] | y_bthd=1",
     NULL};
 
 /* ---- attention_grad_lse: (dy, q, k, v, y, lse) -> dq, dk, dv ----------------------- */
@@ -117,8 +141,10 @@ static int attention_grad_lse_infer(gd_infer *c)
 {
     int rc = gd_attention_check(c, &c->in[1], &c->in[2], &c->in[3]);
     if (rc != 0) return rc;
-    const gd_shape *q = &c->in[1], want_lse = lse_shape(q);
-    if (shaped(c, 0, "dy", q, "(the shape and dtype of q)") || shaped(c, 4, "y", q, "(the shape and dtype of q)") ||
+    const gd_shape *q = &c->in[1], want_lse = lse_shape(q), want_y = y_shape(q, c->attrs);
+    if (shaped(c, 0, "dy", q, "(the shape and dtype of q)") ||
+        shaped(c, 4, "y", &want_y, gdp_attr_int(c->attrs, "y_bthd", 0) ? "(q's dtype, laid out (B, T, H, D))"
+                                                                        : "(the shape and dtype of q)") ||
         shaped(c, 5, "lse", &want_lse, "(a float per query row)"))
         return 1;
     c->out[0] = c->in[1];
@@ -145,6 +171,7 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
 {
     (void)be, (void)stream;
     const gdp_tensor *dq = node->out[0], *dk = node->out[1], *dv = node->out[2], *lse = node->in[5];
+    const int bthd = gdp_attr_int(&node->attrs, "y_bthd", 0) != 0;
     gd_attn_dims a;
     if (gd_attn_dims_of(node, node->in[1], node->in[2], 6, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     const int64_t group = a.H / a.Hkv, nq = gdp_numel(node->in[1]), nkv = gdp_numel(node->in[2]);
@@ -167,7 +194,7 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
             double *dkh = dK + kv, *dvh = dV + kv;
             for (int64_t t = 0; t < a.T; t++) {
                 const int64_t r = (b * a.H + h) * a.T + t, row = r * a.D;
-                const double *qt = Q + row, *dyt = dY + row, *yt = Y + row;
+                const double *qt = Q + row, *dyt = dY + row, *yt = Y + y_row(&a, bthd, b, h, t);
                 const int64_t at[3] = {b, h, t};
                 const double l = rw_ld(lse, rw_at(lse, at));
                 const int64_t n = gd_attn_visible(&a, t);
@@ -207,6 +234,8 @@ static const char *const attention_grad_lse_cases[] = {
     "f[1,2,6,4] f[1,2,6,4] f[1,1,2,4] f[1,1,2,4] f[1,2,6,4] p[1,2,6] | causal=1",
     "f[1,2,70,64] f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] f[1,2,70,64] p[1,2,70] | causal=1",
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] p[1,2,33]",
+    "f[2,3,5,8] f[2,3,5,8] f[2,1,5,8] f[2,1,5,8] f[2,5,3,8] p[2,3,5] | causal=1 y_bthd=1",
+    "f[1,2,70,64] f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] f[1,70,2,64] p[1,2,70] | causal=1 y_bthd=1",
     NULL};
 
 static const char *const attention_grad_lse_mixed[] = {"bf16,bf16,bf16,bf16,bf16,f32->bf16,bf16,bf16",
@@ -220,6 +249,9 @@ static const char *const attention_grad_lse_mixed_cases[] = {
     "f16[1,2,5,8] f16[1,2,5,8] f16[1,1,5,8] f16[1,1,5,8] f16[1,2,5,8] f32[1,2,5]<0.5:2",
     "f16[1,2,70,64] f16[1,2,70,64] f16[1,1,90,64] f16[1,1,90,64] f16[1,2,70,64] f32[1,2,70]<0.5:2 | causal=1",
     "f16[1,2,33,128] f16[1,2,33,128] f16[1,2,33,128] f16[1,2,33,128] f16[1,2,33,128] f32[1,2,33]<0.5:2",
+    "bf16[2,4,130,64] bf16[2,4,130,64] bf16[2,2,130,64] bf16[2,2,130,64] bf16[2,130,4,64] f32[2,4,130]<0.5:2 "
+    "| causal=1 y_bthd=1",
+    "f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,5,3,8] f32[1,3,5]<0.5:2 | y_bthd=1",
     NULL};
 
 /* q k^T and p v per (query, key) pair; the backward makes s (from lse), dp, dv, dq and dk:
@@ -245,19 +277,20 @@ static void cost_attention_grad_lse(const gdp_node *n, double *bytes, double *fl
 GD_FAMILY(attention_lse)
 {
     gd_register_op(r, &(gd_op_def){
-        .name = "attention_lse", .min_in = 3, .max_in = 3, .n_out = 2, .attrs = "causal:int scale:float",
+        .name = "attention_lse", .min_in = 3, .max_in = 3, .n_out = 2, .attrs = "causal:int scale:float y_bthd:int",
         .dtypes = GD_M(GDP_F32), .ref_dtypes = GD_FLOATS64, .infer = attention_lse_infer, .ref = attention_lse_ref,
         .cases = attention_lse_cases, .mixed = attention_lse_mixed, .mixed_cases = attention_lse_mixed_cases,
         .inplace = {-1, -1, -1, -1}, .tol = 1e-7, .ref_workspace = ws_attention_lse, .ref_strided = 1,
         .cost = cost_attention_lse,
         .doc = "attention (q, k, v) -> (y, lse): y as attention's, lse (B, H, T) f32 the log-sum-exp of each query "
-               "row's scaled scores (0 where it sees no key); for attention_grad_lse (fused by graph passes)"});
+               "row's scaled scores (0 where it sees no key); y_bthd=1: y laid out (B, T, H, D); for attention_grad_lse "
+               "(fused by graph passes)"});
     gd_register_op(r, &(gd_op_def){
-        .name = "attention_grad_lse", .min_in = 6, .max_in = 6, .n_out = 3, .attrs = "causal:int scale:float",
+        .name = "attention_grad_lse", .min_in = 6, .max_in = 6, .n_out = 3, .attrs = "causal:int scale:float y_bthd:int",
         .dtypes = GD_M(GDP_F32), .ref_dtypes = GD_FLOATS64, .infer = attention_grad_lse_infer,
         .ref = attention_grad_lse_ref, .cases = attention_grad_lse_cases, .mixed = attention_grad_lse_mixed,
         .mixed_cases = attention_grad_lse_mixed_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
         .ref_workspace = ws_attention_grad_lse, .ref_strided = 1, .cost = cost_attention_grad_lse,
         .doc = "backward of attention from its saved statistics: (dy, q, k, v, y, lse) -> (dq, dk, dv) with "
-               "P = exp(scale q k^T - lse) and dy . y per row (fused by graph passes)"});
+               "P = exp(scale q k^T - lse) and dy . y per row; y_bthd=1: y laid out (B, T, H, D) (fused by graph passes)"});
 }
