@@ -153,6 +153,11 @@ int main(void)
     st = mlp(ctx, "testdev", 0, &loss, g1, where, sizeof where);
     CHECK(st == GD_OK, "testdev run: %s", gd_ctx_error(ctx));
     CHECK(strstr(where, "linear_act@testdev") != NULL, "linear+relu not fused onto testdev: %s", where);
+    /* a program placed elsewhere is not rewritten by the test device's pass */
+    st = mlp(ctx, "ref", 0, &loss, g1, where, sizeof where);
+    CHECK(st == GD_OK && strstr(where, "linear_act") == NULL && strstr(where, "relu@ref") != NULL,
+          "testdev's pass rewrote a program placed on ref: %s", where);
+    st = mlp(ctx, "testdev", 0, &loss, g1, where, sizeof where);
     CHECK(strstr(where, "cross_entropy@ref") != NULL, "cross_entropy did not fall back: %s", where);
     CHECK(fabsf(loss - ref_loss) <= 1e-5f * fabsf(ref_loss), "loss %g vs reference %g", loss, ref_loss);
     double num = 0, den = 0;

@@ -229,13 +229,16 @@ static int32_t v_same_input(void *g, int32_t a, int32_t ka, int32_t b, int32_t k
     return na->in[ka] == nb->in[kb];
 }
 
+/* The preferred backend's pass only: a pass rewrites the program into ops its own backend
+ * runs fast, which another backend may not have at all — a CUDA pass run for a program
+ * placed on the CPU would leave the CPU fused nodes to fall back on. */
 gd_status gd_prog_passes(gd_program *p)
 {
     gd_ctx *ctx = p->g->ctx;
     for (int i = 0; i < ctx->n_backends; i++) {
         gd_backend *b = ctx->backends[i];
         const gdp_graph_pass *pass = b->plugin.graph_pass;
-        if (pass == NULL || pass->run == NULL) continue;
+        if (pass == NULL || pass->run == NULL || b != p->dev) continue;
         gdp_graph_view view = {.size = sizeof view, .graph = p, .node_count = v_count, .node_op = v_op,
                                .node_n_inputs = v_n_inputs, .node_n_outputs = v_n_outputs, .node_input = v_input,
                                .node_input_desc = v_in_desc, .node_output_desc = v_out_desc, .node_attrs = v_attrs,
