@@ -2,7 +2,8 @@
  * variants: a plugin of another major version is refused with a message (a 1.x one is
  * pointed at the porting section of docs/plugin-abi.md, which must exist); one whose init
  * fails or finds no device leaves the CPU working; the planner places the device's ops on
- * it and copies everything else across; the graph pass fuses linear+relu; strict mode names
+ * it and copies everything else across; the graph pass fuses linear+relu, and makes a new
+ * value when asked (attention's lse); strict mode names
  * the op that would fall back; a kernel error reaches the caller naming the node, and the
  * process goes on; broken registrations are refused and reported by the sweep.
  * (The ABI's modules have their own test: test_abi_modules.c.) */
@@ -60,6 +61,45 @@ static void capture(void *user, const char *line)
     captured *c = user;
     c->n++;
     snprintf(c->last, sizeof c->last, "%s", line);
+}
+
+/* A causal attention with grouped heads (q 2 x 2 heads x 8 x 8, k and v one head), read as
+ * y.transpose(1, 2).reshape(2, 8, 16) into a weighted sum: the gradients of q, k and v
+ * (3 x 256 floats after q's 256: gq[0..768)) on `backend`. */
+static gd_status attention_grads(gd_ctx *ctx, const char *backend, float *gq, char *placement, size_t cap)
+{
+    if (gd_ctx_use_backend(ctx, backend) != GD_OK) return GD_ERR_INVALID;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *q = gd_param(g, "q", GD_F32, 4, (int64_t[]){2, 2, 8, 8});
+    gd_tensor *k = gd_param(g, "k", GD_F32, 4, (int64_t[]){2, 1, 8, 8});
+    gd_tensor *v = gd_param(g, "v", GD_F32, 4, (int64_t[]){2, 1, 8, 8});
+    gd_tensor *c = gd_input(g, "c", GD_F32, 3, (int64_t[]){2, 8, 16});
+    gd_tensor *y = gd_reshape(gd_transpose(gd_attention(q, k, v, 1, 0.0, NULL), 1, 2), 3, (int64_t[]){2, 8, 16});
+    gd_tensor *l = gd_sum(gd_mul(y, c), 0, NULL, 0);
+    gd_status st = gd_backward(g, l);
+    gd_tensor *t[4] = {gd_grad(g, q), gd_grad(g, k), gd_grad(g, v), l}; /* the loss: the forward runs too */
+    gd_program *p = st == GD_OK ? gd_compile(g, 4, t, 0) : NULL;
+    if (p == NULL) {
+        gd_graph_free(g);
+        return st != GD_OK ? st : GD_ERR_INVALID;
+    }
+    placement[0] = '\0';
+    for (int i = 0; i < p->n_pn; i++) {
+        if (p->pn[i].view || p->pn[i].dead) continue;
+        size_t used = strlen(placement);
+        snprintf(placement + used, cap - used, "%s@%s ", p->pn[i].node->op->name, p->pn[i].be->name);
+    }
+    float cs[2 * 8 * 16];
+    for (int i = 0; i < 2 * 8 * 16; i++) cs[i] = cosf((float)i * 0.61f);
+    st = gd_graph_init_params(g, 9);
+    if (st == GD_OK) st = gd_tensor_write(c, cs, sizeof cs);
+    if (st == GD_OK) st = gd_program_run(p);
+    if (st == GD_OK) st = gd_tensor_read(t[0], gq, 256 * sizeof(float));
+    if (st == GD_OK) st = gd_tensor_read(t[1], gq + 256, 128 * sizeof(float));
+    if (st == GD_OK) st = gd_tensor_read(t[2], gq + 384, 128 * sizeof(float));
+    gd_program_free(p);
+    gd_graph_free(g);
+    return st;
 }
 
 static gd_ctx *bare_ctx(void)
@@ -163,6 +203,21 @@ int main(void)
     double num = 0, den = 0;
     for (int i = 0; i < 64 * 32; i++) num += (g1[i] - ref_g[i]) * (g1[i] - ref_g[i]), den += ref_g[i] * ref_g[i];
     CHECK(num <= 1e-10 * den, "gradient differs from the reference: nmse %g", num / den);
+    /* ... and a pass that makes a new value (ABI 2.5): the test device's attention rule
+     * gives the forward an lse the backward reads, and y in its transpose's layout; the
+     * gradients are the reference's (within f32 rounding: the backward reads y as stored) */
+    setenv("GRADUS_TESTDEV_ATTN_LSE", "1", 1);
+    float ga[512], gr[512];
+    st = attention_grads(ctx, "testdev", ga, where, sizeof where);
+    unsetenv("GRADUS_TESTDEV_ATTN_LSE");
+    CHECK(st == GD_OK && strstr(where, "attention_lse@") != NULL && strstr(where, "attention_grad_lse@") != NULL &&
+              strstr(where, " attention@") == NULL && strstr(where, "copy") == NULL,
+          "attention pair not rewritten: %s %s", gd_ctx_error(ctx), where);
+    st = attention_grads(ctx, "ref", gr, where, sizeof where);
+    CHECK(st == GD_OK && strstr(where, "attention_lse") == NULL, "reference attention: %s %s", gd_ctx_error(ctx), where);
+    double an = 0, ad = 0;
+    for (int i = 0; i < 512; i++) an += (ga[i] - gr[i]) * (ga[i] - gr[i]), ad += gr[i] * gr[i];
+    CHECK(ad > 0 && an <= 1e-10 * ad, "attention_lse gradients differ from the reference: nmse %g", an / ad);
     /* 5. strict mode: the fallback becomes an error naming the op, dtype and shapes */
     st = mlp(ctx, "testdev", 1, &loss, g1, where, sizeof where);
     CHECK(st == GD_ERR_STRICT && strstr(gd_ctx_error(ctx), "strict") != NULL && strstr(gd_ctx_error(ctx), "f32[") != NULL,

@@ -1,6 +1,6 @@
 /* testdev_internal.h — what the test device's source files share: how its memory is
- * addressed, and the hooks between the instance (testdev.c) and the collective module
- * (collective.c). */
+ * addressed, and the hooks between the instance (testdev.c), the collective module
+ * (collective.c) and the graph pass (graph_pass.c). */
 #ifndef GRADUS_TESTDEV_INTERNAL_H
 #define GRADUS_TESTDEV_INTERNAL_H
 
@@ -24,5 +24,9 @@ static inline void *host_to_dev(void *p) { return (void *)((uintptr_t)p | DEV_TA
 void td_drain_queue(void *be);
 
 extern const gdp_collective td_collective;
+
+/* The host an instance was given at init (graph_pass.c logs through it). */
+const gdp_host *td_host(void *be);
+extern const gdp_graph_pass td_graph_pass;
 
 #endif
