@@ -756,15 +756,15 @@ static double attention_flops(const gdp_node *n, const gdp_tensor *q, const gdp_
     if (gdp_attr_int(&n->attrs, "causal", 0) != 0) pairs *= 0.5;
     return products * 2.0 * pairs * (double)q->shape[3];
 }
-static void cost_attention(const gdp_node *n, double *bytes, double *flops)
+void gd_cost_attention(const gdp_node *n, double *bytes, double *flops)
 {
     *bytes = gd_cost_io_bytes(n);
     *flops = attention_flops(n, n->in[0], n->in[1], 2);
 }
-static void cost_attention_grad(const gdp_node *n, double *bytes, double *flops)
+void gd_cost_attention_grad(const gdp_node *n, double *bytes, double *flops)
 {
     *bytes = gd_cost_io_bytes(n);
-    *flops = attention_flops(n, n->in[1], n->in[2], 5); /* (dy, q, k, v [, kv_len]) */
+    *flops = attention_flops(n, n->in[1], n->in[2], 5); /* (dy, q, k, v, ...) */
 }
 
 /* ---- registration ------------------------------------------------------------------- */
@@ -785,7 +785,7 @@ GD_FAMILY(attention)
         .name = "attention", .min_in = 3, .max_in = 4, .n_out = 1, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_infer, .grad = attention_grad, .ref = attention_ref,
         .cases = attention_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_attention, .ref_strided = 1, .cost = cost_attention,
+        .ref_workspace = ws_attention, .ref_strided = 1, .cost = gd_cost_attention,
         .doc = "softmax(scale q k^T [causal mask]) v; q (B, H, T, D), k, v (B, Hkv, S, D), H % Hkv == 0 "
                "[, kv_len]: keys past kv_len (default S; a scalar or one per batch row) are ignored; causal: query t sees keys "
                "s <= t + kv_len - T; scale <= 0: 1/sqrt(D)"});
@@ -793,7 +793,7 @@ GD_FAMILY(attention)
         .name = "attention_grad", .min_in = 4, .max_in = 5, .n_out = 3, .attrs = "causal:int scale:float",
         .dtypes = GD_FLOATS, .infer = attention_grad_infer, .grad = NULL, .ref = attention_grad_ref,
         .cases = attention_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_attention_grad, .ref_strided = 1, .cost = cost_attention_grad,
+        .ref_workspace = ws_attention_grad, .ref_strided = 1, .cost = gd_cost_attention_grad,
         .doc = "backward of attention: (dy, q, k, v [, kv_len]) -> (dq, dk, dv), softmax recomputed"});
     gd_register_op(r, &(gd_op_def){
         .name = "rope_cache_write", .min_in = 6, .max_in = 8, .n_out = 3,

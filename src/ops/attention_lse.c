@@ -18,7 +18,6 @@
  * neither a copy into that layout nor a second y for the backward is kept.
  */
 #include "attention_ref.h"
-#include "cost.h"
 
 #include <math.h>
 
@@ -254,26 +253,6 @@ static const char *const attention_grad_lse_mixed_cases[] = {
     "f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,5,3,8] f32[1,3,5]<0.5:2 | y_bthd=1",
     NULL};
 
-/* q k^T and p v per (query, key) pair; the backward makes s (from lse), dp, dv, dq and dk:
- * five products, one fewer than attention_grad with its recomputed forward. */
-static double pairs_flops(const gdp_node *n, const gdp_tensor *q, const gdp_tensor *k, double products)
-{
-    if (q->ndim != 4 || k->ndim != 4) return 0;
-    double pairs = (double)(q->shape[0] * q->shape[1] * q->shape[2]) * (double)k->shape[2];
-    if (gdp_attr_int(&n->attrs, "causal", 0) != 0) pairs *= 0.5;
-    return products * 2.0 * pairs * (double)q->shape[3];
-}
-static void cost_attention_lse(const gdp_node *n, double *bytes, double *flops)
-{
-    *bytes = gd_cost_io_bytes(n);
-    *flops = pairs_flops(n, n->in[0], n->in[1], 2);
-}
-static void cost_attention_grad_lse(const gdp_node *n, double *bytes, double *flops)
-{
-    *bytes = gd_cost_io_bytes(n);
-    *flops = pairs_flops(n, n->in[1], n->in[2], 5);
-}
-
 GD_FAMILY(attention_lse)
 {
     gd_register_op(r, &(gd_op_def){
@@ -281,7 +260,7 @@ GD_FAMILY(attention_lse)
         .dtypes = GD_M(GDP_F32), .ref_dtypes = GD_FLOATS64, .infer = attention_lse_infer, .ref = attention_lse_ref,
         .cases = attention_lse_cases, .mixed = attention_lse_mixed, .mixed_cases = attention_lse_mixed_cases,
         .inplace = {-1, -1, -1, -1}, .tol = 1e-7, .ref_workspace = ws_attention_lse, .ref_strided = 1,
-        .cost = cost_attention_lse,
+        .cost = gd_cost_attention,
         .doc = "attention (q, k, v) -> (y, lse): y as attention's, lse (B, H, T) f32 the log-sum-exp of each query "
                "row's scaled scores (0 where it sees no key); y_bthd=1: y laid out (B, T, H, D); for attention_grad_lse "
                "(fused by graph passes)"});
@@ -290,7 +269,7 @@ GD_FAMILY(attention_lse)
         .dtypes = GD_M(GDP_F32), .ref_dtypes = GD_FLOATS64, .infer = attention_grad_lse_infer,
         .ref = attention_grad_lse_ref, .cases = attention_grad_lse_cases, .mixed = attention_grad_lse_mixed,
         .mixed_cases = attention_grad_lse_mixed_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
-        .ref_workspace = ws_attention_grad_lse, .ref_strided = 1, .cost = cost_attention_grad_lse,
+        .ref_workspace = ws_attention_grad_lse, .ref_strided = 1, .cost = gd_cost_attention_grad,
         .doc = "backward of attention from its saved statistics: (dy, q, k, v, y, lse) -> (dq, dk, dv) with "
                "P = exp(scale q k^T - lse) and dy . y per row; y_bthd=1: y laid out (B, T, H, D) (fused by graph passes)"});
 }

@@ -44,4 +44,10 @@ int64_t gd_attn_visible(const gd_attn_dims *a, int64_t t);
  * a row that sees none). */
 int64_t gd_attn_probs(const gd_attn_dims *a, int64_t t, const double *qt, const double *kh, double *p, double *lse);
 
+/* What an attention node costs (cost.h's conventions): bytes moved, and 2 D operations per
+ * visible (query, key) pair and product, two forward (q, k, v first), five backward (dy,
+ * q, k, v first). */
+void gd_cost_attention(const gdp_node *n, double *bytes, double *flops);
+void gd_cost_attention_grad(const gdp_node *n, double *bytes, double *flops);
+
 #endif
