@@ -517,7 +517,8 @@ static int32_t y_transposed(gdp_graph_view *g, int32_t att)
  * no kv_len: a training program) -> attention_lse, which also writes each query row's
  * log-sum-exp as a new value, and attention_grad_lse, which reads it and the forward's y
  * back: the backward no longer runs the forward again for its statistics (attention.cu,
- * attention_tc.cu). y then lives until the backward. */
+ * attention_tc.cu). The y it reads is the one the output projection keeps for its weight
+ * gradient when the forward writes it in its transpose's layout. */
 static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t grad, gdp_err *err)
 {
     const cu_backend *be = (const cu_backend *)backend;
