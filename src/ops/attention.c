@@ -395,15 +395,7 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
                     dp[s] = dot;
                     pdp += p[s] * dot;
                 }
-                for (int64_t d = 0; d < a.D; d++) g[d] = 0; // dq[t]
-                for (int64_t s = 0; s < n; s++) {
-                    double ds = a.scale * p[s] * (dp[s] - pdp);
-                    for (int64_t d = 0; d < a.D; d++) {
-                        g[d] += ds * kh[s * a.D + d];
-                        dkh[s * a.D + d] += ds * qt[d];
-                        dvh[s * a.D + d] += p[s] * dyt[d];
-                    }
-                }
+                gd_attn_row_grads(&a, n, qt, dyt, kh, p, dp, pdp, g, dkh, dvh);
                 for (int64_t d = 0; d < a.D; d++) rw_st(dq, row + d, g[d]);
             }
         }
@@ -413,6 +405,20 @@ static gdp_status attention_grad_ref(void *be, const gdp_node *node, void *strea
         rw_st(dv, i, dV[i]);
     }
     return GDP_OK;
+}
+
+void gd_attn_row_grads(const gd_attn_dims *a, int64_t n, const double *qt, const double *dyt, const double *kh,
+                       const double *p, const double *dp, double delta, double *g, double *dkh, double *dvh)
+{
+    for (int64_t d = 0; d < a->D; d++) g[d] = 0;
+    for (int64_t s = 0; s < n; s++) {
+        const double ds = a->scale * p[s] * (dp[s] - delta);
+        for (int64_t d = 0; d < a->D; d++) {
+            g[d] += ds * kh[s * a->D + d];
+            dkh[s * a->D + d] += ds * qt[d];
+            dvh[s * a->D + d] += p[s] * dyt[d];
+        }
+    }
 }
 
 static const char *const attention_grad_cases[] = {

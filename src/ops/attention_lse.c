@@ -154,11 +154,11 @@ static int attention_grad_lse_infer(gd_infer *c)
 }
 
 /* Scratch: dy, q, y, k, v as contiguous doubles, the dk and dv sums, rows of
- * probabilities and dq. */
+ * probabilities, of dP and of dq. */
 static size_t ws_attention_grad_lse(const gdp_node *node)
 {
     const gdp_tensor *q = node->in[1], *k = node->in[2];
-    return 3 * rw_doubles(gdp_numel(q)) + 4 * rw_doubles(gdp_numel(k)) + rw_doubles(k->shape[2]) +
+    return 3 * rw_doubles(gdp_numel(q)) + 4 * rw_doubles(gdp_numel(k)) + 2 * rw_doubles(k->shape[2]) +
            rw_doubles(q->shape[3]);
 }
 
@@ -179,7 +179,7 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
     double *dY = gd_attn_take(&ws, nq), *Q = gd_attn_take(&ws, nq), *Y = gd_attn_take(&ws, nq);
     double *K = gd_attn_take(&ws, nkv), *V = gd_attn_take(&ws, nkv);
     double *dK = gd_attn_take(&ws, nkv), *dV = gd_attn_take(&ws, nkv);
-    double *p = gd_attn_take(&ws, a.S), *g = gd_attn_take(&ws, a.D);
+    double *p = gd_attn_take(&ws, a.S), *dp = gd_attn_take(&ws, a.S), *g = gd_attn_take(&ws, a.D);
     rw_gather(node->in[0], dY);
     rw_gather(node->in[1], Q);
     rw_gather(node->in[2], K);
@@ -199,21 +199,16 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
                 const int64_t n = gd_attn_visible(&a, t);
                 double delta = 0;
                 for (int64_t d = 0; d < a.D; d++) delta += dyt[d] * yt[d];
-                for (int64_t d = 0; d < a.D; d++) g[d] = 0; // dq[t]
                 for (int64_t s = 0; s < n; s++) {
-                    double dot = 0, dp = 0;
+                    double dot = 0, dps = 0;
                     for (int64_t d = 0; d < a.D; d++) {
                         dot += qt[d] * kh[s * a.D + d];
-                        dp += dyt[d] * vh[s * a.D + d];
+                        dps += dyt[d] * vh[s * a.D + d];
                     }
                     p[s] = exp(a.scale * dot - l);
-                    const double ds = a.scale * p[s] * (dp - delta);
-                    for (int64_t d = 0; d < a.D; d++) {
-                        g[d] += ds * kh[s * a.D + d];
-                        dkh[s * a.D + d] += ds * qt[d];
-                        dvh[s * a.D + d] += p[s] * dyt[d];
-                    }
+                    dp[s] = dps;
                 }
+                gd_attn_row_grads(&a, n, qt, dyt, kh, p, dp, delta, g, dkh, dvh);
                 for (int64_t d = 0; d < a.D; d++) rw_st(dq, row + d, g[d]);
             }
         }

@@ -44,6 +44,12 @@ int64_t gd_attn_visible(const gd_attn_dims *a, int64_t t);
  * a row that sees none). */
 int64_t gd_attn_probs(const gd_attn_dims *a, int64_t t, const double *qt, const double *kh, double *p, double *lse);
 
+/* One query row's part of attention's backward, from the probabilities p and dP = dy . v
+ * of its n visible keys and delta = sum_s P dP: dq's row into g (D), and dk, dv of the
+ * row's kv head (kh's) accumulated into dkh, dvh, keys in ascending order. */
+void gd_attn_row_grads(const gd_attn_dims *a, int64_t n, const double *qt, const double *dyt, const double *kh,
+                       const double *p, const double *dp, double delta, double *g, double *dkh, double *dvh);
+
 /* What an attention node costs (cost.h's conventions): bytes moved, and 2 D operations per
  * visible (query, key) pair and product, two forward (q, k, v first), five backward (dy,
  * q, k, v first). */
