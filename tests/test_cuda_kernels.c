@@ -317,6 +317,34 @@ static int graphs_expected(void)
     return !(a != NULL && strcmp(a, "0") == 0) && !(b != NULL && strcmp(b, "0") == 0);
 }
 
+/* The end of every program these checks run: compiles the targets t[0..nt) of g (unless st
+ * says building failed, or a target is missing), runs them and reads them into *out, f32,
+ * one after another (*n floats in all); gives the plan's lines to line(user) when line is
+ * not NULL; frees g and puts ctx back on the reference, not strict. */
+static gd_status compile_run_read(gd_ctx *ctx, gd_graph *g, gd_status st, int nt, gd_tensor *const *t, float **out,
+                                  int64_t *n, void (*line)(void *, const char *), void *user)
+{
+    for (int i = 0; i < nt && st == GD_OK; i++)
+        if (t[i] == NULL) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
+    gd_program *p = st == GD_OK ? gd_compile(g, nt, t, 0) : NULL;
+    if (p == NULL && st == GD_OK) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_program_run(p);
+    *n = 0;
+    for (int i = 0; st == GD_OK && i < nt; i++) *n += gd_tensor_numel(t[i]);
+    *out = st == GD_OK ? malloc(sizeof(float) * (size_t)(*n > 0 ? *n : 1)) : NULL;
+    for (int64_t i = 0, at = 0; st == GD_OK && i < nt; i++) {
+        const int64_t k = gd_tensor_numel(t[i]);
+        st = gd_tensor_read(t[i], *out + at, sizeof(float) * (size_t)k);
+        at += k;
+    }
+    if (st == GD_OK && line != NULL) gd_program_describe(p, line, user);
+    if (p != NULL) gd_program_free(p);
+    gd_graph_free(g);
+    ctx->preferred = 0;
+    ctx->strict = 0;
+    return st;
+}
+
 /* Runs fn on backend bi with fixed inputs; out gets the result (f32). */
 static gd_status run_view(gd_ctx *ctx, int bi, const view_case *v, float **out, int64_t *n_out, prog_lines *lines)
 {
@@ -341,21 +369,7 @@ static gd_status run_view(gd_ctx *ctx, int bi, const view_case *v, float **out, 
         free(h);
     }
     gd_tensor *y = st == GD_OK ? v->fn(in) : NULL;
-    gd_program *p = y != NULL ? gd_compile(g, 1, &y, 0) : NULL;
-    if (p == NULL) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
-    if (st == GD_OK) st = gd_program_run(p);
-    if (st == GD_OK) {
-        *n_out = 1;
-        for (int d = 0; d < gd_tensor_ndim(y); d++) *n_out *= gd_tensor_dim(y, d);
-        *out = malloc(sizeof(float) * (size_t)*n_out);
-        st = gd_tensor_read(y, *out, sizeof(float) * (size_t)*n_out);
-    }
-    if (st == GD_OK && lines != NULL) gd_program_describe(p, count_line, lines);
-    if (p != NULL) gd_program_free(p);
-    gd_graph_free(g);
-    ctx->preferred = 0;
-    ctx->strict = 0;
-    return st;
+    return compile_run_read(ctx, g, st, 1, &y, out, n_out, lines != NULL ? count_line : NULL, lines);
 }
 
 static int run_views(gd_ctx *ctx, int bi)
@@ -447,20 +461,7 @@ static gd_status run_lm(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_dtype d
     if (st == GD_OK) st = gd_tensor_write(ids, idv, sizeof(int32_t) * (size_t)(B * T));
     if (st == GD_OK) st = gd_tensor_write(pos, posv, sizeof(int32_t) * (size_t)B);
     if (st == GD_OK) st = gd_tensor_write(len, lenv, sizeof(int32_t) * (size_t)B);
-    gd_program *p = st == GD_OK ? gd_compile(g, 1, &y, 0) : NULL;
-    if (p == NULL && st == GD_OK) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
-    if (st == GD_OK) st = gd_program_run(p);
-    if (st == GD_OK) {
-        *n = gd_tensor_numel(y);
-        *out = malloc(sizeof(float) * (size_t)*n);
-        st = gd_tensor_read(y, *out, sizeof(float) * (size_t)*n);
-    }
-    if (st == GD_OK && ops != NULL) gd_program_describe(p, plan_line, ops);
-    if (p != NULL) gd_program_free(p);
-    gd_graph_free(g);
-    ctx->preferred = 0;
-    ctx->strict = 0;
-    return st;
+    return compile_run_read(ctx, g, st, 1, &y, out, n, ops != NULL ? plan_line : NULL, ops);
 }
 
 typedef struct lm_case {
@@ -582,23 +583,7 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
     }
     if (st == GD_OK) st = gd_tensor_write(ids, idv, sizeof(int32_t) * (size_t)(B * T));
     if (st == GD_OK) st = gd_tensor_write(tg, tv, sizeof(int32_t) * (size_t)(B * T));
-    gd_program *p = st == GD_OK ? gd_compile(g, nt, t, 0) : NULL;
-    if (p == NULL && st == GD_OK) st = ctx->status != GD_OK ? ctx->status : GD_ERR_INVALID;
-    if (st == GD_OK) st = gd_program_run(p);
-    *n = 0;
-    for (int i = 0; st == GD_OK && i < nt; i++) *n += gd_tensor_numel(t[i]);
-    *out = st == GD_OK ? malloc(sizeof(float) * (size_t)*n) : NULL;
-    for (int i = 0, at = 0; st == GD_OK && i < nt; i++) {
-        const int64_t k = gd_tensor_numel(t[i]);
-        st = gd_tensor_read(t[i], *out + at, sizeof(float) * (size_t)k);
-        at += (int)k;
-    }
-    if (st == GD_OK && ops != NULL) gd_program_describe(p, attn_line, ops);
-    if (p != NULL) gd_program_free(p);
-    gd_graph_free(g);
-    ctx->preferred = 0;
-    ctx->strict = 0;
-    return st;
+    return compile_run_read(ctx, g, st, nt, t, out, n, ops != NULL ? attn_line : NULL, ops);
 }
 
 /* A Llama training step with grouped heads of 64 over 80 tokens (two of the tensor-core
