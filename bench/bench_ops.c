@@ -161,7 +161,8 @@ static void mlp(const char *backend)
  * x head size, grouped kv heads for qwen3): the forward, and attention_grad (which
  * recomputes the forward's statistics). FLOP/s count 4 B H T^2 D / 2 for the forward
  * (causal: half the pairs) and 2.5 times that for the backward, the FlashAttention
- * convention (the recomputation is not counted). */
+ * convention (the recomputation is not counted). The _lse figures are attention_lse and
+ * attention_grad_lse, the pair that keeps the statistics (what training runs). */
 static void attn_row(const char *backend, const char *name, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D)
 {
     gd_graph *g = gd_graph_new(ctx);
@@ -191,13 +192,34 @@ static void attn_row(const char *backend, const char *name, int64_t B, int64_t H
     gd_program *fwd = gd_compile(g, 1, &y, 0), *bwd = gd_compile(g, 3, grads, 0);
     if (fwd == NULL || bwd == NULL) die("compile");
     double tf = time_prog(fwd), tb = time_prog(bwd);
+    /* the pair a training program's graph pass makes: the forward keeps lse, the backward
+     * reads it and y back (fed here as inputs, from one run of the forward) */
+    gd_tensor *ys[2], *yin = gd_input(g, "y", GD_BF16, 4, (int64_t[]){B, H, T, D});
+    gd_tensor *lin = gd_input(g, "lse", GD_F32, 3, (int64_t[]){B, H, T});
+    if (gd_op_multi(g, "attention_lse", 3, (gd_tensor *[]){q, k, v}, 1, &causal, 2, ys) != GD_OK) die("attention_lse");
+    gd_tensor *lgrads[3], *lin6[6] = {dy, q, k, v, yin, lin};
+    if (gd_op_multi(g, "attention_grad_lse", 6, lin6, 1, &causal, 3, lgrads) != GD_OK) die("attention_grad_lse");
+    gd_program *lfwd = gd_compile(g, 2, ys, 0), *lbwd = gd_compile(g, 3, lgrads, 0);
+    if (lfwd == NULL || lbwd == NULL) die("compile");
+    if (gd_program_run(lfwd) != GD_OK) die("run");
+    size_t ny = sizeof(uint16_t) * (size_t)gd_tensor_numel(yin), nl = sizeof(float) * (size_t)gd_tensor_numel(lin);
+    void *hy = malloc(ny), *hl = malloc(nl);
+    if (gd_tensor_read(ys[0], hy, ny) != GD_OK || gd_tensor_read(ys[1], hl, nl) != GD_OK ||
+        gd_tensor_write(yin, hy, ny) != GD_OK || gd_tensor_write(lin, hl, nl) != GD_OK)
+        die("y and lse");
+    free(hy), free(hl);
+    double tlf = time_prog(lfwd), tlb = time_prog(lbwd);
     double flops = 4.0 * (double)(B * H) * (double)T * (double)T * (double)D * 0.5;
     printf("{\"kind\": \"attention\", \"name\": \"%s\", \"backend\": \"%s\", \"fwd_ms\": %.6g, \"bwd_ms\": %.6g, "
-           "\"fwd_tflops\": %.4g, \"bwd_tflops\": %.4g}\n",
-           name, backend, tf, tb, flops / tf * 1e-9, 2.5 * flops / tb * 1e-9);
+           "\"fwd_tflops\": %.4g, \"bwd_tflops\": %.4g, \"fwd_lse_ms\": %.6g, \"bwd_lse_ms\": %.6g, "
+           "\"fwd_lse_tflops\": %.4g, \"bwd_lse_tflops\": %.4g}\n",
+           name, backend, tf, tb, flops / tf * 1e-9, 2.5 * flops / tb * 1e-9, tlf, tlb, flops / tlf * 1e-9,
+           2.5 * flops / tlb * 1e-9);
     fflush(stdout);
     gd_program_free(fwd);
     gd_program_free(bwd);
+    gd_program_free(lfwd);
+    gd_program_free(lbwd);
     gd_graph_free(g);
 }
 
