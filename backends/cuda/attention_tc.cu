@@ -12,12 +12,20 @@
  * product needs a tile's columns as its rows. Tiles in shared memory have rows of D + 8
  * halves, 16-byte aligned and with successive rows in different banks for ldmatrix.
  *
- * Forward. A block owns TC_BQ = 64 query rows of one head, a warp 16 of them. Keys and
- * values stream through shared memory in tiles of 64 rows, the next tile loading (cp.async)
- * while the current one is used. Per tile: S = Q K^T, masked (causal, kv_len) and scaled;
+ * Forward. A block owns 64 MT query rows of one head, a warp 16 MT of them (MT = 2 for
+ * heads of 64: each fragment of K or V loaded from shared memory feeds two products; 1 for
+ * heads of 128, whose accumulators would not fit twice). Keys and values stream through
+ * shared memory in tiles of 64 rows, the next tile loading (cp.async) while the current
+ * one is used. Per tile: S = Q K^T, masked (causal, kv_len) and scaled;
  * the running row maximum m and sum l the online-softmax way (exp2 of scores pre-scaled by
  * log2 e); P = exp(S - m) rounded to the input dtype, O rescaled and O += P V. Tiles past
- * the block's last visible key are skipped.
+ * the block's last visible key are skipped, and only a tile some of whose keys a warp's
+ * rows do not see (the causal diagonal, kv_len) is masked: elsewhere a score costs its
+ * scaling, its share of the maximum, one exponential (the special-function unit's, ex2)
+ * and one conversion per pair.
+ *
+ * Blocks take tiles heaviest first (tc_order): under a causal mask the last query tiles
+ * see the most keys, and with them started first the machine's last wave is of light ones.
  *
  * Backward, as FlashAttention-2, with no atomics:
  *   1. the forward kernel in statistics mode writes lse = m + log l and delta = dy . o per
@@ -54,8 +62,11 @@ template <int D> struct tc_dims {
     static constexpr int LD = D + 8;                 /* halves between rows of a shared tile */
     static constexpr int NB = D == 128 ? 32 : 64;    /* the backward's inner tile rows */
     static constexpr size_t rows = (size_t)LD * 2;   /* bytes of one tile row */
+    /* forward: a warp's 16-row tiles (two share each key and value fragment where the
+     * registers allow), the block's query rows */
+    static constexpr int MT = D == 64 ? 2 : 1, BQ = 64 * MT;
     /* forward: Q, then two buffers of K and V (64 rows each) */
-    static constexpr size_t fwd_smem = 5 * TC_BQ * rows;
+    static constexpr size_t fwd_smem = (BQ + 4 * 64) * rows;
     /* dq: Q and dO (64 rows), two buffers of K and V (NB rows) */
     static constexpr size_t dq_smem = 2 * TC_BQ * rows + 4 * NB * rows;
     /* dk, dv: K and V (64 rows), two buffers of Q and dO (NB rows) and of lse, delta */
@@ -114,12 +125,26 @@ static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi, const __h
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
-/* x rounded to T and back. */
-template <typename T> static __device__ __forceinline__ float tc_round(float x)
+/* The two floats of a tc_pack, widened back (exact): the probabilities' sums are of the
+ * rounded values P V multiplies, at one conversion a pair rather than three. */
+static __device__ __forceinline__ float2 tc_unpack(uint32_t u, const __nv_bfloat16 *)
 {
-    T h;
-    cu_st(&h, 0, x);
-    return cu_ld(&h, 0);
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+static __device__ __forceinline__ float2 tc_unpack(uint32_t u, const __half *)
+{
+    return __half22float2(*reinterpret_cast<__half2 *>(&u));
+}
+
+/* 2^x by the special-function unit alone, subnormal results flushed to zero (exp2f adds a
+ * rescaling around it for them): 2^-inf = 0, which the masked scores rely on. The
+ * probabilities are rounded to 16 bits next, so the flushed values are below anything
+ * their products could tell apart. */
+static __device__ __forceinline__ float tc_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* A operand: rows [r0, r0 + 16) and columns [c0, c0 + 16) of a tile (rows LD apart). */
@@ -152,6 +177,12 @@ static __device__ __forceinline__ void tc_ldb_cols(uint32_t *b, const T *X, int 
 static __device__ __forceinline__ void tc_cp16(void *dst, const void *src, int bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+/* One float, zero-filled when bytes is 0. */
+static __device__ __forceinline__ void tc_cp4(float *dst, const float *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
                  : "memory");
 }
 static __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -207,6 +238,32 @@ static __device__ __forceinline__ void tc_store(const float (*acc)[4], float mul
     }
 }
 
+/* ---- work order ------------------------------------------------------------------------------ */
+
+#define TC_GROUP 32 /* matrices whose tiles are handed out together */
+
+/* Work item `item` of `mats` matrices of `tiles` row tiles each: matrix m, tile i. With a
+ * causal mask a query tile's work grows with its position and a key tile's shrinks, so
+ * the items go out heaviest first (`reverse`: the last tile is the heaviest) and the blocks
+ * that finish last hold the lightest. Not over all matrices at once: TC_GROUP matrices at a
+ * time, so that the keys and values the running blocks read stay few enough for L2. */
+static __device__ __forceinline__ void tc_order(int64_t item, int64_t mats, int64_t tiles, bool reverse, int64_t &m,
+                                                int64_t &i)
+{
+    const int64_t per = TC_GROUP * tiles, first = item / per * TC_GROUP, r = item % per;
+    const int64_t in = mats - first < TC_GROUP ? mats - first : TC_GROUP;
+    m = first + r % in;
+    i = r / in;
+    if (reverse) i = tiles - 1 - i;
+}
+
+/* Keys seen by every row of a warp's 16 from row t (the fewest: t's own, the count grows
+ * with the row); rows past T see none. A tile of keys below it needs no mask. */
+static __device__ __forceinline__ int64_t tc_warp_sees(const att_dims &a, int64_t t)
+{
+    return t < a.T ? att_visible(a, t) : 0;
+}
+
 /* ---- forward (and backward pass 1) -------------------------------------------------------- */
 
 template <typename T, int D>
@@ -216,31 +273,44 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    constexpr int LD = Dm::LD, KT = TC_BQ; /* keys per tile */
+    constexpr int LD = Dm::LD, KT = 64, MT = Dm::MT, BQ = Dm::BQ; /* keys per tile; a warp's 16-row tiles */
     att_check_len(a, bad);
-    T *Qs = (T *)tc_smem, *KV = Qs + TC_BQ * LD; /* buffer j: K at KV + 2 j KT LD, V after it */
+    T *Qs = (T *)tc_smem, *KV = Qs + BQ * LD; /* buffer j: K at KV + 2 j KT LD, V after it */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
-    const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    const int64_t qtiles = (a.T + BQ - 1) / BQ, group = a.H / a.Hkv;
     const float sl = a.scale * TC_LOG2E; /* scores in log2 units */
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
-        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
+        int64_t bh, qi;
+        tc_order(tile, a.B * a.H, qtiles, true, bh, qi);
+        const int64_t t0 = qi * BQ, b = bh / a.H, h = bh % a.H, w0 = t0 + warp * 16 * MT; /* the warp's first row */
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         a.L = att_len(a, b);
-        const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
+        const int64_t t_last = (t0 + BQ < a.T ? t0 + BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
-        const int64_t ta = t0 + warp * 16 + g, tb = ta + 8; /* the thread's two rows */
-        const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
+        /* the thread's rows: g and g + 8 of each of the warp's m-tiles ([i][0], [i][1]) */
+        int64_t row[MT][2], seen[MT][2];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                row[i][e] = w0 + 16 * i + 8 * e + g;
+                seen[i][e] = row[i][e] < a.T ? att_visible(a, row[i][e]) : 0;
+            }
+        const int64_t full = tc_warp_sees(a, w0);
         __syncthreads(); /* the previous tile's readers are done */
-        tc_load<T, D, TC_BQ>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
+        tc_load<T, D, BQ>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs, w.q.vec);
         if (tiles > 0) {
             tc_load<T, D, KT>(kb, w.k.t, 0, a.S, KV, w.k.vec);
             tc_load<T, D, KT>(vb, w.v.t, 0, a.S, KV + KT * LD, w.v.vec);
         }
         tc_commit();
-        float o[D / 8][4];
+        float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+        for (int i = 0; i < MT; i++) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.0f;
+            m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
+        }
         for (int64_t it = 0; it < tiles; it++) {
             const int64_t kt = it * KT;
             const T *Ks = KV + (it & 1) * 2 * KT * LD, *Vs = Ks + KT * LD;
@@ -253,108 +323,140 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
             tc_commit();
             tc_wait_prev();
             __syncthreads();
-            float s[KT / 8][4];
+            float s[MT][KT / 8][4];
 #pragma unroll
-            for (int j = 0; j < KT / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t qa[4];
-                tc_lda<T, LD>(qa, Qs, warp * 16, kk * 16);
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int i = 0; i < MT; i++) tc_lda<T, LD>(qa[i], Qs, warp * 16 * MT + 16 * i, kk * 16);
 #pragma unroll
                 for (int jp = 0; jp < KT / 16; jp++) {
-                    uint32_t kf[4];
+                    uint32_t kf[4]; /* each key fragment serves the warp's m-tiles */
                     tc_ldb_rows<T, LD>(kf, Ks, jp * 16, kk * 16);
-                    tc_mma(s[2 * jp], qa, kf, q);
-                    tc_mma(s[2 * jp + 1], qa, kf + 2, q);
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        tc_mma(s[i][2 * jp], qa[i], kf, q);
+                        tc_mma(s[i][2 * jp + 1], qa[i], kf + 2, q);
+                    }
                 }
             }
-            /* mask and scale; the rows' maxima over the quad of lanes sharing them */
-            float xa = -INFINITY, xb = -INFINITY;
+            uint32_t pf[MT][KT / 16][4];
 #pragma unroll
-            for (int j = 0; j < KT / 8; j++) {
-                const int64_t key = kt + j * 8 + c2;
-                s[j][0] = key < na ? s[j][0] * sl : -INFINITY;
-                s[j][1] = key + 1 < na ? s[j][1] * sl : -INFINITY;
-                s[j][2] = key < nb ? s[j][2] * sl : -INFINITY;
-                s[j][3] = key + 1 < nb ? s[j][3] * sl : -INFINITY;
-                xa = fmaxf(xa, fmaxf(s[j][0], s[j][1]));
-                xb = fmaxf(xb, fmaxf(s[j][2], s[j][3]));
+            for (int i = 0; i < MT; i++) {
+                /* scale, and mask where some key of the tile is hidden from some row of the
+                 * warp; the rows' maxima over the quad of lanes sharing them */
+                if (kt + KT <= full) {
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++)
+                        s[i][j][0] *= sl, s[i][j][1] *= sl, s[i][j][2] *= sl, s[i][j][3] *= sl;
+                } else {
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++) {
+                        const int64_t key = kt + j * 8 + c2;
+                        s[i][j][0] = key < seen[i][0] ? s[i][j][0] * sl : -INFINITY;
+                        s[i][j][1] = key + 1 < seen[i][0] ? s[i][j][1] * sl : -INFINITY;
+                        s[i][j][2] = key < seen[i][1] ? s[i][j][2] * sl : -INFINITY;
+                        s[i][j][3] = key + 1 < seen[i][1] ? s[i][j][3] * sl : -INFINITY;
+                    }
+                }
+                float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++) {
+                    xa = fmaxf(xa, fmaxf(s[i][j][0], s[i][j][1]));
+                    xb = fmaxf(xb, fmaxf(s[i][j][2], s[i][j][3]));
+                }
+                xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 1));
+                xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 2));
+                xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 1));
+                xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 2));
+                const float mna = fmaxf(m[i][0], xa), mnb = fmaxf(m[i][1], xb);
+                /* a row that has seen no key yet keeps m = -inf, l = 0, O = 0 */
+                const float alpha_a = mna == -INFINITY ? 1.0f : tc_exp2(m[i][0] - mna);
+                const float alpha_b = mnb == -INFINITY ? 1.0f : tc_exp2(m[i][1] - mnb);
+                m[i][0] = mna, m[i][1] = mnb;
+                /* P, rounded to T, as the A operand of P V; the sums are of what P V
+                 * multiplies. A masked score is -inf, and so is its difference from a finite
+                 * maximum: 2^-inf = 0. A row with no key yet subtracts 0, not its -inf. */
+                const float ra = mna == -INFINITY ? 0.0f : mna, rb = mnb == -INFINITY ? 0.0f : mnb;
+                float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++) {
+                    const uint32_t ua = tc_pack(tc_exp2(s[i][j][0] - ra), tc_exp2(s[i][j][1] - ra), q);
+                    const uint32_t ub = tc_pack(tc_exp2(s[i][j][2] - rb), tc_exp2(s[i][j][3] - rb), q);
+                    const float2 pa = tc_unpack(ua, q), pb = tc_unpack(ub, q);
+                    sa += pa.x + pa.y;
+                    sb += pb.x + pb.y;
+                    pf[i][j / 2][(j & 1) * 2] = ua;
+                    pf[i][j / 2][(j & 1) * 2 + 1] = ub;
+                }
+                sa += __shfl_xor_sync(CU_FULL_MASK, sa, 1);
+                sa += __shfl_xor_sync(CU_FULL_MASK, sa, 2);
+                sb += __shfl_xor_sync(CU_FULL_MASK, sb, 1);
+                sb += __shfl_xor_sync(CU_FULL_MASK, sb, 2);
+                l[i][0] = l[i][0] * alpha_a + sa;
+                l[i][1] = l[i][1] * alpha_b + sb;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    o[i][n][0] *= alpha_a, o[i][n][1] *= alpha_a, o[i][n][2] *= alpha_b, o[i][n][3] *= alpha_b;
             }
-            xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 1));
-            xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 2));
-            xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 1));
-            xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 2));
-            const float mna = fmaxf(ma, xa), mnb = fmaxf(mb, xb);
-            /* a row that has seen no key yet keeps m = -inf, l = 0, O = 0 */
-            const float alpha_a = mna == -INFINITY ? 1.0f : exp2f(ma - mna);
-            const float alpha_b = mnb == -INFINITY ? 1.0f : exp2f(mb - mnb);
-            ma = mna, mb = mnb;
-            /* P, rounded to T, as the A operand of P V; the sums are of what P V multiplies */
-            uint32_t pf[KT / 16][4];
-            float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++) {
-                const float p0 = tc_round<T>(s[j][0] == -INFINITY ? 0.0f : exp2f(s[j][0] - mna));
-                const float p1 = tc_round<T>(s[j][1] == -INFINITY ? 0.0f : exp2f(s[j][1] - mna));
-                const float p2 = tc_round<T>(s[j][2] == -INFINITY ? 0.0f : exp2f(s[j][2] - mnb));
-                const float p3 = tc_round<T>(s[j][3] == -INFINITY ? 0.0f : exp2f(s[j][3] - mnb));
-                sa += p0 + p1;
-                sb += p2 + p3;
-                pf[j / 2][(j & 1) * 2] = tc_pack(p0, p1, q);
-                pf[j / 2][(j & 1) * 2 + 1] = tc_pack(p2, p3, q);
-            }
-            sa += __shfl_xor_sync(CU_FULL_MASK, sa, 1);
-            sa += __shfl_xor_sync(CU_FULL_MASK, sa, 2);
-            sb += __shfl_xor_sync(CU_FULL_MASK, sb, 1);
-            sb += __shfl_xor_sync(CU_FULL_MASK, sb, 2);
-            la = la * alpha_a + sa;
-            lb = lb * alpha_b + sb;
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) o[n][0] *= alpha_a, o[n][1] *= alpha_a, o[n][2] *= alpha_b, o[n][3] *= alpha_b;
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++) {
 #pragma unroll
                 for (int np = 0; np < D / 16; np++) {
-                    uint32_t vf[4];
+                    uint32_t vf[4]; /* each value fragment serves the warp's m-tiles */
                     tc_ldb_cols<T, LD>(vf, Vs, kk * 16, np * 16);
-                    tc_mma(o[2 * np], pf[kk], vf, q);
-                    tc_mma(o[2 * np + 1], pf[kk], vf + 2, q);
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        tc_mma(o[i][2 * np], pf[i][kk], vf, q);
+                        tc_mma(o[i][2 * np + 1], pf[i][kk], vf + 2, q);
+                    }
                 }
             }
         }
         tc_wait_all();
-        const float inva = la > 0.0f ? 1.0f / la : 0.0f, invb = lb > 0.0f ? 1.0f / lb : 0.0f; /* no key: zeros */
-        if (lse != NULL && dy == NULL && (lane & 3) == 0) { /* attention_lse: y and lse */
-            if (ta < a.T) lse[bh * a.T + ta] = la > 0.0f ? (ma + log2f(la)) * TC_LN2 : 0.0f;
-            if (tb < a.T) lse[bh * a.T + tb] = lb > 0.0f ? (mb + log2f(lb)) * TC_LN2 : 0.0f;
-        }
-        if (y != NULL) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[n][0] *= inva, o[n][1] *= inva, o[n][2] *= invb, o[n][3] *= invb;
+        for (int i = 0; i < MT; i++) {
+            const float inva = l[i][0] > 0.0f ? 1.0f / l[i][0] : 0.0f; /* no key: zeros */
+            const float invb = l[i][1] > 0.0f ? 1.0f / l[i][1] : 0.0f;
+            const int64_t ta = row[i][0], tb = row[i][1];
+            /* natural units: m and l are of scores times log2 e */
+            const float lsa = l[i][0] > 0.0f ? (m[i][0] + log2f(l[i][0])) * TC_LN2 : 0.0f;
+            const float lsb = l[i][1] > 0.0f ? (m[i][1] + log2f(l[i][1])) * TC_LN2 : 0.0f;
+            if (lse != NULL && dy == NULL && (lane & 3) == 0) { /* attention_lse: y and lse */
+                if (ta < a.T) lse[bh * a.T + ta] = lsa;
+                if (tb < a.T) lse[bh * a.T + tb] = lsb;
             }
-            tc_store<T, D>(o, 1.0f, y + att_y_row(a, b, h, 0), t0 + warp * 16, a.T, a.y_bthd ? a.H * D : D);
-        }
-        if (dy != NULL) { /* backward pass 1: lse and delta, no y */
-            const T *dyb = tc_mat(dy, w.dy, b, h);
-            float da = 0.0f, db = 0.0f;
+            if (y != NULL) {
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                if (ta < a.T)
-                    da += cu_ld(dyb, ta * w.dy.t + n * 8 + c2) * (o[n][0] * inva) +
-                          cu_ld(dyb, ta * w.dy.t + n * 8 + c2 + 1) * (o[n][1] * inva);
-                if (tb < a.T)
-                    db += cu_ld(dyb, tb * w.dy.t + n * 8 + c2) * (o[n][2] * invb) +
-                          cu_ld(dyb, tb * w.dy.t + n * 8 + c2 + 1) * (o[n][3] * invb);
+                for (int n = 0; n < D / 8; n++) {
+                    o[i][n][0] *= inva, o[i][n][1] *= inva, o[i][n][2] *= invb, o[i][n][3] *= invb;
+                }
+                tc_store<T, D>(o[i], 1.0f, y + att_y_row(a, b, h, 0), w0 + 16 * i, a.T, a.y_bthd ? a.H * D : D);
             }
-            da += __shfl_xor_sync(CU_FULL_MASK, da, 1);
-            da += __shfl_xor_sync(CU_FULL_MASK, da, 2);
-            db += __shfl_xor_sync(CU_FULL_MASK, db, 1);
-            db += __shfl_xor_sync(CU_FULL_MASK, db, 2);
-            if ((lane & 3) == 0) {
-                /* natural units: m and l are of scores times log2 e */
-                if (ta < a.T) lse[bh * a.T + ta] = la > 0.0f ? (ma + log2f(la)) * TC_LN2 : 0.0f, delta[bh * a.T + ta] = da;
-                if (tb < a.T) lse[bh * a.T + tb] = lb > 0.0f ? (mb + log2f(lb)) * TC_LN2 : 0.0f, delta[bh * a.T + tb] = db;
+            if (dy != NULL) { /* backward pass 1: lse and delta, no y */
+                const T *dyb = tc_mat(dy, w.dy, b, h);
+                float da = 0.0f, db = 0.0f;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) {
+                    if (ta < a.T)
+                        da += cu_ld(dyb, ta * w.dy.t + n * 8 + c2) * (o[i][n][0] * inva) +
+                              cu_ld(dyb, ta * w.dy.t + n * 8 + c2 + 1) * (o[i][n][1] * inva);
+                    if (tb < a.T)
+                        db += cu_ld(dyb, tb * w.dy.t + n * 8 + c2) * (o[i][n][2] * invb) +
+                              cu_ld(dyb, tb * w.dy.t + n * 8 + c2 + 1) * (o[i][n][3] * invb);
+                }
+                da += __shfl_xor_sync(CU_FULL_MASK, da, 1);
+                da += __shfl_xor_sync(CU_FULL_MASK, da, 2);
+                db += __shfl_xor_sync(CU_FULL_MASK, db, 1);
+                db += __shfl_xor_sync(CU_FULL_MASK, db, 2);
+                if ((lane & 3) == 0) {
+                    if (ta < a.T) lse[bh * a.T + ta] = lsa, delta[bh * a.T + ta] = da;
+                    if (tb < a.T) lse[bh * a.T + tb] = lsb, delta[bh * a.T + tb] = db;
+                }
             }
         }
     }
@@ -406,13 +508,16 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
     const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
     const float sl = a.scale * TC_LOG2E;
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
-        const int64_t bh = tile / qtiles, t0 = (tile % qtiles) * TC_BQ, b = bh / a.H, h = bh % a.H;
+        int64_t bh, qi;
+        tc_order(tile, a.B * a.H, qtiles, true, bh, qi);
+        const int64_t t0 = qi * TC_BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         a.L = att_len(a, b);
         const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
         const int64_t ta = t0 + warp * 16 + g, tb = ta + 8;
         const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
+        const int64_t full = tc_warp_sees(a, t0 + warp * 16);
         const float lsa = ta < a.T ? lse[bh * a.T + ta] * TC_LOG2E : 0.0f, lsb = tb < a.T ? lse[bh * a.T + tb] * TC_LOG2E : 0.0f;
         const float dla = ta < a.T ? delta[bh * a.T + ta] : 0.0f, dlb = tb < a.T ? delta[bh * a.T + tb] : 0.0f;
         __syncthreads();
@@ -442,14 +547,24 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
             tc_two_abt<T, D, KT>(s, dp, Qs, Ks, Ys, Vs, warp * 16); /* S = Q K^T, dP = dO V^T */
             uint32_t df[KT / 16][4]; /* dS = P (dP - delta), rounded to T */
 #pragma unroll
+            for (int j = 0; j < KT / 8; j++) { /* P, in s's place */
+                s[j][0] = tc_exp2(fmaf(s[j][0], sl, -lsa)), s[j][1] = tc_exp2(fmaf(s[j][1], sl, -lsa));
+                s[j][2] = tc_exp2(fmaf(s[j][2], sl, -lsb)), s[j][3] = tc_exp2(fmaf(s[j][3], sl, -lsb));
+            }
+            if (kt + KT > full) { /* some key of the tile hidden from some row: P 0 there */
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++) {
+                    const int64_t key = kt + j * 8 + c2;
+                    if (key >= na) s[j][0] = 0.0f;
+                    if (key + 1 >= na) s[j][1] = 0.0f;
+                    if (key >= nb) s[j][2] = 0.0f;
+                    if (key + 1 >= nb) s[j][3] = 0.0f;
+                }
+            }
+#pragma unroll
             for (int j = 0; j < KT / 8; j++) {
-                const int64_t key = kt + j * 8 + c2;
-                const float p0 = key < na ? exp2f(s[j][0] * sl - lsa) : 0.0f;
-                const float p1 = key + 1 < na ? exp2f(s[j][1] * sl - lsa) : 0.0f;
-                const float p2 = key < nb ? exp2f(s[j][2] * sl - lsb) : 0.0f;
-                const float p3 = key + 1 < nb ? exp2f(s[j][3] * sl - lsb) : 0.0f;
-                df[j / 2][(j & 1) * 2] = tc_pack(p0 * (dp[j][0] - dla), p1 * (dp[j][1] - dla), q);
-                df[j / 2][(j & 1) * 2 + 1] = tc_pack(p2 * (dp[j][2] - dlb), p3 * (dp[j][3] - dlb), q);
+                df[j / 2][(j & 1) * 2] = tc_pack(s[j][0] * (dp[j][0] - dla), s[j][1] * (dp[j][1] - dla), q);
+                df[j / 2][(j & 1) * 2 + 1] = tc_pack(s[j][2] * (dp[j][2] - dlb), s[j][3] * (dp[j][3] - dlb), q);
             }
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++) {
@@ -483,8 +598,9 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
     const int64_t stiles = (a.S + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
     const float sl = a.scale * TC_LOG2E;
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
-        const int64_t bk = tile / stiles, s0 = (tile % stiles) * TC_BQ; // bk = b * Hkv + kv head
-        const int64_t b = bk / a.Hkv, hk = bk % a.Hkv;
+        int64_t bk, si; /* bk = b * Hkv + kv head */
+        tc_order(tile, a.B * a.Hkv, stiles, false, bk, si);
+        const int64_t s0 = si * TC_BQ, b = bk / a.Hkv, hk = bk % a.Hkv;
         a.L = att_len(a, b);
         const int64_t sa = s0 + warp * 16 + g, sb = sa + 8; /* the thread's two key rows */
         /* keys past kv_len are seen by no query: their gradients stay zero */
@@ -499,10 +615,12 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
             T *dst = QY + j * 2 * QT * LD;
             tc_load<T, D, QT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst, w.q.vec);
             tc_load<T, D, QT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + QT * LD, w.dy.vec);
+            /* in flight with the tiles: a plain load here would hold the warp until it
+             * lands, in the middle of the round it is meant to overlap */
             for (int r = threadIdx.x; r < QT; r += TC_THREADS) {
                 const int64_t t = t0 + r;
-                stat[j * 2 * QT + r] = t < a.T ? lse[bh * a.T + t] * TC_LOG2E : 0.0f;
-                stat[j * 2 * QT + QT + r] = t < a.T ? delta[bh * a.T + t] : 0.0f;
+                tc_cp4(stat + j * 2 * QT + r, t < a.T ? lse + bh * a.T + t : lse, t < a.T ? 4 : 0);
+                tc_cp4(stat + j * 2 * QT + QT + r, t < a.T ? delta + bh * a.T + t : delta, t < a.T ? 4 : 0);
             }
         };
         if (items > 0) fetch(0, 0);
@@ -526,19 +644,32 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
             tc_two_abt<T, D, QT>(s, dp, Ks, Qs, Vs, Ys, warp * 16); /* S^T = K Q^T, dP^T = V dO^T */
             uint32_t pf[QT / 16][4], df[QT / 16][4];
 #pragma unroll
+            for (int j = 0; j < QT / 8; j++) { /* P^T, in s's place (lse in log2 units) */
+                const int r = j * 8 + c2;
+                const float l0 = ls[r] * TC_LOG2E, l1 = ls[r + 1] * TC_LOG2E;
+                s[j][0] = tc_exp2(fmaf(s[j][0], sl, -l0)), s[j][1] = tc_exp2(fmaf(s[j][1], sl, -l1));
+                s[j][2] = tc_exp2(fmaf(s[j][2], sl, -l0)), s[j][3] = tc_exp2(fmaf(s[j][3], sl, -l1));
+            }
+            /* query t sees key s when s < att_visible(t) (0 for rows past T); a tile whose
+             * first query sees all the warp's keys needs no mask */
+            if (t0 + QT > a.T || sa - g + 15 >= tc_warp_sees(a, t0)) {
+#pragma unroll
+                for (int j = 0; j < QT / 8; j++) {
+                    const int64_t t = t0 + j * 8 + c2;
+                    const int64_t v0 = t < a.T ? att_visible(a, t) : 0, v1 = t + 1 < a.T ? att_visible(a, t + 1) : 0;
+                    if (sa >= v0) s[j][0] = 0.0f;
+                    if (sa >= v1) s[j][1] = 0.0f;
+                    if (sb >= v0) s[j][2] = 0.0f;
+                    if (sb >= v1) s[j][3] = 0.0f;
+                }
+            }
+#pragma unroll
             for (int j = 0; j < QT / 8; j++) {
                 const int r = j * 8 + c2;
-                const int64_t t = t0 + r;
-                /* query t sees key s when s < att_visible(t) (0 for rows past T) */
-                const int64_t v0 = t < a.T ? att_visible(a, t) : 0, v1 = t + 1 < a.T ? att_visible(a, t + 1) : 0;
-                const float p0 = sa < v0 ? exp2f(s[j][0] * sl - ls[r]) : 0.0f;
-                const float p1 = sa < v1 ? exp2f(s[j][1] * sl - ls[r + 1]) : 0.0f;
-                const float p2 = sb < v0 ? exp2f(s[j][2] * sl - ls[r]) : 0.0f;
-                const float p3 = sb < v1 ? exp2f(s[j][3] * sl - ls[r + 1]) : 0.0f;
-                pf[j / 2][(j & 1) * 2] = tc_pack(p0, p1, q);
-                pf[j / 2][(j & 1) * 2 + 1] = tc_pack(p2, p3, q);
-                df[j / 2][(j & 1) * 2] = tc_pack(p0 * (dp[j][0] - dl[r]), p1 * (dp[j][1] - dl[r + 1]), q);
-                df[j / 2][(j & 1) * 2 + 1] = tc_pack(p2 * (dp[j][2] - dl[r]), p3 * (dp[j][3] - dl[r + 1]), q);
+                pf[j / 2][(j & 1) * 2] = tc_pack(s[j][0], s[j][1], q);
+                pf[j / 2][(j & 1) * 2 + 1] = tc_pack(s[j][2], s[j][3], q);
+                df[j / 2][(j & 1) * 2] = tc_pack(s[j][0] * (dp[j][0] - dl[r]), s[j][1] * (dp[j][1] - dl[r + 1]), q);
+                df[j / 2][(j & 1) * 2 + 1] = tc_pack(s[j][2] * (dp[j][2] - dl[r]), s[j][3] * (dp[j][3] - dl[r + 1]), q);
             }
 #pragma unroll
             for (int kk = 0; kk < QT / 16; kk++) {
@@ -562,9 +693,11 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
 
 /* ---- host side ------------------------------------------------------------------------------ */
 
-static unsigned tc_grid(const cu_backend *be, int64_t tiles)
+/* A block per tile, so that blocks start in tc_order's order as others finish (the kernels
+ * loop over tiles only past this). */
+static unsigned tc_grid(const cu_backend *, int64_t tiles)
 {
-    int64_t cap = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * 16;
+    const int64_t cap = (int64_t)1 << 30;
     return (unsigned)(tiles < cap ? tiles : cap);
 }
 
@@ -592,7 +725,7 @@ template <typename T, int D>
 static void tc_fwd(cu_backend *be, cudaStream_t s, const void *q, const void *k, const void *v, void *y,
                    const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w, cu_bad bad)
 {
-    int64_t tiles = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ);
+    int64_t tiles = a.B * a.H * ((a.T + tc_dims<D>::BQ - 1) / tc_dims<D>::BQ);
     if (tiles == 0) return;
     tc_fwd_kernel<T, D><<<tc_grid(be, tiles), TC_THREADS, tc_dims<D>::fwd_smem, s>>>(
         (const T *)q, (const T *)k, (const T *)v, (T *)y, (const T *)dy, lse, delta, a, w, bad);
