@@ -257,8 +257,10 @@ static __device__ __forceinline__ void tc_order(int64_t item, int64_t mats, int6
     if (reverse) i = tiles - 1 - i;
 }
 
-/* Keys seen by every row of a warp's 16 from row t (the fewest: t's own, the count grows
- * with the row); rows past T see none. A tile of keys below it needs no mask. */
+/* Keys seen by every row of a warp's rows from row t on (its 16 or 32): t's own count, the
+ * fewest, since att_visible never decreases with the row; rows past T see none. A tile of
+ * keys below it needs no mask. The warp's rows past T then go unmasked too: their q and dy
+ * are zeros and nothing of theirs is stored. */
 static __device__ __forceinline__ int64_t tc_warp_sees(const att_dims &a, int64_t t)
 {
     return t < a.T ? att_visible(a, t) : 0;
