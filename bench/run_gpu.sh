@@ -2,7 +2,8 @@
 # Everything the GPU machine is needed for, in one go: build with the CUDA plugin, the test
 # suite (or only the CUDA tests), the MLP and CNN training steps with and without CUDA
 # graphs, the sweep (docs/ops.md), the CUDA sweep under compute-sanitizer, the benchmarks
-# of gradus beside the PyTorch peer, and training on Fashion-MNIST. Logs go to $OUT
+# of gradus beside the PyTorch peer (the attention kernels beside its
+# scaled_dot_product_attention among them), and training on Fashion-MNIST. Logs go to $OUT
 # (default ./gpu-out).
 #
 #   bench/run_gpu.sh [PEER_DIR] [DATA_DIR]
@@ -108,6 +109,23 @@ if has bench; then
   python3 "$PEER/torch_peer.py" ops cnn >"$OUT/torch.jsonl" 2>>"$OUT/bench_err.log"
   python3 bench/compare.py --in cuda="$OUT/g_cuda.jsonl" --in cpu="$OUT/g_cpu.jsonl" --in torch="$OUT/torch.jsonl" \
     --ratio cuda/torch-cuda --ratio cpu/torch-cpu | tee "$OUT/bench.md"
+  # the attention kernels of a training step beside PyTorch's scaled_dot_product_attention
+  GRADUS_PLUGIN_PATH="$PWD/build-gpu/plugins" build-gpu/bench_ops --backend cuda --only attn >"$OUT/attn.jsonl" \
+    2>>"$OUT/bench_err.log"
+  python3 bench/attn_peer.py >>"$OUT/attn.jsonl" 2>>"$OUT/bench_err.log"
+  python3 - "$OUT/attn.jsonl" <<'PY' | tee "$OUT/attn.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+peer = {r["name"]: r for r in rows if r["backend"] == "torch"}
+print("| shape | gradus fwd (lse) ms | bwd (lse) ms | SDPA fwd ms | bwd ms | gradus / SDPA fwd, bwd |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    p = peer.get(r["name"])
+    if r["backend"] == "torch" or p is None:
+        continue
+    print(f"| {r['name']} | {r['fwd_lse_ms']:.3f} | {r['bwd_lse_ms']:.3f} | {p['fwd_ms']:.3f} | {p['bwd_ms']:.3f} | "
+          f"{r['fwd_lse_ms'] / p['fwd_ms']:.2f}, {r['bwd_lse_ms'] / p['bwd_ms']:.2f} |")
+PY
   tail -3 "$OUT/bench_err.log"
 fi
 if has train; then
