@@ -47,6 +47,11 @@ static const tcase cases[] = {
     {"attention_grad", GDP_BF16, 0, "n[1,2,20,256] n[1,2,20,256] n[1,2,50,256] n[1,2,50,256]"},
     {"attention_grad", GDP_BF16, 0, "n[2,4,300,64] n[2,4,300,64] n[2,2,300,64] n[2,2,300,64] | causal=1"},
     {"attention_grad", GDP_F16, 0, "n[1,4,200,128] n[1,4,200,128] n[1,4,200,128] n[1,4,200,128] | causal=1"},
+    /* tensor-core tiles handed out heaviest first in groups of 32 heads: 39 heads (a partial
+     * group), 150 rows (past the forward's 128-row block for heads of 64); causal over fewer
+     * keys than queries, whose first rows see none */
+    {"attention", GDP_BF16, 1, "n[3,13,150,64] n[3,13,150,64] n[3,13,150,64] | causal=1"},
+    {"attention_grad", GDP_F16, 0, "n[1,4,200,64] n[1,4,200,64] n[1,2,120,64] n[1,2,120,64] | causal=1"},
     /* attention with kv_len: keys past it ignored, causal rows lined up with the last valid
      * key (a decoder's cache); several key tiles, and rows that see no key */
     {"attention", GDP_F32, 1, "n[2,4,37,40] n[2,2,70,40] n[2,2,70,40] i32[]<50:51 | causal=1"},
