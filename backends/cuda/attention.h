@@ -103,11 +103,11 @@ int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int ba
 /* Forward: y = attention(q, k, v), y contiguous, and with lse != NULL the log-sum-exp of
  * each query row's scaled scores (attention_lse); or, with dy != NULL and y NULL, the
  * backward's statistics per query row: lse and delta = dy . o. */
-void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
+void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
                     void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
                     cu_bad bad);
 /* Backward from those statistics: dq, then dk and dv (contiguous). */
-void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
+void cu_attn_tc_bwd(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
                     const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
                     const att_dims &a, const att_views &w);
 /* Opts the kernels into the shared memory they need (once, at open). */

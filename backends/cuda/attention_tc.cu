@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
 
 /* A block per tile, so that blocks start in tc_order's order as others finish (the kernels
  * loop over tiles only past this). */
-static unsigned tc_grid(const cu_backend *, int64_t tiles)
+static unsigned tc_grid(int64_t tiles)
 {
     const int64_t cap = (int64_t)1 << 30;
     return (unsigned)(tiles < cap ? tiles : cap);
@@ -724,52 +724,52 @@ int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int ba
 }
 
 template <typename T, int D>
-static void tc_fwd(cu_backend *be, cudaStream_t s, const void *q, const void *k, const void *v, void *y,
+static void tc_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *y,
                    const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w, cu_bad bad)
 {
     int64_t tiles = a.B * a.H * ((a.T + tc_dims<D>::BQ - 1) / tc_dims<D>::BQ);
     if (tiles == 0) return;
-    tc_fwd_kernel<T, D><<<tc_grid(be, tiles), TC_THREADS, tc_dims<D>::fwd_smem, s>>>(
+    tc_fwd_kernel<T, D><<<tc_grid(tiles), TC_THREADS, tc_dims<D>::fwd_smem, s>>>(
         (const T *)q, (const T *)k, (const T *)v, (T *)y, (const T *)dy, lse, delta, a, w, bad);
 }
 
 template <typename T, int D>
-static void tc_bwd(cu_backend *be, cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
+static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
                    const float *lse, const float *delta, void *dq, void *dk, void *dv, const att_dims &a,
                    const att_views &w)
 {
     int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BQ - 1) / TC_BQ);
     if (qt > 0)
-        tc_dq_kernel<T, D><<<tc_grid(be, qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
+        tc_dq_kernel<T, D><<<tc_grid(qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);
     if (kt > 0)
-        tc_dkdv_kernel<T, D><<<tc_grid(be, kt), TC_THREADS, tc_dims<D>::dkdv_smem, s>>>(
+        tc_dkdv_kernel<T, D><<<tc_grid(kt), TC_THREADS, tc_dims<D>::dkdv_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, a, w);
 }
 
-void cu_attn_tc_fwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
+void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
                     void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
                     cu_bad bad)
 {
     if (dtype == GDP_F16) {
-        if (a.D == 64) tc_fwd<__half, 64>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
-        else tc_fwd<__half, 128>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+        if (a.D == 64) tc_fwd<__half, 64>(s, q, k, v, y, dy, lse, delta, a, w, bad);
+        else tc_fwd<__half, 128>(s, q, k, v, y, dy, lse, delta, a, w, bad);
     } else {
-        if (a.D == 64) tc_fwd<__nv_bfloat16, 64>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
-        else tc_fwd<__nv_bfloat16, 128>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+        if (a.D == 64) tc_fwd<__nv_bfloat16, 64>(s, q, k, v, y, dy, lse, delta, a, w, bad);
+        else tc_fwd<__nv_bfloat16, 128>(s, q, k, v, y, dy, lse, delta, a, w, bad);
     }
 }
 
-void cu_attn_tc_bwd(cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
+void cu_attn_tc_bwd(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
                     const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
                     const att_dims &a, const att_views &w)
 {
     if (dtype == GDP_F16) {
-        if (a.D == 64) tc_bwd<__half, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
-        else tc_bwd<__half, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        if (a.D == 64) tc_bwd<__half, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        else tc_bwd<__half, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
     } else {
-        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
-        else tc_bwd<__nv_bfloat16, 128>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        else tc_bwd<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
     }
 }
 
