@@ -4,7 +4,8 @@
  *
  * Forward: one block per row; the row's statistics are block reductions in double (two
  * passes for the variance, as the reference); rows of up to 2048 are held in registers
- * (norm_row_kernel), longer ones read again for each pass. Backward: the row kernel writes
+ * (norm_row_kernel), longer ones read again for each pass. Many rows of up to 32 x 8
+ * vectors go to a warp each (norm_warp_kernel), as in the backward. Backward: the row kernel writes
  * dx and the row's statistics; the weight and bias gradients (sums over rows, per column)
  * are then taken by a column kernel over chunks of rows and folded in a fixed order, a
  * warp per column: deterministic, with no atomics. Rows of up to 32 x 8 vectors (1024 f16/bf16 or f32
@@ -149,6 +150,87 @@ __global__ void __launch_bounds__(THREADS) norm_row_kernel(const T *in, const T 
             cu_std(y, r * C + k, o);
         }
     }
+}
+
+/* As norm_row_kernel, a warp per row, for many rows (a training batch): lane l holds vectors
+ * l, l + 32, ... (NV of them, cu_vec<T>::N elements each) of the row, read and written 16
+ * bytes at a time; the sums are the lane's elements in order, then the butterfly, in double.
+ * A block per row spent its time in the barriers of its two block-wide sums and moved 2
+ * bytes a load. C a multiple of the vector, every row aligned. Few rows (a decode step's)
+ * keep norm_row_kernel: its block spreads a row over 256 threads, and the products that
+ * take the RMS norm in front (gemv.cu) sum in its order. */
+#define NORM_WARP_MIN_ROWS 32
+
+template <typename T, int NV>
+__global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T *res, T *sum, const T *w, const T *b,
+                                                            T *y, int64_t rows, int C, double eps, int rms)
+{
+    cu_pdl_wait();
+    constexpr int N = cu_vec<T>::N;
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
+    for (int64_t r = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+        float v[NV][N];
+        double s1 = 0.0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int k0 = (lane + 32 * j) * N;
+            if (k0 >= C) continue;
+            cu_ld16(in, r * C + k0, v[j]);
+            if (res != NULL) {
+                float rv[N];
+                cu_ld16(res, r * C + k0, rv);
+#pragma unroll
+                for (int e = 0; e < N; e++) v[j][e] = __fadd_rn(v[j][e], rv[e]);
+                cu_st16(sum, r * C + k0, v[j]);
+#pragma unroll
+                for (int e = 0; e < N; e++) v[j][e] = as_stored<T>(v[j][e]); /* as the add op hands it on */
+            }
+#pragma unroll
+            for (int e = 0; e < N; e++) s1 += (double)v[j][e];
+        }
+        const double mean = rms ? 0.0 : cu_warp_sum_d(s1) / (double)C;
+        double ss = 0.0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if ((lane + 32 * j) * N >= C) continue;
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const double d = (double)v[j][e] - mean;
+                ss += d * d;
+            }
+        }
+        const double rstd = 1.0 / sqrt(cu_warp_sum_d(ss) / (double)C + eps);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int k0 = (lane + 32 * j) * N;
+            if (k0 >= C) continue;
+            float wv[N], bv[N];
+            if (w != NULL) cu_ld16(w, k0, wv);
+            if (b != NULL) cu_ld16(b, k0, bv);
+            double o[N];
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                o[e] = ((double)v[j][e] - mean) * rstd;
+                if (w != NULL) o[e] *= (double)wv[e];
+                if (b != NULL) o[e] += (double)bv[e];
+            }
+            cu_std16(y, r * C + k0, o);
+        }
+    }
+}
+
+template <typename T>
+static void norm_warp_launch(const cu_backend *be, cudaStream_t s, int nv, const T *in, const T *res, T *sum, const T *w,
+                             const T *b, T *y, int64_t rows, int C, double eps, int rms)
+{
+    const unsigned g = cu_blocks(be, rows * 32, THREADS);
+    if (nv <= 2)
+        cu_launch(be, norm_warp_kernel<T, 2>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    else if (nv <= 4)
+        cu_launch(be, norm_warp_kernel<T, 4>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    else
+        cu_launch(be, norm_warp_kernel<T, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
 }
 
 /* dx per row; stats[2r], stats[2r+1] = mean, rstd for the column pass.
@@ -341,6 +423,16 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
     const void *w = node->n_in > 1 + add ? node->in[1 + add]->data : NULL;
     const void *b = node->n_in > 2 + add ? node->in[2 + add]->data : NULL;
     unsigned g = cu_blocks(be, rows * THREADS, THREADS);
+    const int64_t nvec = 16 / (int64_t)gdp_dtype_size(x->dtype);
+    if (rows >= NORM_WARP_MIN_ROWS && C % nvec == 0 && C <= 32 * 8 * nvec && cu_aligned16(x->data) &&
+        cu_aligned16(y->data) && (res == NULL || (cu_aligned16(res) && cu_aligned16(sum))) &&
+        (w == NULL || cu_aligned16(w)) && (b == NULL || cu_aligned16(b))) {
+        const int nv = (int)((C + 32 * nvec - 1) / (32 * nvec));
+        CU_FLOAT_SWITCH(x->dtype, T,
+                        norm_warp_launch<T>(be, s, nv, (const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
+                                            (const T *)b, (T *)y->data, rows, (int)C, eps, rms));
+        return GDP_OK;
+    }
     if (C <= THREADS * NORM_REG) {
         CU_FLOAT_SWITCH(x->dtype, T,
                         cu_launch(be, norm_row_kernel<T>, g, THREADS, 0, s, (const T *)x->data, (const T *)res, (T *)sum,

@@ -377,6 +377,9 @@ static const char *const layer_norm_cases[] = {
     "f[3,1] f[1] f[1]",
     "n[16,64] n[64] n[64]",
     "n[2,2500] n[2500] n[2500]", /* rows longer than a backend keeps in registers */
+    /* enough rows for a backend's warp a row: whole and partial vector groups */
+    "n[40,768] n[768] n[768]",
+    "n[33,1000] n[1000]",
     NULL,
 };
 
@@ -400,6 +403,8 @@ static const char *const rms_norm_cases[] = {
     "f[7]",
     "n[16,64] n[64]",
     "n[3,2500] n[2500]", /* rows longer than a backend keeps in registers */
+    "n[40,1024] n[1024]", /* enough rows for a backend's warp a row */
+    "n[33,2048]",
     NULL,
 };
 
@@ -419,6 +424,7 @@ static const char *const add_layer_norm_cases[] = {
     "f[4,8] f[4,8] f[8] f[8]",
     "f[2,3,5] f[2,3,5] f[5] | eps=1e-3",
     "n[3,768] n[3,768] n[768] n[768]",
+    "n[40,768] n[40,768] n[768] n[768]", /* enough rows for a backend's warp a row */
     NULL,
 };
 
@@ -430,6 +436,7 @@ static const char *const add_rms_norm_cases[] = {
     "n[1,768] n[1,768] n[768]",
     "n[16,1024] n[16,1024] n[1024]",
     "n[2,2500] n[2,2500] n[2500]", /* rows longer than a backend keeps in registers */
+    "n[40,1000] n[40,1000] n[1000]", /* enough rows for a backend's warp a row */
     NULL,
 };
 
