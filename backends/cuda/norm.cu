@@ -153,29 +153,46 @@ __global__ void __launch_bounds__(THREADS) norm_row_kernel(const T *in, const T 
 }
 
 /* As norm_row_kernel, a warp per row, for many rows (a training batch): lane l holds vectors
- * l, l + 32, ... (NV of them, cu_vec<T>::N elements each) of the row, read and written 16
+ * l, l + L, ... (NV of them, cu_vec<T>::N elements each) of the row, read and written 16
  * bytes at a time; the sums are the lane's elements in order, then the butterfly, in double.
  * A block per row spent its time in the barriers of its two block-wide sums and moved 2
- * bytes a load. C a multiple of the vector, every row aligned. Few rows (a decode step's)
- * keep norm_row_kernel: its block spreads a row over 256 threads, and the products that
- * take the RMS norm in front (gemv.cu) sum in its order. */
+ * bytes a load. Short rows (a head's q or k under Qwen3's norm) take L = 16 or 8 lanes of
+ * one vector each, 32 / L rows a warp, rather than leave most of a warp idle. C a multiple
+ * of the vector, every row aligned. Few rows (a decode step's) keep norm_row_kernel: its
+ * block spreads a row over 256 threads, and the products that take the RMS norm in front
+ * (gemv.cu) sum in its order. */
 #define NORM_WARP_MIN_ROWS 32
 
-template <typename T, int NV>
+/* The sum of v over the L lanes of this lane's row (aligned groups of L), in every one of
+ * them: the butterfly. All 32 lanes must call it. */
+template <int L> static __device__ __forceinline__ double seg_sum(double v)
+{
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T, int NV, int L>
 __global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T *res, T *sum, const T *w, const T *b,
                                                             T *y, int64_t rows, int C, double eps, int rms)
 {
     cu_pdl_wait();
     constexpr int N = cu_vec<T>::N;
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
-    for (int64_t r = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const int lane = threadIdx.x & 31, l = lane % L;
+    const int64_t per = 32 / L, step = (int64_t)gridDim.x * (THREADS / 32) * per;
+    for (int64_t r0 = (blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5)) * per; r0 < rows; r0 += step) {
+        const int64_t r = r0 + lane / L;
+        const bool live = r < rows; /* a lane past the last row still takes part in the shuffles */
         float v[NV][N];
         double s1 = 0.0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            const int k0 = (lane + 32 * j) * N;
-            if (k0 >= C) continue;
+            const int k0 = (l + L * j) * N;
+            if (!live || k0 >= C) {
+#pragma unroll
+                for (int e = 0; e < N; e++) v[j][e] = 0.0f;
+                continue;
+            }
             cu_ld16(in, r * C + k0, v[j]);
             if (res != NULL) {
                 float rv[N];
@@ -189,22 +206,22 @@ __global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T
 #pragma unroll
             for (int e = 0; e < N; e++) s1 += (double)v[j][e];
         }
-        const double mean = rms ? 0.0 : cu_warp_sum_d(s1) / (double)C;
+        const double mean = rms ? 0.0 : seg_sum<L>(s1) / (double)C;
         double ss = 0.0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            if ((lane + 32 * j) * N >= C) continue;
+            if (!live || (l + L * j) * N >= C) continue;
 #pragma unroll
             for (int e = 0; e < N; e++) {
                 const double d = (double)v[j][e] - mean;
                 ss += d * d;
             }
         }
-        const double rstd = 1.0 / sqrt(cu_warp_sum_d(ss) / (double)C + eps);
+        const double rstd = 1.0 / sqrt(seg_sum<L>(ss) / (double)C + eps);
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            const int k0 = (lane + 32 * j) * N;
-            if (k0 >= C) continue;
+            const int k0 = (l + L * j) * N;
+            if (!live || k0 >= C) continue;
             float wv[N], bv[N];
             if (w != NULL) cu_ld16(w, k0, wv);
             if (b != NULL) cu_ld16(b, k0, bv);
@@ -220,17 +237,26 @@ __global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T
     }
 }
 
+/* Lanes a row of C elements gets: a warp, or for rows of 16 vectors or fewer, 16 or 8
+ * lanes of one vector each. */
+static int row_lanes(int64_t C, int N) { return C <= 8 * N ? 8 : C <= 16 * N ? 16 : 32; }
+
 template <typename T>
 static void norm_warp_launch(const cu_backend *be, cudaStream_t s, int nv, const T *in, const T *res, T *sum, const T *w,
                              const T *b, T *y, int64_t rows, int C, double eps, int rms)
 {
-    const unsigned g = cu_blocks(be, rows * 32, THREADS);
-    if (nv <= 2)
-        cu_launch(be, norm_warp_kernel<T, 2>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    const int L = row_lanes(C, cu_vec<T>::N);
+    const unsigned g = cu_blocks(be, (rows * L + 31) / 32 * 32, THREADS);
+    if (L == 8)
+        cu_launch(be, norm_warp_kernel<T, 1, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    else if (L == 16)
+        cu_launch(be, norm_warp_kernel<T, 1, 16>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    else if (nv <= 2)
+        cu_launch(be, norm_warp_kernel<T, 2, 32>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
     else if (nv <= 4)
-        cu_launch(be, norm_warp_kernel<T, 4>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+        cu_launch(be, norm_warp_kernel<T, 4, 32>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
     else
-        cu_launch(be, norm_warp_kernel<T, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+        cu_launch(be, norm_warp_kernel<T, 8, 32>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
 }
 
 /* dx per row; stats[2r], stats[2r+1] = mean, rstd for the column pass.
@@ -264,22 +290,29 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx,
     }
 }
 
-/* As norm_bwd_rows_kernel, a warp per row: lane l holds vectors l, l + 32, ... (NV of them,
- * cu_vec<T>::N elements each) of x and dy; C a multiple of the vector, every row aligned. */
-template <typename T, int NV>
+/* As norm_bwd_rows_kernel, a warp per row (or L lanes, as norm_warp_kernel): lane l holds
+ * vectors l, l + L, ... (NV of them, cu_vec<T>::N elements each) of x and dy; C a multiple
+ * of the vector, every row aligned. */
+template <typename T, int NV, int L>
 __global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, T *dx,
                                                                 double *stats, int64_t rows, int C, double eps, int rms)
 {
     constexpr int N = cu_vec<T>::N;
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
-    for (int64_t r = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const int lane = threadIdx.x & 31, l = lane % L;
+    const int64_t per = 32 / L, step = (int64_t)gridDim.x * (THREADS / 32) * per;
+    for (int64_t r0 = (blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5)) * per; r0 < rows; r0 += step) {
+        const int64_t r = r0 + lane / L;
+        const bool live = r < rows; /* a lane past the last row still takes part in the shuffles */
         float xv[NV][N], dv[NV][N], wv[NV][N]; /* g = dy * w is taken in double where used */
         double s1 = 0.0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            const int k0 = (lane + 32 * j) * N;
-            if (k0 >= C) continue;
+            const int k0 = (l + L * j) * N;
+            if (!live || k0 >= C) {
+#pragma unroll
+                for (int e = 0; e < N; e++) xv[j][e] = dv[j][e] = wv[j][e] = 0.0f;
+                continue;
+            }
             cu_ld16(x, r * C + k0, xv[j]);
             cu_ld16(dy, r * C + k0, dv[j]);
             if (w != NULL) cu_ld16(w, k0, wv[j]);
@@ -289,21 +322,21 @@ __global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, con
                 if (w == NULL) wv[j][e] = 1.0f;
             }
         }
-        const double mean = rms ? 0.0 : cu_warp_sum_d(s1) / (double)C;
+        const double mean = rms ? 0.0 : seg_sum<L>(s1) / (double)C;
         double ss = 0.0, sg = 0.0, sgx = 0.0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            if ((lane + 32 * j) * N >= C) continue;
+            if (!live || (l + L * j) * N >= C) continue;
 #pragma unroll
             for (int e = 0; e < N; e++) {
                 const double d = (double)xv[j][e] - mean;
                 ss += d * d;
             }
         }
-        const double rstd = 1.0 / sqrt(cu_warp_sum_d(ss) / (double)C + eps);
+        const double rstd = 1.0 / sqrt(seg_sum<L>(ss) / (double)C + eps);
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            if ((lane + 32 * j) * N >= C) continue;
+            if (!live || (l + L * j) * N >= C) continue;
 #pragma unroll
             for (int e = 0; e < N; e++) {
                 const double g = (double)dv[j][e] * (double)wv[j][e], v = (double)xv[j][e];
@@ -311,11 +344,11 @@ __global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, con
                 sgx += rms ? g * v : g * (v - mean) * rstd;
             }
         }
-        const double mg = cu_warp_sum_d(sg) / (double)C, mgx = cu_warp_sum_d(sgx) / (double)C;
+        const double mg = seg_sum<L>(sg) / (double)C, mgx = seg_sum<L>(sgx) / (double)C;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            const int k0 = (lane + 32 * j) * N;
-            if (k0 >= C) continue;
+            const int k0 = (l + L * j) * N;
+            if (!live || k0 >= C) continue;
             double out[N];
 #pragma unroll
             for (int e = 0; e < N; e++) {
@@ -324,7 +357,7 @@ __global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, con
             }
             cu_std16(dx, r * C + k0, out);
         }
-        if (lane == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
+        if (live && l == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
     }
 }
 
@@ -456,14 +489,18 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
     constexpr int N = cu_vec<T>::N;
     const int vec = C % N == 0 && C <= 32 * N * 8 && cu_aligned16(dy) && cu_aligned16(x) && cu_aligned16(dx) &&
                     (w == NULL || cu_aligned16(w));
-    const int nv = (int)((C + 32 * N - 1) / (32 * N));
-    const unsigned gw = cu_blocks(be, rows * 32, THREADS);
-    if (vec && nv <= 2)
-        norm_bwd_warp_kernel<T, 2><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    const int nv = (int)((C + 32 * N - 1) / (32 * N)), L = row_lanes(C, N);
+    const unsigned gw = cu_blocks(be, (rows * L + 31) / 32 * 32, THREADS);
+    if (vec && L == 8)
+        norm_bwd_warp_kernel<T, 1, 8><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    else if (vec && L == 16)
+        norm_bwd_warp_kernel<T, 1, 16><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+    else if (vec && nv <= 2)
+        norm_bwd_warp_kernel<T, 2, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
     else if (vec && nv <= 4)
-        norm_bwd_warp_kernel<T, 4><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+        norm_bwd_warp_kernel<T, 4, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
     else if (vec)
-        norm_bwd_warp_kernel<T, 8><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
+        norm_bwd_warp_kernel<T, 8, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
     else
         norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C,
                                                                                           eps, rms);

@@ -380,6 +380,7 @@ static const char *const layer_norm_cases[] = {
     /* enough rows for a backend's warp a row: whole and partial vector groups */
     "n[40,768] n[768] n[768]",
     "n[33,1000] n[1000]",
+    "n[35,64] n[64] n[64]", /* short rows: 8 or 16 lanes a row, and a warp's last rows empty */
     NULL,
 };
 
@@ -393,6 +394,7 @@ static const char *const layer_norm_grad_cases[] = {
     "n[40,768] n[40,768] n[768]",
     "n[9,1000] n[9,1000]",
     "n[5,2048] n[5,2048] n[2048]",
+    "n[37,128] n[37,128] n[128]", /* short rows: 8 or 16 lanes a row */
     NULL,
 };
 
@@ -405,6 +407,7 @@ static const char *const rms_norm_cases[] = {
     "n[3,2500] n[2500]", /* rows longer than a backend keeps in registers */
     "n[40,1024] n[1024]", /* enough rows for a backend's warp a row */
     "n[33,2048]",
+    "n[37,128] n[128]", /* short rows (a head's q or k): 16 or 32 lanes a row */
     NULL,
 };
 
@@ -416,6 +419,7 @@ static const char *const rms_norm_grad_cases[] = {
     "n[40,1024] n[40,1024] n[1024]",
     "n[3,1032] n[3,1032]",
     "f[4,12] f[4,12] f[12]",
+    "n[35,64] n[35,64] n[64]", /* short rows: 8 or 16 lanes a row */
     NULL,
 };
 
