@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #define TC_BQ 64       /* query rows per block (forward, dq) and key rows per block (dk, dv) */
+#define TC_BK 64       /* key rows per tile of the forward */
 #define TC_THREADS 128 /* 4 warps of 16 rows */
 #define TC_LOG2E 1.4426950408889634f
 #define TC_LN2 0.6931471805599453f
@@ -65,8 +66,8 @@ template <int D> struct tc_dims {
     /* forward: a warp's 16-row tiles (two share each key and value fragment where the
      * registers allow), the block's query rows */
     static constexpr int MT = D == 64 ? 2 : 1, BQ = 64 * MT;
-    /* forward: Q, then two buffers of K and V (64 rows each) */
-    static constexpr size_t fwd_smem = (BQ + 4 * 64) * rows;
+    /* forward: Q, then two buffers of K and V */
+    static constexpr size_t fwd_smem = (BQ + 4 * TC_BK) * rows;
     /* dq: Q and dO (64 rows), two buffers of K and V (NB rows) */
     static constexpr size_t dq_smem = 2 * TC_BQ * rows + 4 * NB * rows;
     /* dk, dv: K and V (64 rows), two buffers of Q and dO (NB rows) and of lse, delta */
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
-    constexpr int LD = Dm::LD, KT = 64, MT = Dm::MT, BQ = Dm::BQ; /* keys per tile; a warp's 16-row tiles */
+    constexpr int LD = Dm::LD, KT = TC_BK, MT = Dm::MT, BQ = Dm::BQ; /* MT: a warp's 16-row tiles */
     att_check_len(a, bad);
     T *Qs = (T *)tc_smem, *KV = Qs + BQ * LD; /* buffer j: K at KV + 2 j KT LD, V after it */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
