@@ -2,16 +2,18 @@
  * the residual add fused in front (add_layer_norm, add_rms_norm), all over the last axis:
  * x is read as (rows, C).
  *
- * Forward: one block per row; the row's statistics are block reductions in double (two
- * passes for the variance, as the reference); rows of up to 2048 are held in registers
- * (norm_row_kernel), longer ones read again for each pass. Many rows of up to 32 x 8
- * vectors go to a warp each (norm_warp_kernel), as in the backward. Backward: the row kernel writes
- * dx and the row's statistics; the weight and bias gradients (sums over rows, per column)
- * are then taken by a column kernel over chunks of rows and folded in a fixed order, a
- * warp per column: deterministic, with no atomics. Rows of up to 32 x 8 vectors (1024 f16/bf16 or f32
- * elements; a transformer's hidden size) go to a warp each in the backward
- * (norm_bwd_warp_kernel): held in registers, read once, the sums warp shuffles — a block per
- * row spent its time in the barriers of four block-wide sums.
+ * Rows of up to 32 x 8 16-byte vectors (1024 f32 or 2048 f16/bf16 elements: a transformer's
+ * hidden size) go to a warp each, forward (norm_warp_kernel, 32 rows or more: a training
+ * batch) and backward (norm_bwd_warp_kernel): held in registers, read once, the sums warp
+ * shuffles in double — a block per row spent its time in the barriers of its block-wide
+ * sums. Rows of at most 16 vectors share a warp, 16 or 8 lanes each. Otherwise a block per
+ * row: the statistics are block reductions in double (two passes for the variance, as the
+ * reference); rows of up to 2048 are held in registers (norm_row_kernel, also a decode
+ * step's few rows), longer ones read again for each pass (norm_fwd_kernel,
+ * norm_bwd_rows_kernel). The backward's row pass writes dx and the row's statistics; the
+ * weight and bias gradients (sums over rows, per column) are then taken by a column kernel
+ * over chunks of rows and folded in a fixed order, a warp per column: deterministic, with
+ * no atomics.
  */
 #include "cu_vec.h"
 
@@ -242,10 +244,11 @@ __global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T
 static int row_lanes(int64_t C, int N) { return C <= 8 * N ? 8 : C <= 16 * N ? 16 : 32; }
 
 template <typename T>
-static void norm_warp_launch(const cu_backend *be, cudaStream_t s, int nv, const T *in, const T *res, T *sum, const T *w,
+static void norm_warp_launch(const cu_backend *be, cudaStream_t s, const T *in, const T *res, T *sum, const T *w,
                              const T *b, T *y, int64_t rows, int C, double eps, int rms)
 {
-    const int L = row_lanes(C, cu_vec<T>::N);
+    constexpr int N = cu_vec<T>::N;
+    const int nv = (C + 32 * N - 1) / (32 * N), L = row_lanes(C, N);
     const unsigned g = cu_blocks(be, (rows * L + 31) / 32 * 32, THREADS);
     if (L == 8)
         cu_launch(be, norm_warp_kernel<T, 1, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
@@ -460,9 +463,8 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
     if (rows >= NORM_WARP_MIN_ROWS && C % nvec == 0 && C <= 32 * 8 * nvec && cu_aligned16(x->data) &&
         cu_aligned16(y->data) && (res == NULL || (cu_aligned16(res) && cu_aligned16(sum))) &&
         (w == NULL || cu_aligned16(w)) && (b == NULL || cu_aligned16(b))) {
-        const int nv = (int)((C + 32 * nvec - 1) / (32 * nvec));
         CU_FLOAT_SWITCH(x->dtype, T,
-                        norm_warp_launch<T>(be, s, nv, (const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
+                        norm_warp_launch<T>(be, s, (const T *)x->data, (const T *)res, (T *)sum, (const T *)w,
                                             (const T *)b, (T *)y->data, rows, (int)C, eps, rms));
         return GDP_OK;
     }

@@ -381,6 +381,8 @@ static const char *const layer_norm_cases[] = {
     "n[40,768] n[768] n[768]",
     "n[33,1000] n[1000]",
     "n[35,64] n[64] n[64]", /* short rows: 8 or 16 lanes a row, and a warp's last rows empty */
+    "n[37,40] n[40]",       /* short rows that leave lanes of their group idle */
+    "n[40,384] n[384] n[384]", /* two vectors a lane, the second group partly filled */
     NULL,
 };
 
@@ -394,7 +396,9 @@ static const char *const layer_norm_grad_cases[] = {
     "n[40,768] n[40,768] n[768]",
     "n[9,1000] n[9,1000]",
     "n[5,2048] n[5,2048] n[2048]",
-    "n[37,128] n[37,128] n[128]", /* short rows: 8 or 16 lanes a row */
+    "n[37,128] n[37,128] n[128]", /* 16 lanes a row (f16/bf16), two vectors a lane (f32) */
+    "n[37,40] n[37,40]",          /* short rows that leave lanes of their group idle */
+    "n[40,384] n[40,384] n[384]", /* two vectors a lane, the second group partly filled */
     NULL,
 };
 
@@ -406,8 +410,10 @@ static const char *const rms_norm_cases[] = {
     "n[16,64] n[64]",
     "n[3,2500] n[2500]", /* rows longer than a backend keeps in registers */
     "n[40,1024] n[1024]", /* enough rows for a backend's warp a row */
-    "n[33,2048]",
-    "n[37,128] n[128]", /* short rows (a head's q or k): 16 or 32 lanes a row */
+    "n[33,2048]",         /* a warp a row for f16/bf16 (eight vectors a lane); f32's is too long */
+    "n[37,128] n[128]",   /* short rows (a head's q or k): 16 or 32 lanes a row */
+    "n[33,32] n[32]",     /* 8 lanes a row, a warp's last rows empty */
+    "n[33,256]",          /* two vectors a lane */
     NULL,
 };
 
@@ -420,6 +426,8 @@ static const char *const rms_norm_grad_cases[] = {
     "n[3,1032] n[3,1032]",
     "f[4,12] f[4,12] f[12]",
     "n[35,64] n[35,64] n[64]", /* short rows: 8 or 16 lanes a row */
+    "n[33,32] n[33,32] n[32]",   /* 8 lanes a row, a warp's last rows empty */
+    "n[33,256] n[33,256]",       /* two vectors a lane */
     NULL,
 };
 
@@ -429,6 +437,7 @@ static const char *const add_layer_norm_cases[] = {
     "f[2,3,5] f[2,3,5] f[5] | eps=1e-3",
     "n[3,768] n[3,768] n[768] n[768]",
     "n[40,768] n[40,768] n[768] n[768]", /* enough rows for a backend's warp a row */
+    "n[37,40] n[37,40] n[40] n[40]",     /* short rows: 8 or 16 lanes a row, lanes idle */
     NULL,
 };
 
@@ -441,6 +450,8 @@ static const char *const add_rms_norm_cases[] = {
     "n[16,1024] n[16,1024] n[1024]",
     "n[2,2500] n[2,2500] n[2500]", /* rows longer than a backend keeps in registers */
     "n[40,1000] n[40,1000] n[1000]", /* enough rows for a backend's warp a row */
+    "n[35,64] n[35,64] n[64]",       /* short rows, a warp's last rows empty */
+    "n[37,128] n[37,128]",
     NULL,
 };
 
