@@ -1,6 +1,8 @@
 /* The memory plan: one arena per backend per graph, shared by the graph's programs.
  *  - gd_program_planned_bytes says what a program needs on each backend, and buffers whose
  *    lifetimes do not overlap share bytes (a chain needs two buffers, not one per node);
+ *  - an op's output takes the bytes of an input read for the last time where the op
+ *    allows it (the logits' gradient over the logits);
  *  - a training step and an evaluation of one graph share the arena: on each backend it
  *    is as big as the larger of the two needs, and every buffer of both lies inside it;
  *  - a program is re-pointed, not recompiled, when another program of its graph grows
@@ -39,6 +41,39 @@ static void test_chain_reuse(void)
     CHECK(bad == 0, "%d elements of the chain are wrong", bad);
     gd_program_free(p);
     gd_graph_free(g);
+}
+
+/* The logits' gradient takes the logits' bytes when nothing reads them after it (its op's
+ * `reuse`): the plan needs one such buffer fewer than when the logits are kept (a target
+ * too), and the gradient is bitwise the same. */
+static void test_output_over_input(void)
+{
+    enum { R = 64, C = 1024 };
+    static float xs[R * C], d[2][R * C];
+    int32_t ts[R];
+    for (int i = 0; i < R * C; i++) xs[i] = sinf(0.37f * (float)i);
+    for (int r = 0; r < R; r++) ts[r] = (r * 37) % C;
+    size_t planned[2] = {0, 0};
+    for (int keep = 0; keep < 2; keep++) {
+        gd_graph *g = fresh();
+        gd_tensor *x = in_f32(g, "x", 2, (int64_t[]){R, C}, xs);
+        gd_tensor *t = gd_input(g, "t", GD_I32, 1, (int64_t[]){R});
+        CHECK(t != NULL && gd_tensor_write(t, ts, sizeof ts) == GD_OK, "targets: %s", gd_ctx_error(ctx));
+        gd_tensor *logits = gd_add(x, x);
+        gd_tensor *loss = gd_cross_entropy(logits, t, -100);
+        CHECK(loss != NULL && gd_backward(g, loss) == GD_OK, "backward: %s", gd_ctx_error(ctx));
+        gd_tensor *tg[2] = {gd_grad(g, logits), logits};
+        gd_program *p = compile_run(g, 1 + keep, tg);
+        if (p != NULL) {
+            planned[keep] = gd_program_planned_bytes(p, "testdev") + gd_program_planned_bytes(p, "ref");
+            CHECK(gd_tensor_read(tg[0], d[keep], sizeof d[keep]) == GD_OK, "read: %s", gd_ctx_error(ctx));
+            gd_program_free(p);
+        }
+        gd_graph_free(g);
+    }
+    CHECK(planned[1] >= planned[0] + sizeof xs, "the logits' gradient over the logits: %zu bytes planned, %zu when "
+          "the logits are kept; want one buffer (%zu) fewer", planned[0], planned[1], sizeof xs);
+    CHECK(memcmp(d[0], d[1], sizeof d[0]) == 0, "the gradient over the logits differs from the one beside them");
 }
 
 /* Every output buffer p's kernels write on a planned slot lies inside its backend's arena. */
@@ -130,6 +165,7 @@ int main(void)
     ctx = td_new_ctx("testdev", 0);
     if (ctx == NULL) return 1;
     test_chain_reuse();
+    test_output_over_input();
     test_shared_arena();
     return tu_finish("memory plan");
 }

@@ -28,7 +28,7 @@ void gd_case_out_free(gd_case_out *o)
 
 const char *gd_case_variant_name(int variant)
 {
-    static const char *const names[] = {"contiguous", "transposed", "sliced", "broadcast"};
+    static const char *const names[] = {"contiguous", "transposed", "sliced", "broadcast", "output over input"};
     return variant >= 0 && variant < GD_VAR_COUNT ? names[variant] : "?";
 }
 
@@ -49,6 +49,7 @@ static int viewed(const gd_op_def *op, const gd_case *c, int k, int variant)
 
 int gd_case_variant_applies(const gd_op_def *op, const gd_case *c, int variant)
 {
+    if (variant == GD_VAR_SHARED) return op->reuse > 0 && op->reuse <= c->n_in;
     for (int k = 0; k < c->n_in; k++)
         if (viewed(op, c, k, variant)) return 1;
     return 0;
@@ -149,6 +150,9 @@ static gd_status make_input(gd_case_prog *cp, const gd_op_def *op, const gd_case
     case GD_VAR_BROADCAST: cp->arg[k] = gd_expand(cp->in[k], nd, ci->shape); break;
     default: cp->arg[k] = cp->in[k]; break;
     }
+    /* a kernel's output, read by nothing after the op: the planner puts the op's output
+     * over it */
+    if (variant == GD_VAR_SHARED && k == op->reuse - 1) cp->arg[k] = gd_contiguous(cp->in[k]);
     return cp->arg[k] != NULL ? GD_OK : cp->ctx->status != GD_OK ? cp->ctx->status : GD_ERR_SHAPE;
 }
 

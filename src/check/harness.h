@@ -18,10 +18,13 @@ enum gd_case_variant {
                               (rows strided, data at an offset; the rest of it is NaN or -1) */
     GD_VAR_BROADCAST,      /* inputs whose dim 0 is > 1: a size-1 leading dim expanded (stride
                               0), so the case's rows along dim 0 are all equal */
+    GD_VAR_SHARED,         /* ops with `reuse`: that input made by a copy kernel in front, so
+                              that the output takes its bytes (contiguous data, not a view) */
     GD_VAR_COUNT
 };
 const char *gd_case_variant_name(int variant);
-/* 1 when the variant views at least one input of the case. */
+/* 1 when the variant applies to the case: it views at least one input, or (GD_VAR_SHARED)
+ * the op may write its output over an input. */
 int gd_case_variant_applies(const gd_op_def *op, const gd_case *c, int variant);
 
 typedef struct gd_case_opts {

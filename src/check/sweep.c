@@ -271,14 +271,15 @@ static void sweep_cell(gd_ctx *ctx, gd_sweep_row *row, gd_backend *b, gd_sweep_c
             if (v > 0 && !gd_case_variant_applies(op, &cs, v)) continue;
             int r = run_case(ctx, op, &cs, *c, v, b, tol_dt, sig, cell, &row->case_keys);
             if (r == RUN_OTHER_FORM) break;
+            const int strided = v > 0 && v != GD_VAR_SHARED; /* the output over an input counts as contiguous */
             if (r == RUN_FAILED) {
-                if (v > 0) cell->strided = GD_V_FAILING;
+                if (strided) cell->strided = GD_V_FAILING;
                 return;
             }
-            ok[v > 0] += r == RUN_OK;
-            fallback[v > 0] += r == RUN_FALLBACK;
+            ok[strided] += r == RUN_OK;
+            fallback[strided] += r == RUN_FALLBACK;
             if (v == 0) cell->cases++;
-            else cell->variant_runs++;
+            else if (strided) cell->variant_runs++;
         }
     }
     if (sig != NULL && cell->cases == 0) {

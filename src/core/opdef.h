@@ -105,6 +105,12 @@ typedef struct gd_op_def {
     /* Non-zero for ops with in-place outputs (read together with `inplace`, so that a
      * zero-initialized `inplace` in an ordinary op means nothing). */
     int updates;
+    /* 1 + the input whose storage output 0 may take when nothing reads that input after
+     * the node and the two have the same size (the logits' gradient over the logits): the
+     * planner then gives both one slot. 0: none. Every kernel of the op, on every backend,
+     * must then be right with the output at that input's address (an element read before it
+     * is written); the sweep runs such ops that way too (GD_VAR_SHARED). */
+    int reuse;
     /* Sweep tolerance: normalized MSE allowed for f32; 0 means exact (bitwise) compare.
      * f16/bf16 and the backward pass scale it (see src/core/sweep.c). */
     double tol;

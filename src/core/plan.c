@@ -132,6 +132,50 @@ static size_t workspace_bytes(gd_program *p, const gd_pnode *x)
     return x->kernel->k.workspace(x->be->plugin.backend, &d.node);
 }
 
+/* last[r]: the last node (pnode index) reading root r, or p->n_pn for the roots of
+ * targets (read after the run); -1 when nothing reads it. NULL when out of memory. */
+static int *last_readers(const gd_program *p)
+{
+    int *last = gd_malloc(sizeof(int) * ((size_t)p->n_vals + 1));
+    if (last == NULL) return NULL;
+    for (int v = 0; v <= p->n_vals; v++) last[v] = -1;
+    for (int i = 0; i < p->n_pn; i++) {
+        if (p->pn[i].view) continue;
+        const gd_node *n = p->pn[i].node;
+        for (int k = 0; k < n->n_in; k++) last[p->vi[n->in[k]->id].root] = i;
+    }
+    for (int i = 0; i < p->n_targets; i++) last[p->vi[p->target_val[i]].root] = p->n_pn;
+    return last;
+}
+
+/* The input whose slot node i's output 0 may take (its op's `reuse`), or -1: the input is
+ * a whole buffer of a kernel's making (not a leaf, nor an update's new version; reshaped,
+ * perhaps, but all of it in order), of the output's dtype and size, no other input of the
+ * node reads it, and no later node nor the caller does. ins: the node's input slots on its
+ * backend. */
+static int reusable_input(const gd_program *p, int i, const int *ins, const int *last_read)
+{
+    const gd_node *n = p->pn[i].node;
+    int a = n->op->reuse - 1;
+    if (a < 0 || a >= n->n_in || n->is_update) return -1;
+    const gd_tensor *in = n->in[a], *out = n->out[0];
+    const gd_vinfo *vi = &p->vi[in->id];
+    int r = vi->root;
+    if (!vi->contiguous || vi->offset != 0 || gd_value_bytes(p->vals[r]) != gd_value_bytes(in))
+        return -1;
+    if (last_read[r] != i || is_leaf(p->vals[r]) || p->slots[ins[a]].kind != GD_SLOT_PLANNED ||
+        p->slots[ins[a]].root != r)
+        return -1;
+    int pn = p->vi[r].producer;
+    if (pn < 0 || p->pn[pn].node->is_update) return -1;
+    if (in->dtype != out->dtype || gd_value_bytes(in) != gd_value_bytes(out)) return -1;
+    for (int k = 0; k < n->n_in; k++)
+        if (k != a && p->vi[n->in[k]->id].root == r) return -1;
+    return a;
+}
+
+static gd_status kernel_actions(gd_program *p, const int *last_read);
+
 gd_status gd_prog_actions(gd_program *p)
 {
     gd_graph *g = p->g;
@@ -158,7 +202,27 @@ gd_status gd_prog_actions(gd_program *p)
     }
     gd_free(used);
     if (st != GD_OK) return st;
+    int *last_read = last_readers(p);
+    if (last_read == NULL) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+    st = kernel_actions(p, last_read);
+    gd_free(last_read);
+    if (st != GD_OK) return st;
+    /* Targets survive the run. */
+    for (int i = 0; i < p->n_targets; i++) {
+        int r = p->vi[p->target_val[i]].root;
+        for (int b = 0; b < nb; b++) {
+            int s = p->slot_of[r * nb + b];
+            if (s >= 0) p->slots[s].last = p->n_acts;
+        }
+    }
+    return GD_OK;
+}
 
+/* An action a node, in program order, with the copies its inputs and updates need. */
+static gd_status kernel_actions(gd_program *p, const int *last_read)
+{
+    gd_ctx *ctx = p->g->ctx;
+    int nb = p->n_backends;
     /* last[b]: the last action that put work on device backend b; a host kernel reading
      * that device's memory in place waits for it (an event, not a full synchronize). With
      * no such action yet in this run, what it reads may still be written by device work
@@ -200,9 +264,11 @@ gd_status gd_prog_actions(gd_program *p)
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k]->id;
             int a = n->is_update ? n->op->inplace[k] : -1;
+            if (a < 0 && k == 0) a = reusable_input(p, i, ins, last_read);
             int s;
             if (a >= 0) {
-                /* in place: the new version shares the input's storage on this backend */
+                /* in place, or over an input read for the last time: the output shares the
+                 * input's storage on this backend */
                 s = ins[a];
                 p->slot_of[v * nb + x->be->index] = s;
             } else {
@@ -250,14 +316,6 @@ gd_status gd_prog_actions(gd_program *p)
                 if (c->staging < 0) return gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
                 touch(p, c->staging, p->n_acts - 1);
             }
-        }
-    }
-    /* Targets survive the run. */
-    for (int i = 0; i < p->n_targets; i++) {
-        int r = p->vi[p->target_val[i]].root;
-        for (int b = 0; b < nb; b++) {
-            int s = p->slot_of[r * nb + b];
-            if (s >= 0) p->slots[s].last = p->n_acts;
         }
     }
     return GD_OK;

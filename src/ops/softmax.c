@@ -521,7 +521,7 @@ GD_FAMILY(softmax)
         .name = "cross_entropy_grad", .min_in = 3, .max_in = 3, .n_out = 1, .attrs = "ignore_index:int classes:int",
         .dtypes = GD_FLOATS, .infer = infer_cross_entropy_grad, .ref = ref_cross_entropy_grad,
         .cases = cross_entropy_grad_cases, .mixed = cross_entropy_grad_mixed,
-        .mixed_cases = cross_entropy_grad_mixed_cases, .ref_strided = 1, .tol = 1e-8,
+        .mixed_cases = cross_entropy_grad_mixed_cases, .ref_strided = 1, .tol = 1e-8, .reuse = 2,
         .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count; bad "
                "targets as cross_entropy; dloss f32 for f16/bf16 logits (the mixed forms)"});
     gd_register_op(r, &(gd_op_def){
