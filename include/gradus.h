@@ -201,6 +201,7 @@ gd_tensor *gd_scale(gd_tensor *x, double s, double bias); /* x*s + bias */
 gd_tensor *gd_relu(gd_tensor *x);
 gd_tensor *gd_gelu(gd_tensor *x, int tanh_approximation);
 gd_tensor *gd_silu(gd_tensor *x);
+gd_tensor *gd_swiglu(gd_tensor *g, gd_tensor *u); /* silu(g) * u, one op (its backward keeps no silu(g)) */
 gd_tensor *gd_sigmoid(gd_tensor *x);
 gd_tensor *gd_tanh(gd_tensor *x);
 gd_tensor *gd_cast(gd_tensor *x, gd_dtype to);

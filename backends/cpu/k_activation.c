@@ -1,5 +1,5 @@
 /* k_activation.c — relu, gelu (erf and tanh forms), silu, sigmoid, tanh and their
- * backward ops (f32; f16 and bf16 through k_half.c).
+ * backward ops, and swiglu and its backward (f32; f16 and bf16 through k_half.c).
  *
  * Definitions are in src/ops/activation.c, which computes in double and rounds once.
  * relu and the backward ops expressed through y (relu_grad, sigmoid_grad, tanh_grad) are
@@ -180,6 +180,41 @@ ACT_KERNEL(sigmoid_grad, A_SIGMOID_GRAD)
 ACT_KERNEL(tanh, A_TANH)
 ACT_KERNEL(tanh_grad, A_TANH_GRAD)
 
+/* ---- swiglu: silu(g) * u, and (dy, g, u) -> (dg, du); contiguous operands ------------------- */
+
+typedef struct swiglu_job {
+    const float *dy, *g, *u;
+    float *y, *du; /* y: the forward's output, or dg */
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const swiglu_job *j = ctx;
+    const float *g = j->g, *u = j->u, *dy = j->dy;
+    float *y = j->y, *du = j->du;
+    if (dy == NULL) {
+        for (int64_t i = begin; i < end; i++) y[i] = g[i] * gcpu_sigmoidf(g[i]) * u[i];
+        return;
+    }
+    for (int64_t i = begin; i < end; i++) {
+        float x = g[i], sg = gcpu_sigmoidf(x);
+        du[i] = dy[i] * (x * sg);
+        y[i] = dy[i] * u[i] * (sg * (1.0f + x * (1.0f - sg)));
+    }
+}
+
+static gdp_status k_swiglu(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be; (void)stream; (void)err;
+    const int grad = n->n_in == 3;
+    swiglu_job j = {.dy = grad ? n->in[0]->data : NULL, .g = n->in[grad]->data, .u = n->in[grad + 1]->data,
+                    .y = n->out[0]->data, .du = grad ? n->out[1]->data : NULL};
+    gcpu_parallel_for_grain(gdp_numel(n->out[0]), GCPU_GRAIN_ELEMS / 8, swiglu_task, &j);
+    return GDP_OK;
+}
+GCPU_HALF_OF(k_swiglu, s_f32, NULL)
+
 gdp_status gcpu_register_activation(gcpu_regctx *r, gdp_err *err)
 {
 #define K(name) {#name, GCPU_FLOATS_INIT(k_##name, s_f32, NULL)}
@@ -195,5 +230,8 @@ gdp_status gcpu_register_activation(gcpu_regctx *r, gdp_err *err)
         gdp_status s = gcpu_reg_floats(r, ks[i].op, ks[i].k, GDP_KERNEL_STRIDED, NULL, err);
         if (s != GDP_OK) return s;
     }
-    return GDP_OK;
+    /* strided operands reach them as the planner's contiguous copies */
+    gdp_status s = gcpu_reg_floats(r, "swiglu", GCPU_FLOATS(k_swiglu, s_f32, NULL), 0, NULL, err);
+    if (s == GDP_OK) s = gcpu_reg_floats(r, "swiglu_grad", GCPU_FLOATS(k_swiglu, s_f32, NULL), 0, NULL, err);
+    return s;
 }

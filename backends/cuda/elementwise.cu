@@ -1,6 +1,6 @@
 /* elementwise.cu — the elementwise family (src/ops/elementwise.c) and the activations
  * (src/ops/activation.c): unary ops, binary ops with NumPy broadcasting, where, and the
- * backward ops of both.
+ * backward ops of both; swiglu and its backward (contiguous operands only).
  *
  * Like the reference, every kernel computes in double and rounds once to the output
  * dtype (through f32 for f16/bf16, as the core runs the reference), so results match the
@@ -648,7 +648,89 @@ static gdp_status where_run(cu_backend *be, const gdp_node *node, cudaStream_t s
 }
 CU_LAUNCHER(where_run)
 
-/* Every kernel of this family takes strided inputs. */
+/* ---- swiglu: y = silu(g) * u; backward (dy, g, u) -> (dg, du) ---------------------------------- */
+
+/* One element: y (dy == NULL) or dg into *a and du into *b. f32 in double, as the family
+ * computes; f16/bf16 in float, as their activations' gradients here do (in_float). */
+template <typename T>
+static __device__ __forceinline__ void swiglu_one(const float *dy, float g, float u, double *a, double *b)
+{
+    if constexpr (sizeof(T) == 2) {
+        const float sg = 1.0f / (1.0f + expf(-g));
+        if (dy == NULL) {
+            *a = (double)(g * sg * u);
+            return;
+        }
+        *a = (double)(*dy * u * (sg * (1.0f + g * (1.0f - sg))));
+        *b = (double)(*dy * (g * sg));
+    } else {
+        const double x = g, sg = cu_sigmoid_d(x);
+        if (dy == NULL) {
+            *a = x * sg * (double)u;
+            return;
+        }
+        *a = (double)*dy * (double)u * (sg * (1.0 + x * (1.0 - sg)));
+        *b = (double)*dy * (x * sg);
+    }
+}
+
+/* A thread takes 16 bytes of each operand at a time (vec: every pointer aligned), then
+ * the tail element by element. dy == NULL: the forward, into y; else dg into y and du. */
+template <typename T>
+__global__ void swiglu_kernel(const T *dy, const T *g, const T *u, T *y, T *du, int64_t n, int vec)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int64_t nv = vec ? n / N : 0, stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t t0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (int64_t v = t0; v < nv; v += stride) {
+        float gf[N], uf[N], df[N];
+        double a[N], b[N];
+        cu_ld16(g, v * N, gf);
+        cu_ld16(u, v * N, uf);
+        if (dy != NULL) cu_ld16(dy, v * N, df);
+#pragma unroll
+        for (int k = 0; k < N; k++) swiglu_one<T>(dy != NULL ? &df[k] : NULL, gf[k], uf[k], &a[k], &b[k]);
+        cu_std16(y, v * N, a);
+        if (dy != NULL) cu_std16(du, v * N, b);
+    }
+    for (int64_t i = nv * N + t0; i < n; i += stride) {
+        const float d = dy != NULL ? cu_ld(dy, i) : 0.0f;
+        double a, b;
+        swiglu_one<T>(dy != NULL ? &d : NULL, cu_ld(g, i), cu_ld(u, i), &a, &b);
+        cu_std(y, i, a);
+        if (dy != NULL) cu_std(du, i, b);
+    }
+}
+
+static int swiglu_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    const int grad = n->n_in == 3;
+    if (n->n_in != 2 + grad || n->n_out != 1 + grad || !cu_gpu_float(n->out[0]->dtype) || !all_dtype(n, n->out[0]->dtype))
+        return 0;
+    for (int k = 0; k < n->n_in; k++)
+        if (!cu_same_shape(n->in[k], n->out[0])) return 0;
+    return !grad || cu_same_shape(n->out[1], n->out[0]);
+}
+
+static gdp_status swiglu_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const int grad = node->n_in == 3;
+    const gdp_tensor *g = node->in[grad], *u = node->in[grad + 1], *y = node->out[0];
+    const void *dy = grad ? node->in[0]->data : NULL;
+    void *du = grad ? node->out[1]->data : NULL;
+    const int64_t n = gdp_numel(y);
+    if (n == 0) return GDP_OK;
+    const int vec = cu_aligned16(g->data) && cu_aligned16(u->data) && cu_aligned16(y->data) &&
+                    (!grad || (cu_aligned16(dy) && cu_aligned16(du)));
+    CU_FLOAT_SWITCH(y->dtype, T,
+                    swiglu_kernel<T><<<cu_blocks(be, vec ? (n + cu_vec<T>::N - 1) / cu_vec<T>::N : n, THREADS), THREADS, 0, s>>>(
+                        (const T *)dy, (const T *)g->data, (const T *)u->data, (T *)y->data, (T *)du, n, vec));
+    return GDP_OK;
+}
+CU_LAUNCHER(swiglu_run)
+
+/* Every kernel of this family but swiglu's takes strided inputs. */
 #define EK(op, dt, sup, fn) CU_KX(op, dt, GDP_KERNEL_STRIDED, sup, fn, NULL, NULL)
 #define FLOATS3(op, sup, fn, attrs) EK(op, GDP_F32, sup, fn), EK(op, GDP_F16, sup, fn), EK(op, GDP_BF16, sup, fn)
 
@@ -702,5 +784,9 @@ static const gdp_kernel kernels[] = {
     FLOATS3("silu_grad", grad_supports, grad_run_launch, NULL),
     FLOATS3("sigmoid_grad", grad_supports, grad_run_launch, NULL),
     FLOATS3("tanh_grad", grad_supports, grad_run_launch, NULL),
+#define SWIGLU(op, dt) CU_KX(op, dt, 0, swiglu_supports, swiglu_run_launch, NULL, NULL)
+    SWIGLU("swiglu", GDP_F32), SWIGLU("swiglu", GDP_F16), SWIGLU("swiglu", GDP_BF16),
+    SWIGLU("swiglu_grad", GDP_F32), SWIGLU("swiglu_grad", GDP_F16), SWIGLU("swiglu_grad", GDP_BF16),
+#undef SWIGLU
 };
 CU_FAMILY(elementwise, kernels);

@@ -12,6 +12,7 @@
  *   add(linear(x, W [, b]), r), either order    -> linear_add(x, W [, b], r)       (<= 8 rows)
  *   norm(add(x, r) [, w [, b]])                -> add_rms_norm / add_layer_norm (x, r [, w [, b]])
  *                                                 (any rows: training graphs too)
+ *   swiglu(linear(x, Wg), linear(x, Wu)),
  *   mul(linear_act(x, Wg; silu), linear(x, Wu)) -> linear_swiglu(x, Wg, Wu)       (<= 8 rows)
  *   linear(x, W1), linear(x, W2), linear(x, W3) -> linear_qkv(x, W1, W2, W3)      (<= 8 rows)
  *   linear_qkv / linear_swiglu (rms_norm(x, g), W...)
@@ -236,15 +237,19 @@ static gdp_status fuse_add_norm(gdp_graph_view *g, int32_t norm, gdp_err *err)
                             at, 1, 2, out_nodes, out_outs, err);
 }
 
-/* mul(linear_act(x, Wg; silu), linear(x, Wu)) over a few rows -> linear_swiglu(x, Wg, Wu). */
+/* swiglu(linear(x, Wg), linear(x, Wu)), or mul(linear_act(x, Wg; silu), linear(x, Wu)),
+ * over a few rows -> linear_swiglu(x, Wg, Wu). */
 static gdp_status fuse_swiglu(gdp_graph_view *g, int32_t mul, gdp_err *err)
 {
-    if (!op_is(g, mul, "mul") || g->node_n_inputs(g->graph, mul) != 2) return GDP_OK;
-    for (int32_t side = 0; side < 2; side++) {
+    const int op_swiglu = op_is(g, mul, "swiglu");
+    if ((!op_swiglu && !op_is(g, mul, "mul")) || g->node_n_inputs(g->graph, mul) != 2) return GDP_OK;
+    for (int32_t side = 0; side < 2 - op_swiglu; side++) { /* swiglu's gate is its input 0 */
         int32_t gate = sole_producer(g, mul, side), up = sole_producer(g, mul, 1 - side);
-        if (gate < 0 || up < 0 || !op_is(g, gate, "linear_act") || !op_is(g, up, "linear")) continue;
+        if (gate < 0 || up < 0 || !op_is(g, gate, op_swiglu ? "linear" : "linear_act") || !op_is(g, up, "linear"))
+            continue;
         const gdp_attrs *ga = g->node_attrs(g->graph, gate);
-        if (gdp_attr_int(ga, "act", 0) != GDP_ACT_SILU || gdp_attr_int(ga, "weight_in_out", 0) != 0) continue;
+        if (!op_swiglu && gdp_attr_int(ga, "act", 0) != GDP_ACT_SILU) continue;
+        if (gdp_attr_int(ga, "weight_in_out", 0) != 0) continue;
         if (g->node_n_inputs(g->graph, gate) != 2 || g->node_n_inputs(g->graph, up) != 2 || !same_input(g, gate, 0, up, 0))
             continue;
         gdp_tensor x, wg, wu, y;

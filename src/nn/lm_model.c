@@ -313,9 +313,9 @@ static gd_tensor *llama(builder *b, gd_tensor *ids, gd_tensor *pos)
         gd_tensor *att = attend(b, q, k, v, l, H, hd, A);
         x = gd_add(x, proj(b, att, A, "o_proj.weight", D, H * hd, std));
         h = gd_rms_norm(x, vec(b, L, "post_attention_layernorm.weight", D, GD_INIT_ONES), eps);
-        gd_tensor *gate = gd_silu(proj(b, h, M, "gate_proj.weight", F, D, std));
+        gd_tensor *gate = proj(b, h, M, "gate_proj.weight", F, D, std);
         gd_tensor *up = proj(b, h, M, "up_proj.weight", F, D, std);
-        x = gd_add(x, proj(b, gd_mul(gate, up), M, "down_proj.weight", D, F, std));
+        x = gd_add(x, proj(b, gd_swiglu(gate, up), M, "down_proj.weight", D, F, std));
         if (x == NULL && !b->failed) b->failed = 1;
     }
     gd_tensor *h = gd_rms_norm(x, vec(b, "model", "norm.weight", D, GD_INIT_ONES), eps);

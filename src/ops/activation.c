@@ -1,5 +1,7 @@
 /* activation.c — relu, gelu (erf and tanh forms), silu, sigmoid, tanh, and one backward op
  * for each, so that a backend can run the backward pass of an activation as one kernel.
+ * And swiglu, a gated MLP's silu(g) * u, as one op: its backward reads g and u, so silu(g)
+ * is neither kept for the backward pass nor written at all.
  *
  * Reference kernels compute in double and round once. The backward ops take what makes
  * the derivative cheap: relu, gelu and silu need x; sigmoid and tanh are expressed through
@@ -125,6 +127,42 @@ ACT_REFS(silu, silu, silu_d)
 ACT_REFS(sigmoid, sigmoid_f, sigmoid_dy)
 ACT_REFS(tanh, tanh_f, tanh_dy)
 
+/* y = silu(g) * u; g and u may be strided */
+static gdp_status ref_swiglu(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    const gdp_tensor *g = n->in[0], *u = n->in[1], *y = n->out[0];
+    if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)y->dtype);
+    int64_t count = gdp_numel(y);
+    rw_walk it;
+    rw_begin(&it, y->ndim, y->shape);
+    rw_add(&it, g);
+    rw_add(&it, u);
+    for (int64_t i = 0; i < count; i++, rw_next(&it))
+        rw_st(y, i, silu(rw_ld(g, it.off[0]), 0) * rw_ld(u, it.off[1]));
+    return GDP_OK;
+}
+
+/* (dy, g, u) -> dg = dy u silu'(g), du = dy silu(g) */
+static gdp_status ref_swiglu_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    const gdp_tensor *dy = n->in[0], *g = n->in[1], *u = n->in[2], *dg = n->out[0], *du = n->out[1];
+    if (!is_float(dg->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)dg->dtype);
+    int64_t count = gdp_numel(dg);
+    rw_walk it;
+    rw_begin(&it, dg->ndim, dg->shape);
+    rw_add(&it, dy);
+    rw_add(&it, g);
+    rw_add(&it, u);
+    for (int64_t i = 0; i < count; i++, rw_next(&it)) {
+        double d = rw_ld(dy, it.off[0]), x = rw_ld(g, it.off[1]), v = rw_ld(u, it.off[2]);
+        rw_st(dg, i, d * v * silu_d(x, 0));
+        rw_st(du, i, d * silu(x, 0));
+    }
+    return GDP_OK;
+}
+
 /* ---- shape rules --------------------------------------------------------------------------- */
 
 static int check_approximate(gd_infer *c)
@@ -165,6 +203,28 @@ static int infer_act_grad(gd_infer *c)
     return 0;
 }
 
+/* swiglu (g, u) and swiglu_grad (dy, g, u): one shape, one float dtype. */
+static int infer_swiglu(gd_infer *c)
+{
+    static const char *const names[] = {"dy", "g", "u"};
+    const int grad = c->n_in == 3, first = grad ? 0 : 1;
+    const gd_shape *a = &c->in[0];
+    char s1[128], s2[128];
+    if (!is_float(a->dtype))
+        return gd_infer_fail(c, "%s %s: dtype must be f32, f16, bf16 or f64", names[first], gd_shape_str(a, s1, sizeof s1));
+    for (int k = 1; k < c->n_in; k++) {
+        const gd_shape *b = &c->in[k];
+        int same = a->ndim == b->ndim && a->dtype == b->dtype;
+        for (int d = 0; same && d < a->ndim; d++) same = a->dim[d] == b->dim[d];
+        if (!same)
+            return gd_infer_fail(c, "%s %s and %s %s must have the same shape and dtype", names[first],
+                                 gd_shape_str(a, s1, sizeof s1), names[first + k], gd_shape_str(b, s2, sizeof s2));
+    }
+    c->out[0] = *a;
+    if (grad) c->out[1] = *a;
+    return 0;
+}
+
 /* ---- gradient rules -------------------------------------------------------------------------- */
 
 /* The backward op reads (dy, x) or (dy, y); gelu hands its form on. */
@@ -185,7 +245,20 @@ static gd_status grad_silu(gd_grad_ctx *c) { return act_grad(c, "silu_grad", c->
 static gd_status grad_sigmoid(gd_grad_ctx *c) { return act_grad(c, "sigmoid_grad", c->out[0]); }
 static gd_status grad_tanh(gd_grad_ctx *c) { return act_grad(c, "tanh_grad", c->out[0]); }
 
+static gd_status grad_swiglu(gd_grad_ctx *c)
+{
+    if (c->dout[0] == NULL) return GD_OK;
+    gd_tensor *in[3] = {c->dout[0], c->in[0], c->in[1]}, *out[2] = {NULL, NULL};
+    gd_status s = gd_op_multi(c->g, "swiglu_grad", 3, in, 0, NULL, 2, out);
+    if (s != GD_OK) return s;
+    c->din[0] = out[0];
+    c->din[1] = out[1];
+    return GD_OK;
+}
+
 /* ---- builders ---------------------------------------------------------------------------------- */
+
+gd_tensor *gd_swiglu(gd_tensor *g, gd_tensor *u) { return gd_op2(g, u, "swiglu", 0, NULL); }
 
 gd_tensor *gd_relu(gd_tensor *x) { return gd_op1(x, "relu", 0, NULL); }
 gd_tensor *gd_silu(gd_tensor *x) { return gd_op1(x, "silu", 0, NULL); }
@@ -208,6 +281,9 @@ static const char *const gelu_cases[] = {"n[3,4] | approximate=0", "n[3,4] | app
 static const char *const act_grad_cases[] = {"f[3,4] f[3,4]", "n[2,3,5] n[2,3,5]", "f[] f[]", NULL};
 static const char *const gelu_grad_cases[] = {"f[3,4] n[3,4] | approximate=0", "f[3,4] n[3,4] | approximate=1",
                                               "f[] f[] | approximate=0", NULL};
+static const char *const swiglu_cases[] = {"n[3,4] n[3,4]", "n[2,3,40] f[2,3,40]", "f[] f[]", "n[5,136] n[5,136]", NULL};
+static const char *const swiglu_grad_cases[] = {"f[3,4] n[3,4] n[3,4]", "f[2,3,40] n[2,3,40] f[2,3,40]", "f[] f[] f[]",
+                                                "f[5,136] n[5,136] n[5,136]", NULL};
 /* y of a sigmoid lies in (0, 1) */
 static const char *const sigmoid_grad_cases[] = {"f[3,4] p[3,4]", "n[2,3,5] f[2,3,5]", "f[] f[]", NULL};
 
@@ -234,6 +310,12 @@ GD_FAMILY(activation)
         ACT_GRAD_DEF(sigmoid, NULL, sigmoid_grad_cases, "(dy, y) -> dy * y (1 - y), y = sigmoid(x)"),
         ACT_DEF(tanh, NULL, act_cases, "hyperbolic tangent"),
         ACT_GRAD_DEF(tanh, NULL, act_grad_cases, "(dy, y) -> dy * (1 - y^2), y = tanh(x)"),
+        {.name = "swiglu", .min_in = 2, .max_in = 2, .n_out = 1, .dtypes = GD_FLOATS, .infer = infer_swiglu,
+         .grad = grad_swiglu, .ref = ref_swiglu, .cases = swiglu_cases, .tol = TOL, .ref_strided = 1,
+         .doc = "(g, u) -> silu(g) * u, a gated MLP's activation (SwiGLU); its gradient reads g and u"},
+        {.name = "swiglu_grad", .min_in = 3, .max_in = 3, .n_out = 2, .dtypes = GD_FLOATS, .infer = infer_swiglu,
+         .ref = ref_swiglu_grad, .cases = swiglu_grad_cases, .tol = TOL, .ref_strided = 1,
+         .doc = "(dy, g, u) -> (dy u silu'(g), dy silu(g))"},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
         gd_op_def d = defs[i];
