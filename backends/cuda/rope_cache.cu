@@ -72,6 +72,62 @@ __global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int
     }
 }
 
+/* As rope_table_apply_kernel, a thread per 16-byte piece of a row: N / 2 adjacent pairs
+ * (IL: interleaved, pair i at 2i, 2i + 1), or N pairs i .. i + N - 1 whose halves are the
+ * pieces at i and i + D / 2; the table's N / 2 or N entries for them are adjacent too. The
+ * scalar kernel made two 2-byte loads and stores and a 16-byte table load per pair. Rows
+ * must be whole pieces (D * size a multiple of 16 for IL, of 32 otherwise), x and y
+ * 16-byte aligned. The same products, in the same order, as rope_store. */
+template <typename T, int IL>
+__global__ void rope_table_apply_vec_kernel(const T *x, T *y, const double2 *cs, int per_row, int64_t pieces,
+                                            int64_t T_, int64_t H, int64_t D)
+{
+    cu_pdl_wait();
+    constexpr int N = cu_vec<T>::N, P = IL ? N / 2 : N; /* pairs a piece */
+    const int64_t half = D / 2, per = half / P;           /* pieces a row (IL), or a half-row */
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < pieces; g += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = g / per, i0 = (g % per) * P, bt = row / H;
+        const double2 *c = cs + (per_row ? bt : bt % T_) * half + i0;
+        const T *xr = x + row * D;
+        T *yr = y + row * D;
+        if (IL) {
+            float v[N];
+            cu_ld16(xr, 2 * i0, v);
+            double o[N];
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                const double2 cc = c[k];
+                const double x0 = v[2 * k], x1 = v[2 * k + 1];
+                o[2 * k] = __dsub_rn(__dmul_rn(x0, cc.x), __dmul_rn(x1, cc.y));
+                o[2 * k + 1] = __dadd_rn(__dmul_rn(x0, cc.y), __dmul_rn(x1, cc.x));
+            }
+            cu_std16(yr, 2 * i0, o);
+        } else {
+            float a[N], b[N];
+            cu_ld16(xr, i0, a);
+            cu_ld16(xr, i0 + half, b);
+            double oa[N], ob[N];
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                const double2 cc = c[k];
+                const double x0 = a[k], x1 = b[k];
+                oa[k] = __dsub_rn(__dmul_rn(x0, cc.x), __dmul_rn(x1, cc.y));
+                ob[k] = __dadd_rn(__dmul_rn(x0, cc.y), __dmul_rn(x1, cc.x));
+            }
+            cu_std16(yr, i0, oa);
+            cu_std16(yr, i0 + half, ob);
+        }
+    }
+}
+
+/* Whether rope_table_apply_vec_kernel takes x and y: whole pieces a row (or half-row). */
+static int rope_vec_ok(const gdp_tensor *x, const gdp_tensor *y, int interleaved)
+{
+    const int64_t D = x->shape[3], es = (int64_t)gdp_dtype_size(x->dtype);
+    return cu_aligned16(x->data) && cu_aligned16(y->data) && gdp_is_contiguous(x) && gdp_is_contiguous(y) &&
+           (D * es) % (interleaved ? 16 : 32) == 0;
+}
+
 #define ROPE_INLINE_T 4
 
 static int rope_supports(void *b, const gdp_node *n)
@@ -126,6 +182,19 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     cu_launch(be, rope_table_kernel, cu_blocks(be, rows * half, 256), 256, 0, s, cs, rows, T, half, D, pd, pos64, step,
               theta, sign);
     const int per_row = step != 0;
+    if (rope_vec_ok(x, y, interleaved)) {
+        const int64_t pieces = gdp_numel(x) * (int64_t)gdp_dtype_size(x->dtype) / 16 / (interleaved ? 1 : 2);
+        if (interleaved) {
+            CU_FLOAT_SWITCH(x->dtype, E,
+                            cu_launch(be, rope_table_apply_vec_kernel<E, 1>, cu_blocks(be, pieces, 256), 256, 0, s,
+                                      (const E *)x->data, (E *)y->data, cs, per_row, pieces, T, H, D));
+        } else {
+            CU_FLOAT_SWITCH(x->dtype, E,
+                            cu_launch(be, rope_table_apply_vec_kernel<E, 0>, cu_blocks(be, pieces, 256), 256, 0, s,
+                                      (const E *)x->data, (E *)y->data, cs, per_row, pieces, T, H, D));
+        }
+        return GDP_OK;
+    }
     CU_FLOAT_SWITCH(x->dtype, E,
                     cu_launch(be, rope_table_apply_kernel<E>, cu_blocks(be, pairs, 256), 256, 0, s, (const E *)x->data,
                               (E *)y->data, cs, per_row, pairs, T, H, D, interleaved));
