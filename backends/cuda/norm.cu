@@ -10,15 +10,18 @@
  * row: the statistics are block reductions in double (two passes for the variance, as the
  * reference); rows of up to 2048 are held in registers (norm_row_kernel, also a decode
  * step's few rows), longer ones read again for each pass (norm_fwd_kernel,
- * norm_bwd_rows_kernel). The backward's row pass writes dx and the row's statistics; the
- * weight and bias gradients (sums over rows, per column) are then taken by a column kernel
- * over chunks of rows and folded in a fixed order, a warp per column: deterministic, with
- * no atomics.
+ * norm_bwd_rows_kernel). The weight and bias gradients are sums over rows, per column: the
+ * warp backward adds them up as it goes (each lane its columns, over its warp's rows, then
+ * the block's warps in order) into a partial sum per block; the block-per-row backward
+ * writes each row's statistics for a column kernel that reads x and dy again, in chunks of
+ * rows. Either way the partial sums are folded in a fixed order, a warp per column:
+ * deterministic, with no atomics.
  */
 #include "cu_vec.h"
 
 #include <math.h>
 #include <string.h>
+#include <type_traits>
 
 #define THREADS 256
 #define ROWS_PER_CHUNK 64 /* rows a thread of the column pass sums: enough threads to fill the GPU */
@@ -295,73 +298,155 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx,
 
 /* As norm_bwd_rows_kernel, a warp per row (or L lanes, as norm_warp_kernel): lane l holds
  * vectors l, l + L, ... (NV of them, cu_vec<T>::N elements each) of x and dy; C a multiple
- * of the vector, every row aligned. */
+ * of the vector, every row aligned. The weight and bias gradients are summed on the way:
+ * each lane adds dy * xhat and dy of its columns over the rows its warp takes (in float),
+ * the rows of a warp's L-lane groups are added in group order, then the block's warps in
+ * warp order, into part[block][0, C) and part[block][C, 2C) for norm_bwd_fold_kernel. The
+ * grid is a few blocks an SM (NORM_BWD_BLOCKS_PER_SM), so that a warp takes many rows
+ * and part stays small: x and dy are read once, where a column pass read them again. */
+#define BWD_THREADS 128 /* 4 warps: with ~100 registers a thread, 4 blocks (16 warps) an SM */
+#define BWD_WARPS (BWD_THREADS / 32)
+#define NORM_BWD_BLOCKS_PER_SM 4
+#define NORM_BWD_MAX_C 2048 /* 8 vectors of 8 halves a lane */
+#define NORM_BWD_SLOTS 32   /* a lane's columns whose sums live in shared memory (NV * N): more stay in registers */
+/* Element e of a 16-byte vector of T, widened to float. */
+template <typename T> static __device__ __forceinline__ float vec_el(const uint4 &u, int e)
+{
+    return cu_ld(reinterpret_cast<const T *>(&u), e);
+}
+
 template <typename T, int NV, int L>
-__global__ void __launch_bounds__(THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, T *dx,
-                                                                double *stats, int64_t rows, int C, double eps, int rms)
+__global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, T *dx,
+                                                                    float *part, int64_t rows, int C, double eps, int rms)
 {
     constexpr int N = cu_vec<T>::N;
+    /* Where a lane keeps its column sums: registers cost 2 NV N of them a thread, which
+     * halved the warps an SM holds; shared memory costs a read and a write of each a row,
+     * laid out [sum][j][e][lane] so that a warp's accesses hit 32 banks. */
+    constexpr bool SLOTS = NV * N <= NORM_BWD_SLOTS;
+    __shared__ float slot[SLOTS ? BWD_WARPS * 2 * NV * N * 32 : 1];
+    float *const my = slot + (SLOTS ? (threadIdx.x >> 5) * 2 * NV * N * 32 + (threadIdx.x & 31) : 0);
+    /* per-element arithmetic: double for f32 rows, as the reference; float for f16/bf16,
+     * whose rounding is 2^8 to 2^11 times coarser (the row sums are double either way) */
+    using A = typename std::conditional<sizeof(T) == 2, float, double>::type;
+    __shared__ float acc[2 * NORM_BWD_MAX_C];
     const int lane = threadIdx.x & 31, l = lane % L;
-    const int64_t per = 32 / L, step = (int64_t)gridDim.x * (THREADS / 32) * per;
-    for (int64_t r0 = (blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5)) * per; r0 < rows; r0 += step) {
+    float pw[SLOTS ? 1 : NV][N], pb[SLOTS ? 1 : NV][N]; /* this lane's column sums, in registers */
+    /* w's vectors of those columns, kept for every row when there is room (16 bytes: f16 and
+     * bf16 stay packed); the longest rows re-read them (L1) rather than spill */
+    constexpr bool WREG = NV <= 4;
+    uint4 wr[WREG ? NV : 1];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int k0 = (l + L * j) * N;
+        if (WREG && w != NULL && k0 < C) wr[WREG ? j : 0] = *reinterpret_cast<const uint4 *>(w + k0);
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            if (SLOTS) my[(j * N + e) * 32] = my[((NV + j) * N + e) * 32] = 0.0f;
+            else pw[SLOTS ? 0 : j][e] = pb[SLOTS ? 0 : j][e] = 0.0f;
+        }
+    }
+    const int64_t per = 32 / L, step = (int64_t)gridDim.x * BWD_WARPS * per;
+    for (int64_t r0 = (blockIdx.x * (int64_t)BWD_WARPS + (threadIdx.x >> 5)) * per; r0 < rows; r0 += step) {
         const int64_t r = r0 + lane / L;
         const bool live = r < rows; /* a lane past the last row still takes part in the shuffles */
-        float xv[NV][N], dv[NV][N], wv[NV][N]; /* g = dy * w is taken in double where used */
-        double s1 = 0.0;
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            const int k0 = (l + L * j) * N;
-            if (!live || k0 >= C) {
-#pragma unroll
-                for (int e = 0; e < N; e++) xv[j][e] = dv[j][e] = wv[j][e] = 0.0f;
-                continue;
-            }
-            cu_ld16(x, r * C + k0, xv[j]);
-            cu_ld16(dy, r * C + k0, dv[j]);
-            if (w != NULL) cu_ld16(w, k0, wv[j]);
-#pragma unroll
-            for (int e = 0; e < N; e++) {
-                s1 += (double)xv[j][e];
-                if (w == NULL) wv[j][e] = 1.0f;
-            }
-        }
-        const double mean = rms ? 0.0 : seg_sum<L>(s1) / (double)C;
-        double ss = 0.0, sg = 0.0, sgx = 0.0;
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            if (!live || (l + L * j) * N >= C) continue;
-#pragma unroll
-            for (int e = 0; e < N; e++) {
-                const double d = (double)xv[j][e] - mean;
-                ss += d * d;
-            }
-        }
-        const double rstd = 1.0 / sqrt(seg_sum<L>(ss) / (double)C + eps);
-#pragma unroll
-        for (int j = 0; j < NV; j++) {
-            if (!live || (l + L * j) * N >= C) continue;
-#pragma unroll
-            for (int e = 0; e < N; e++) {
-                const double g = (double)dv[j][e] * (double)wv[j][e], v = (double)xv[j][e];
-                sg += g;
-                sgx += rms ? g * v : g * (v - mean) * rstd;
-            }
-        }
-        const double mg = seg_sum<L>(sg) / (double)C, mgx = seg_sum<L>(sgx) / (double)C;
+        uint4 xr[NV], dr[NV]; /* the row's vectors as read; g = dy * w is taken where used */
+        A s1 = 0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             const int k0 = (l + L * j) * N;
             if (!live || k0 >= C) continue;
-            double out[N];
+            xr[j] = *reinterpret_cast<const uint4 *>(x + r * C + k0);
+            dr[j] = *reinterpret_cast<const uint4 *>(dy + r * C + k0);
+#pragma unroll
+            for (int e = 0; e < N; e++) s1 += (A)vec_el<T>(xr[j], e);
+        }
+        const A mean = rms ? (A)0 : (A)(seg_sum<L>((double)s1) / (double)C);
+        A ss = 0, sg = 0, sgx = 0;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if (!live || (l + L * j) * N >= C) continue;
 #pragma unroll
             for (int e = 0; e < N; e++) {
-                const double g = (double)dv[j][e] * (double)wv[j][e], v = (double)xv[j][e];
-                out[e] = rms ? rstd * g - rstd * rstd * rstd * mgx * v : rstd * (g - mg - (v - mean) * rstd * mgx);
+                const A d = (A)vec_el<T>(xr[j], e) - mean;
+                ss += d * d;
             }
-            cu_std16(dx, r * C + k0, out);
         }
-        if (live && l == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
+        const A rstd = (A)(1.0 / sqrt(seg_sum<L>((double)ss) / (double)C + eps));
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if (!live || (l + L * j) * N >= C) continue;
+            const uint4 wj = w == NULL ? make_uint4(0, 0, 0, 0)
+                             : WREG ? wr[WREG ? j : 0] : *reinterpret_cast<const uint4 *>(w + (l + L * j) * N);
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const A wv = w != NULL ? (A)vec_el<T>(wj, e) : (A)1;
+                const A g = (A)vec_el<T>(dr[j], e) * wv, v = (A)vec_el<T>(xr[j], e);
+                sg += g;
+                sgx += rms ? g * v : g * (v - mean) * rstd;
+            }
+        }
+        const A mg = (A)(seg_sum<L>((double)sg) / (double)C), mgx = (A)(seg_sum<L>((double)sgx) / (double)C);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int k0 = (l + L * j) * N;
+            if (!live || k0 >= C) continue;
+            A out[N];
+            const uint4 wj = w == NULL ? make_uint4(0, 0, 0, 0) : WREG ? wr[WREG ? j : 0] : *reinterpret_cast<const uint4 *>(w + k0);
+#pragma unroll
+            for (int e = 0; e < N; e++) {
+                const A wv = w != NULL ? (A)vec_el<T>(wj, e) : (A)1;
+                const float d = vec_el<T>(dr[j], e);
+                const A g = (A)d * wv, v = (A)vec_el<T>(xr[j], e), xhat = (v - mean) * rstd;
+                out[e] = rms ? rstd * g - rstd * rstd * rstd * mgx * v : rstd * (g - mg - xhat * mgx);
+                if (SLOTS) {
+                    my[(j * N + e) * 32] += (float)((A)d * xhat);
+                    my[((NV + j) * N + e) * 32] += d;
+                } else {
+                    pw[SLOTS ? 0 : j][e] += (float)((A)d * xhat);
+                    pb[SLOTS ? 0 : j][e] += d;
+                }
+            }
+            if constexpr (sizeof(A) == sizeof(double)) cu_std16(dx, r * C + k0, out);
+            else cu_st16(dx, r * C + k0, out);
+        }
     }
+    /* the warp's row groups (lanes l, l + L, ... hold the same columns), in group order */
+    __syncwarp();
+    float sw[SLOTS ? NV : 1][N], sb[SLOTS ? NV : 1][N];
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            const float aw = SLOTS ? my[(j * N + e) * 32] : pw[SLOTS ? 0 : j][e];
+            const float ab = SLOTS ? my[((NV + j) * N + e) * 32] : pb[SLOTS ? 0 : j][e];
+            float a = aw, b = ab;
+            for (int q = 1; q < (int)per; q++) {
+                a += __shfl_sync(0xffffffffu, aw, l + q * L);
+                b += __shfl_sync(0xffffffffu, ab, l + q * L);
+            }
+            if (SLOTS) sw[SLOTS ? j : 0][e] = a, sb[SLOTS ? j : 0][e] = b;
+            else pw[SLOTS ? 0 : j][e] = a, pb[SLOTS ? 0 : j][e] = b;
+        }
+    /* the block's warps, in order */
+    const int warp = threadIdx.x >> 5;
+    for (int wi = 0; wi < BWD_WARPS; wi++) {
+        if (warp == wi && lane < L)
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                const int k0 = (l + L * j) * N;
+                if (k0 >= C) continue;
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    const float a = SLOTS ? sw[SLOTS ? j : 0][e] : pw[SLOTS ? 0 : j][e];
+                    const float b = SLOTS ? sb[SLOTS ? j : 0][e] : pb[SLOTS ? 0 : j][e];
+                    acc[k0 + e] = wi == 0 ? a : acc[k0 + e] + a;
+                    acc[C + k0 + e] = wi == 0 ? b : acc[C + k0 + e] + b;
+                }
+            }
+        __syncthreads();
+    }
+    for (int k = threadIdx.x; k < 2 * C; k += BWD_THREADS) part[blockIdx.x * (int64_t)(2 * C) + k] = acc[k];
 }
 
 /* part[c][k] = sum over chunk c's rows of dy * xhat; part[c][C + k] = sum of dy. */
@@ -388,15 +473,14 @@ __global__ void norm_bwd_cols_kernel(const T *dy, const T *x, const double *stat
  * chunks l, l + 32, ... in order, then the lanes' sums are added in a fixed butterfly. (A
  * thread per column walking all the chunks was a chain of dependent loads on a few
  * hundred threads: most of a norm backward's time.) */
-template <typename T>
-__global__ void __launch_bounds__(THREADS) norm_bwd_fold_kernel(const double *part, T *dw, T *db, int64_t C,
-                                                                int64_t chunks)
+template <typename T, typename P>
+__global__ void __launch_bounds__(THREADS) norm_bwd_fold_kernel(const P *part, T *dw, T *db, int64_t C, int64_t chunks)
 {
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (THREADS / 32);
     for (int64_t k = blockIdx.x * (int64_t)(THREADS / 32) + (threadIdx.x >> 5); k < C; k += warps) {
         double aw = 0.0, ab = 0.0;
-        for (int64_t c = lane; c < chunks; c += 32) aw += part[c * 2 * C + k], ab += part[c * 2 * C + C + k];
+        for (int64_t c = lane; c < chunks; c += 32) aw += (double)part[c * 2 * C + k], ab += (double)part[c * 2 * C + C + k];
         aw = cu_warp_sum_d(aw);
         ab = cu_warp_sum_d(ab);
         if (lane == 0 && dw != NULL) cu_std(dw, k, aw);
@@ -481,50 +565,73 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
 }
 CU_LAUNCHER(norm_fwd_run)
 
+/* Blocks of the warp backward: a few an SM (see norm_bwd_warp_kernel), fewer when the rows
+ * do not fill them. */
+static int64_t norm_bwd_warp_blocks(const cu_backend *be, int64_t rows, int L)
+{
+    const int64_t want = (rows * L + BWD_THREADS - 1) / BWD_THREADS;
+    const int64_t cap = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * NORM_BWD_BLOCKS_PER_SM;
+    return want < 1 ? 1 : want < cap ? want : cap;
+}
+
+/* Whether dy, x, dx and w (every row) are in whole 16-byte vectors: the warp kernels. */
+static int norm_bwd_vec(const gdp_node *node, int64_t C)
+{
+    const int64_t N = 16 / (int64_t)gdp_dtype_size(node->in[1]->dtype);
+    return C % N == 0 && C <= NORM_BWD_MAX_C && C <= 32 * N * 8 && cu_aligned16(node->in[0]->data) &&
+           cu_aligned16(node->in[1]->data) && cu_aligned16(node->out[0]->data) &&
+           (node->n_in < 3 || cu_aligned16(node->in[2]->data));
+}
+
 template <typename T>
-static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, double *stats, double *part,
-                            int64_t rows, int64_t C, int64_t chunks, double eps, int rms)
+static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, char *ws, int64_t rows, int64_t C,
+                            double eps, int rms)
 {
     const T *dy = (const T *)node->in[0]->data, *x = (const T *)node->in[1]->data;
     const T *w = node->n_in > 2 ? (const T *)node->in[2]->data : NULL;
-    T *dx = (T *)node->out[0]->data;
+    T *dx = (T *)node->out[0]->data, *dw = (T *)node->out[1]->data, *db = node->n_out > 2 ? (T *)node->out[2]->data : NULL;
     constexpr int N = cu_vec<T>::N;
-    const int vec = C % N == 0 && C <= 32 * N * 8 && cu_aligned16(dy) && cu_aligned16(x) && cu_aligned16(dx) &&
-                    (w == NULL || cu_aligned16(w));
-    const int nv = (int)((C + 32 * N - 1) / (32 * N)), L = row_lanes(C, N);
-    const unsigned gw = cu_blocks(be, (rows * L + 31) / 32 * 32, THREADS);
-    if (vec && L == 8)
-        norm_bwd_warp_kernel<T, 1, 8><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
-    else if (vec && L == 16)
-        norm_bwd_warp_kernel<T, 1, 16><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
-    else if (vec && nv <= 2)
-        norm_bwd_warp_kernel<T, 2, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
-    else if (vec && nv <= 4)
-        norm_bwd_warp_kernel<T, 4, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
-    else if (vec)
-        norm_bwd_warp_kernel<T, 8, 32><<<gw, THREADS, 0, s>>>(dy, x, w, dx, stats, rows, (int)C, eps, rms);
-    else
-        norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C,
-                                                                                          eps, rms);
+    const unsigned gf = cu_blocks(be, C * 32, THREADS);
+    if (norm_bwd_vec(node, C)) {
+        const int nv = (int)((C + 32 * N - 1) / (32 * N)), L = row_lanes(C, N);
+        const int64_t gw = norm_bwd_warp_blocks(be, rows, L);
+        float *part = (float *)ws;
+        if (L == 8)
+            norm_bwd_warp_kernel<T, 1, 8><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+        else if (L == 16)
+            norm_bwd_warp_kernel<T, 1, 16><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+        else if (nv <= 2)
+            norm_bwd_warp_kernel<T, 2, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+        else if (nv <= 4)
+            norm_bwd_warp_kernel<T, 4, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+        else
+            norm_bwd_warp_kernel<T, 8, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+        norm_bwd_fold_kernel<T, float><<<gf, THREADS, 0, s>>>(part, dw, db, C, gw);
+        return;
+    }
+    const int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+    double *stats = (double *)ws, *part = stats + 2 * rows;
+    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C, eps,
+                                                                                      rms);
     norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
-    norm_bwd_fold_kernel<T><<<cu_blocks(be, C * 32, THREADS), THREADS, 0, s>>>(
-        part, (T *)node->out[1]->data, node->n_out > 2 ? (T *)node->out[2]->data : (T *)NULL, C, chunks);
+    norm_bwd_fold_kernel<T, double><<<gf, THREADS, 0, s>>>(part, dw, db, C, chunks);
 }
 
-/* The row statistics (mean, rstd per row), then the column pass's partial sums. */
-static size_t norm_bwd_scratch(const gdp_node *n)
+/* The warp kernels' per-block partial sums; or, for the row and column kernels, the row
+ * statistics (mean, rstd per row) and then the column pass's partial sums. Declared before
+ * the data pointers are known: room for either. */
+static size_t norm_bwd_scratch(const cu_backend *be, const gdp_node *n)
 {
     const gdp_tensor *x = n->in[1];
-    int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? gdp_numel(x) / C : 0;
-    int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
-    return rows > 0 ? (size_t)(2 * rows + 2 * C * chunks) * sizeof(double) : 0;
+    const int64_t C = x->shape[x->ndim - 1], rows = C > 0 ? gdp_numel(x) / C : 0;
+    if (rows == 0) return 0;
+    const int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, N = 16 / (int64_t)gdp_dtype_size(x->dtype);
+    const size_t cols = (size_t)(2 * rows + 2 * C * chunks) * sizeof(double);
+    const size_t warp = (size_t)(norm_bwd_warp_blocks(be, rows, row_lanes(C, (int)N)) * 2 * C) * sizeof(float);
+    return cols > warp ? cols : warp;
 }
 
-static size_t norm_bwd_workspace(void *b, const gdp_node *n)
-{
-    (void)b;
-    return cu_ws_declare(norm_bwd_scratch(n));
-}
+static size_t norm_bwd_workspace(void *b, const gdp_node *n) { return cu_ws_declare(norm_bwd_scratch((const cu_backend *)b, n)); }
 
 // dy (rows, C), x (rows, C), [w (C)] -> dx (rows, C), dw (C) [, db (C) for layer_norm]
 static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -539,15 +646,13 @@ static gdp_status norm_bwd_run(cu_backend *be, const gdp_node *node, cudaStream_
             CU_TRY(cudaMemsetAsync(node->out[k]->data, 0, (size_t)C * gdp_dtype_size(x->dtype), s));
         return GDP_OK;
     }
-    int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
     char *ws = NULL;
-    gdp_status st = cu_ws(node, norm_bwd_scratch(node), &ws, err);
+    gdp_status st = cu_ws(node, norm_bwd_scratch(be, node), &ws, err);
     if (st != GDP_OK) return st;
-    double *stats = (double *)ws, *part = stats + 2 * rows;
     switch (x->dtype) {
-    case GDP_F32: norm_bwd_launch<float>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
-    case GDP_F16: norm_bwd_launch<__half>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
-    default: norm_bwd_launch<__nv_bfloat16>(be, s, node, stats, part, rows, C, chunks, eps, rms); break;
+    case GDP_F32: norm_bwd_launch<float>(be, s, node, ws, rows, C, eps, rms); break;
+    case GDP_F16: norm_bwd_launch<__half>(be, s, node, ws, rows, C, eps, rms); break;
+    default: norm_bwd_launch<__nv_bfloat16>(be, s, node, ws, rows, C, eps, rms); break;
     }
     return GDP_OK;
 }
