@@ -479,7 +479,6 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     char *ws = NULL;
     gdp_status st = cu_ws(node, ce_scratch(node), &ws, err);
     if (st != GDP_OK) return st;
-    double *loss = (double *)ws, *kept = loss + N;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_TARGET, K, ignore, t);
     unsigned g = cu_blocks(be, N * CE_THREADS, CE_THREADS);
     if (is_grad) {
@@ -487,7 +486,7 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
          * them itself when that is cheap, else one small kernel does, before. */
         double *counted = NULL;
         if (N > CE_SELF_COUNT) {
-            counted = kept;
+            counted = (double *)ws; /* the grad's whole workspace: one double (ce_scratch) */
             ce_count_kernel<<<1, THREADS, 0, s>>>(t->data, t64, N, ignore, counted);
         }
         CU_FLOAT_SWITCH(x->dtype, T,
@@ -496,6 +495,7 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
                                                                   (T *)y->data, bad));
         return GDP_OK;
     }
+    double *loss = (double *)ws, *kept = loss + N; /* the forward's 2 N + 1 doubles */
     CU_FLOAT_SWITCH(x->dtype, T,
                     ce_rows_kernel<T><<<g, CE_THREADS, 0, s>>>((const T *)x->data, t->data, t64, N, C, K, vec, ignore,
                                                               loss, kept, bad);
