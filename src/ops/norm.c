@@ -399,6 +399,9 @@ static const char *const layer_norm_grad_cases[] = {
     "n[37,128] n[37,128] n[128]", /* 16 lanes a row (f16/bf16), two vectors a lane (f32) */
     "n[37,40] n[37,40]",          /* short rows that leave lanes of their group idle */
     "n[40,384] n[40,384] n[384]", /* two vectors a lane, the second group partly filled */
+    /* more rows than a backend's grid has warps (a few blocks an SM): a lane adds up the
+     * weight and bias sums of several rows */
+    "n[2200,136] n[2200,136] n[136]",
     NULL,
 };
 
@@ -428,6 +431,9 @@ static const char *const rms_norm_grad_cases[] = {
     "n[35,64] n[35,64] n[64]", /* short rows: 8 or 16 lanes a row */
     "n[33,32] n[33,32] n[32]",   /* 8 lanes a row, a warp's last rows empty */
     "n[33,256] n[33,256]",       /* two vectors a lane */
+    /* more rows than a backend's grid has warps, or groups of 8 lanes: several rows a lane */
+    "n[2200,136] n[2200,136] n[136]",
+    "n[8500,32] n[8500,32] n[32]",
     NULL,
 };
 
