@@ -127,38 +127,29 @@ ACT_REFS(silu, silu, silu_d)
 ACT_REFS(sigmoid, sigmoid_f, sigmoid_dy)
 ACT_REFS(tanh, tanh_f, tanh_dy)
 
-/* y = silu(g) * u; g and u may be strided */
+/* swiglu (g, u) -> y = silu(g) * u, and swiglu_grad (dy, g, u) -> dg = dy u silu'(g),
+ * du = dy silu(g); operands may be strided */
 static gdp_status ref_swiglu(void *be, const gdp_node *n, void *stream, gdp_err *err)
 {
     (void)be, (void)stream;
-    const gdp_tensor *g = n->in[0], *u = n->in[1], *y = n->out[0];
+    const int grad = n->n_in == 3;
+    const gdp_tensor *g = n->in[grad], *u = n->in[grad + 1], *y = n->out[0];
     if (!is_float(y->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)y->dtype);
     int64_t count = gdp_numel(y);
     rw_walk it;
     rw_begin(&it, y->ndim, y->shape);
     rw_add(&it, g);
     rw_add(&it, u);
-    for (int64_t i = 0; i < count; i++, rw_next(&it))
-        rw_st(y, i, silu(rw_ld(g, it.off[0]), 0) * rw_ld(u, it.off[1]));
-    return GDP_OK;
-}
-
-/* (dy, g, u) -> dg = dy u silu'(g), du = dy silu(g) */
-static gdp_status ref_swiglu_grad(void *be, const gdp_node *n, void *stream, gdp_err *err)
-{
-    (void)be, (void)stream;
-    const gdp_tensor *dy = n->in[0], *g = n->in[1], *u = n->in[2], *dg = n->out[0], *du = n->out[1];
-    if (!is_float(dg->dtype)) return gdp_fail(err, GDP_ERR_UNSUPPORTED, "dtype %d is not supported", (int)dg->dtype);
-    int64_t count = gdp_numel(dg);
-    rw_walk it;
-    rw_begin(&it, dg->ndim, dg->shape);
-    rw_add(&it, dy);
-    rw_add(&it, g);
-    rw_add(&it, u);
+    if (grad) rw_add(&it, n->in[0]);
     for (int64_t i = 0; i < count; i++, rw_next(&it)) {
-        double d = rw_ld(dy, it.off[0]), x = rw_ld(g, it.off[1]), v = rw_ld(u, it.off[2]);
-        rw_st(dg, i, d * v * silu_d(x, 0));
-        rw_st(du, i, d * silu(x, 0));
+        const double x = rw_ld(g, it.off[0]), v = rw_ld(u, it.off[1]);
+        if (!grad) {
+            rw_st(y, i, silu(x, 0) * v);
+            continue;
+        }
+        const double d = rw_ld(n->in[0], it.off[2]);
+        rw_st(y, i, d * v * silu_d(x, 0));
+        rw_st(n->out[1], i, d * silu(x, 0));
     }
     return GDP_OK;
 }
@@ -314,7 +305,7 @@ GD_FAMILY(activation)
          .grad = grad_swiglu, .ref = ref_swiglu, .cases = swiglu_cases, .tol = TOL, .ref_strided = 1,
          .doc = "(g, u) -> silu(g) * u, a gated MLP's activation (SwiGLU); its gradient reads g and u"},
         {.name = "swiglu_grad", .min_in = 3, .max_in = 3, .n_out = 2, .dtypes = GD_FLOATS, .infer = infer_swiglu,
-         .ref = ref_swiglu_grad, .cases = swiglu_grad_cases, .tol = TOL, .ref_strided = 1,
+         .ref = ref_swiglu, .cases = swiglu_grad_cases, .tol = TOL, .ref_strided = 1,
          .doc = "(dy, g, u) -> (dy u silu'(g), dy silu(g))"},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
