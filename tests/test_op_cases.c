@@ -48,7 +48,7 @@ static int run_once(gd_ctx *ctx, const gd_op_def *op, const gd_case *cs, const c
     if (st == GD_OK) st = gd_case_exec(&cp, &b);
     int ok = 0;
     runs++;
-    variant_runs += o->variant > 0 && o->variant != GD_VAR_SHARED;
+    variant_runs += gd_case_variant_strided(o->variant);
     if (st != GD_OK) {
         printf("FAIL %s %s \"%s\" %s %s: %s\n", op->name, dn, spec, gd_case_variant_name(o->variant), vn,
                gd_ctx_error(ctx));

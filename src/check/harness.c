@@ -47,6 +47,8 @@ static int viewed(const gd_op_def *op, const gd_case *c, int k, int variant)
     }
 }
 
+int gd_case_variant_strided(int variant) { return variant > GD_VAR_CONTIGUOUS && variant != GD_VAR_SHARED; }
+
 int gd_case_variant_applies(const gd_op_def *op, const gd_case *c, int variant)
 {
     if (variant == GD_VAR_SHARED) return op->reuse > 0 && op->reuse <= c->n_in;

@@ -26,6 +26,8 @@ const char *gd_case_variant_name(int variant);
 /* 1 when the variant applies to the case: it views at least one input, or (GD_VAR_SHARED)
  * the op may write its output over an input. */
 int gd_case_variant_applies(const gd_op_def *op, const gd_case *c, int variant);
+/* 1 for the variants that feed views (strided inputs); GD_VAR_SHARED's data is contiguous. */
+int gd_case_variant_strided(int variant);
 
 typedef struct gd_case_opts {
     int backend;        /* index of the backend the op is placed on */

@@ -271,7 +271,7 @@ static void sweep_cell(gd_ctx *ctx, gd_sweep_row *row, gd_backend *b, gd_sweep_c
             if (v > 0 && !gd_case_variant_applies(op, &cs, v)) continue;
             int r = run_case(ctx, op, &cs, *c, v, b, tol_dt, sig, cell, &row->case_keys);
             if (r == RUN_OTHER_FORM) break;
-            const int strided = v > 0 && v != GD_VAR_SHARED; /* the output over an input counts as contiguous */
+            const int strided = gd_case_variant_strided(v);
             if (r == RUN_FAILED) {
                 if (strided) cell->strided = GD_V_FAILING;
                 return;
