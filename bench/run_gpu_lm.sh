@@ -10,6 +10,7 @@
 # DATA_DIR holds bible.txt (Debian's bible-kjv: `bible -f gen1:1-rev22:21`) and bible/
 # with tokenizer.json and data.tok made from it by `gradus tokenize`.
 # STEPS picks parts: parity,tokenizer,smoke,train,formats,speed.
+# LM_MODELS (preset names, space-separated) limits the speed step to those models.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 PEER=${1:-.peers}
@@ -97,6 +98,7 @@ if has speed; then
   mkdir -p "$W"
   for row in "stories110m stories110M 16 40" "gpt2-124m gpt2-124M 16 40" "qwen3-0.6b-shape qwen3-0.6B-shape 8 20"; do
     set -- $row
+    [[ -n "${LM_MODELS:-}" && " $LM_MODELS " != *" $1 "* ]] && continue # LM_MODELS="gpt2-124m ...": only those
     preset=$1 peer=$2 b=$3 n=$4
     $G train lm --preset "$preset" --data "$DATA/bible/data.tok" --tokenizer "$DATA/bible/tokenizer.json" \
       --out "$W/speed-$preset" --steps "$n" --batch "$b" --seq 1024 --val-every 0 --backend cuda \

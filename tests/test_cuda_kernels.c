@@ -542,9 +542,10 @@ static int run_lm_plans(gd_ctx *ctx, int bi)
     return fails;
 }
 
-/* Attention nodes of a compiled program. */
+/* Attention and GELU nodes of a compiled program. */
 typedef struct attn_ops {
     int nodes, fallback, attention, attention_grad, attention_lse, attention_grad_lse, y_bthd;
+    int gelu, gelu_grad, keep, act_grad;
 } attn_ops;
 
 static void attn_line(void *user, const char *s)
@@ -559,6 +560,10 @@ static void attn_line(void *user, const char *s)
     c->attention_grad_lse += strstr(s, " attention_grad_lse(") != NULL;
     /* y read back in the layout the output projection takes, (B, T, H, D) = (2, 80, 2, 64) */
     c->y_bthd += strstr(s, " attention_grad_lse(") != NULL && strstr(s, "[2, 80, 2, 64]") != NULL;
+    c->gelu += strstr(s, " gelu(") != NULL;
+    c->gelu_grad += strstr(s, " gelu_grad(") != NULL;
+    c->keep += strstr(s, " linear_act_keep(") != NULL;
+    c->act_grad += strstr(s, " matmul_act_grad(") != NULL;
 }
 
 /* The loss and every parameter's gradient of a training step of cfg (B sequences of T
@@ -594,14 +599,18 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
 /* A Llama training step with grouped heads of 64 over 80 tokens (two of the tensor-core
  * kernels' tiles in bf16; the CUDA-core kernels in f32): each layer's attention and its
  * backward become attention_lse and attention_grad_lse, y written in the layout of its
- * transpose, and the loss and the gradients match the reference's. */
+ * transpose, and the loss and the gradients match the reference's. Then a GPT-2 step in
+ * bf16, whose GELU and its gradient go into the products around them (linear_act_keep,
+ * matmul_act_grad: no gelu or gelu_grad node left). */
 static int run_lm_train_plans(gd_ctx *ctx, int bi)
 {
-    const gd_dtype dts[2] = {GD_F32, GD_BF16};
+    const gd_dtype dts[3] = {GD_F32, GD_BF16, GD_BF16};
     int fails = 0;
-    for (int i = 0; i < 2; i++) {
-        gd_lm_config cfg = {.arch = GD_LM_LLAMA, .dim = 128, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1,
-                            .hidden_dim = 256, .vocab_size = 256, .max_seq = 128, .rope_theta = 1e4, .norm_eps = 1e-5};
+    for (int i = 0; i < 3; i++) {
+        const int gpt2 = i == 2;
+        gd_lm_config cfg = {.arch = gpt2 ? GD_LM_GPT2 : GD_LM_LLAMA, .dim = 128, .n_layers = 2, .n_heads = 2,
+                            .n_kv_heads = gpt2 ? 2 : 1, .hidden_dim = gpt2 ? 512 : 256, .vocab_size = 256,
+                            .max_seq = 128, .rope_theta = 1e4, .norm_eps = 1e-5, .tied_embeddings = gpt2};
         float *ref = NULL, *got = NULL;
         int64_t n_ref = 0, n_got = 0;
         attn_ops ops;
@@ -619,13 +628,17 @@ static int run_lm_train_plans(gd_ctx *ctx, int bi)
                 num += d * d, den += (double)ref[k] * ref[k];
             }
             const double e = num / den, tol = dts[i] == GD_F32 ? 1e-7 : 1e-3;
+            const int want_keep = gpt2 ? 2 : 0;
             const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
-                           ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2;
-            printf("%s training plan %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
+                           ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2 && ops.gelu == 0 &&
+                           ops.gelu_grad == 0 && ops.keep == want_keep && ops.act_grad == want_keep;
+            printf("%s training plan %s %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
                    "attention_lse %d, attention_grad_lse %d (want 2, 2), of them with y (B, T, H, D) %d (want 2), "
-                   "attention %d, attention_grad %d (want 0, 0), %d fallback\n",
-                   ok ? "ok  " : "FAIL", gd_dtype_name(dts[i]), (long long)n_ref, e, tol, ops.nodes, ops.attention_lse,
-                   ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad, ops.fallback);
+                   "attention %d, attention_grad %d (want 0, 0), linear_act_keep %d, matmul_act_grad %d (want %d, %d), "
+                   "gelu %d, gelu_grad %d (want 0, 0), %d fallback\n",
+                   ok ? "ok  " : "FAIL", gpt2 ? "gpt2" : "llama", gd_dtype_name(dts[i]), (long long)n_ref, e, tol,
+                   ops.nodes, ops.attention_lse, ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad,
+                   ops.keep, ops.act_grad, want_keep, want_keep, ops.gelu, ops.gelu_grad, ops.fallback);
             fails += !ok;
         }
         free(ref);

@@ -455,6 +455,51 @@ static void test_attention_lse(void)
     gd_graph_free(g);
 }
 
+/* linear_act_keep against linear_act(act 0) and the gelu after it, and matmul_act_grad
+ * against gelu_grad of the matmul reshaped to z's shape: the same bits, f32 and bf16, both
+ * gelu forms, W (out, in) and (in, out). A z that cannot hold the product is refused. */
+static void test_gelu_epilogues(void)
+{
+    const gd_dtype dts[2] = {GD_F32, GD_BF16};
+    for (int t = 0; t < 8; t++) {
+        const gd_dtype dt = dts[t & 1];
+        const int tanh_form = (t >> 1) & 1, wio = (t >> 2) & 1;
+        const int64_t K = 24, N = 16;
+        gd_graph *g = fresh();
+        gd_tensor *x = as_dt(rand_in(g, "x", 3, (int64_t[]){2, 3, K}, 60), dt);
+        gd_tensor *w = as_dt(rand_in(g, "w", 2, wio ? (int64_t[]){K, N} : (int64_t[]){N, K}, 61), dt);
+        gd_tensor *b = as_dt(rand_in(g, "b", 1, &N, 62), dt);
+        gd_attr ka[2] = {gd_attr_i("act", tanh_form ? 2 : 3), gd_attr_i("weight_in_out", wio)};
+        gd_tensor *keep[2] = {NULL, NULL};
+        gd_status s = gd_op_multi(g, "linear_act_keep", 3, (gd_tensor *[]){x, w, b}, 2, ka, 2, keep);
+        CHECK(s == GD_OK, "linear_act_keep: %s", gd_ctx_error(ctx));
+        gd_attr za[2] = {gd_attr_i("act", 0), gd_attr_i("weight_in_out", wio)};
+        gd_tensor *z = gd_op(g, "linear_act", 3, (gd_tensor *[]){x, w, b}, 2, za);
+        char what[80];
+        snprintf(what, sizeof what, "%s linear_act_keep act %d wio %d", gd_dtype_name(dt), tanh_form ? 2 : 3, wio);
+        expect_same(what, to_f32(keep[1]), to_f32(z), 2 * 3 * N, 0);
+        expect_same(what, to_f32(keep[0]), to_f32(gd_gelu(z, tanh_form)), 2 * 3 * N, 0);
+        /* dz for z (2, 3, N) from dy (6, 8) @ V: V (8, N), or stored (N, 8) with transpose_b */
+        gd_tensor *dy = as_dt(rand_in(g, "dy", 2, (int64_t[]){6, 8}, 63), dt);
+        gd_tensor *v = as_dt(rand_in(g, "v", 2, wio ? (int64_t[]){N, 8} : (int64_t[]){8, N}, 64), dt);
+        gd_attr ga[3] = {gd_attr_i("transpose_a", 0), gd_attr_i("transpose_b", wio), gd_attr_i("act", tanh_form ? 2 : 3)};
+        gd_tensor *dz = gd_op(g, "matmul_act_grad", 3, (gd_tensor *[]){dy, v, keep[1]}, 3, ga);
+        gd_tensor *prod = gd_reshape(gd_matmul(dy, v, 0, wio), 3, (int64_t[]){2, 3, N});
+        gd_attr ap = gd_attr_i("approximate", tanh_form);
+        snprintf(what, sizeof what, "%s matmul_act_grad act %d tb %d", gd_dtype_name(dt), tanh_form ? 2 : 3, wio);
+        expect_shape(dz, 3, (int64_t[]){2, 3, N});
+        expect_same(what, to_f32(dz), to_f32(gd_op(g, "gelu_grad", 2, (gd_tensor *[]){prod, keep[1]}, 1, &ap)), 2 * 3 * N, 0);
+        gd_graph_free(g);
+    }
+    gd_graph *g = fresh();
+    gd_tensor *a = rand_in(g, "a", 2, (int64_t[]){6, 8}, 1), *b = rand_in(g, "b", 2, (int64_t[]){8, 16}, 2);
+    gd_tensor *z = rand_in(g, "z", 2, (int64_t[]){16, 6}, 3);
+    gd_attr ga = gd_attr_i("act", 2);
+    expect_error(gd_op(g, "matmul_act_grad", 3, (gd_tensor *[]){a, b, z}, 1, &ga), "matmul_act_grad z", 3,
+                 (const char *[]){"matmul_act_grad", "z f32[16, 6]", "(6, 16)"});
+    gd_graph_free(g);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -466,5 +511,6 @@ int main(void)
     test_rope_cache_write();
     test_linear_qkv_rope();
     test_attention_lse();
+    test_gelu_epilogues();
     return tu_finish("test_ops_fused");
 }

@@ -26,6 +26,9 @@
  *                                                 (training: the backward reuses lse; y
  *                                                 written as y.transpose(1, 2) where only
  *                                                 that reads it)
+ *   gelu(linear_act(x, W [, b])) with z also read (training; gelu tanh, f16/bf16)
+ *                                              -> linear_act_keep(x, W [, b]) (y and z)
+ *   gelu_grad(matmul(a, b) [reshaped], z)      -> matmul_act_grad(a, b, z)   (the same)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -565,6 +568,66 @@ static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t g
     return GDP_OK;
 }
 
+/* Training's GELU in its tanh form (GPT-2's), into the products around it, for f16 and bf16
+ * (matmul.cu's cuBLASLt epilogues):
+ *   gelu(linear_act(x, W [, b]; act 0))  -> linear_act_keep(x, W [, b]): y in gelu's place and
+ *                                           z in linear_act's, which gelu_grad goes on reading
+ *   gelu_grad(matmul(a, b) [reshaped], z) -> matmul_act_grad(a, b, z)
+ * (A gelu whose z nothing else reads went into linear_act already.) */
+static gdp_status fuse_gelu_keep(gdp_graph_view *g, int32_t act_id, gdp_err *err)
+{
+    if (act_of(g, act_id) != GDP_ACT_GELU_TANH) return GDP_OK;
+    int32_t o = -1, lin = g->node_input(g->graph, act_id, 0, &o);
+    if (lin < 0 || o != 0 || !op_is(g, lin, "linear_act")) return GDP_OK;
+    const gdp_attrs *la = g->node_attrs(g->graph, lin);
+    if (gdp_attr_int(la, "act", 0) != GDP_ACT_NONE) return GDP_OK;
+    const int wio = gdp_attr_int(la, "weight_in_out", 0) != 0;
+    const int32_t n_in = g->node_n_inputs(g->graph, lin);
+    gdp_tensor x, w, b, y;
+    if (n_in < 2 || n_in > 3 || g->node_input_desc(g->graph, lin, 0, &x) != GDP_OK ||
+        g->node_input_desc(g->graph, lin, 1, &w) != GDP_OK || (n_in == 3 && g->node_input_desc(g->graph, lin, 2, &b) != GDP_OK) ||
+        g->node_output_desc(g->graph, act_id, 0, &y) != GDP_OK)
+        return GDP_OK;
+    if (!gdp_is_half(x.dtype) || !linear_act_ok(&x, &w, n_in == 3 ? &b : NULL, &y, wio) || y.shape[y.ndim - 1] % 8 != 0 ||
+        read_between(g, lin, 0, lin, act_id))
+        return GDP_OK;
+    const int32_t in_nodes[3] = {-1, -1, -1}, in_outs[3] = {0, 1, 2};
+    const int32_t out_nodes[2] = {act_id, lin}, out_outs[2] = {0, 0};
+    gdp_attr at[2];
+    memset(at, 0, sizeof at);
+    at[0].name = "act", at[0].kind = GDP_ATTR_INT, at[0].i = GDP_ACT_GELU_TANH;
+    at[1].name = "weight_in_out", at[1].kind = GDP_ATTR_INT, at[1].i = wio;
+    return g->replace_chain(g->graph, lin, act_id, "linear_act_keep", n_in, in_nodes, in_outs, at, 2, 2, out_nodes,
+                            out_outs, err);
+}
+
+static gdp_status fuse_gelu_grad(gdp_graph_view *g, int32_t gg, gdp_err *err)
+{
+    if (!op_is(g, gg, "gelu_grad") || g->node_n_inputs(g->graph, gg) != 2 ||
+        gdp_attr_int(g->node_attrs(g->graph, gg), "approximate", 0) == 0)
+        return GDP_OK;
+    int32_t mm = sole_producer(g, gg, 0);
+    if (mm >= 0 && op_is(g, mm, "reshape")) mm = sole_producer(g, mm, 0);
+    if (mm < 0 || !op_is(g, mm, "matmul") || g->node_n_inputs(g->graph, mm) != 2) return GDP_OK;
+    const gdp_attrs *ma = g->node_attrs(g->graph, mm);
+    const int64_t ta = gdp_attr_int(ma, "transpose_a", 0) != 0, tb = gdp_attr_int(ma, "transpose_b", 0) != 0;
+    gdp_tensor a, b, z, p;
+    if (g->node_input_desc(g->graph, mm, 0, &a) != GDP_OK || g->node_input_desc(g->graph, mm, 1, &b) != GDP_OK ||
+        g->node_output_desc(g->graph, mm, 0, &p) != GDP_OK || g->node_input_desc(g->graph, gg, 1, &z) != GDP_OK)
+        return GDP_OK;
+    if (!gdp_is_half(a.dtype) || b.dtype != a.dtype || z.dtype != a.dtype || p.dtype != a.dtype || a.ndim != 2 ||
+        b.ndim != 2 || z.ndim < 1 || gdp_numel(&z) != gdp_numel(&p) || z.shape[z.ndim - 1] != p.shape[1] ||
+        p.shape[1] % 8 != 0)
+        return GDP_OK;
+    const int32_t in_nodes[3] = {-1, -1, -2 - gg}, in_outs[3] = {0, 1, 1}; /* a, b of the matmul; z of gelu_grad */
+    gdp_attr at[3];
+    memset(at, 0, sizeof at);
+    at[0].name = "transpose_a", at[0].kind = GDP_ATTR_INT, at[0].i = ta;
+    at[1].name = "transpose_b", at[1].kind = GDP_ATTR_INT, at[1].i = tb;
+    at[2].name = "act", at[2].kind = GDP_ATTR_INT, at[2].i = GDP_ACT_GELU_TANH;
+    return g->replace_chain(g->graph, mm, gg, "matmul_act_grad", 3, in_nodes, in_outs, at, 3, 0, NULL, NULL, err);
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
@@ -595,6 +658,8 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_rope_cache(g, id, err);
         if (s == GDP_OK) s = fuse_qkv_rope(g, id, err);
         if (s == GDP_OK) s = fuse_attention_lse(backend, g, id, err);
+        if (s == GDP_OK) s = fuse_gelu_keep(g, id, err);
+        if (s == GDP_OK) s = fuse_gelu_grad(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
@@ -602,5 +667,5 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 
 extern const gdp_graph_pass cu_fuse_pass = {
     sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
-    "linear_qkv_rope, attention_lse + attention_grad_lse",
+    "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad",
     fuse_run};

@@ -49,8 +49,26 @@ typedef struct mm_key {
     int32_t in_type, out_type, trans_a, trans_b, epilogue, _pad;
     int64_t m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
     int32_t align_a, align_b, align_d, align_bias;
-    int64_t workspace;
+    int64_t workspace, aux_ld;
 } mm_key;
+
+/* What follows the product in cuBLASLt's epilogue: a bias (broadcast over the columns of
+ * the column-major D), then relu; or GELU (the tanh form) with its input kept in aux; or
+ * the product times GELU's derivative at aux (the backward). aux is laid out like D. */
+typedef struct mm_epi {
+    const void *bias;
+    int relu, gelu_keep, dgelu;
+    void *aux;
+    int64_t aux_ld;
+} mm_epi;
+
+static cublasLtEpilogue_t epilogue_of(const mm_epi *e)
+{
+    if (e->dgelu) return CUBLASLT_EPILOGUE_DGELU;
+    if (e->gelu_keep) return e->bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (e->bias != NULL) return e->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    return e->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+}
 
 typedef struct mm_plan {
     mm_key key;
@@ -184,6 +202,8 @@ static gdp_status plan_build(cu_backend *be, mm_plan *p, const void *bias, gdp_e
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
+    if (k->aux_ld > 0) /* the aux matrix's pointer is set at each call, as the bias's */
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->aux_ld, sizeof k->aux_ld));
     gdp_status s = layout(&p->la, ti, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda, k->batch,
                           k->stride_a, err);
     if (s == GDP_OK)
@@ -234,12 +254,13 @@ typedef struct mm_ws {
 } mm_ws;
 
 /* Column-major, batched with strides (0 broadcasts an operand):
- *   D (m, n) = op(A) (m, k) @ op(B) (k, n) [+ bias (m) broadcast over columns] [relu]
- * Caller holds be->mu. */
+ *   D (m, n) = op(A) (m, k) @ op(B) (k, n), then the epilogue e (a bias (m) broadcast over
+ *   columns, an activation, ...). Caller holds be->mu. */
 static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int32_t out_dt, int64_t m, int64_t n,
                               int64_t k, const mm_operand *A, const mm_operand *B, void *D, int64_t ldd, int64_t sd,
-                              int64_t batch, const void *bias, int relu, const mm_ws *ws, gdp_err *err)
+                              int64_t batch, const mm_epi *e, const mm_ws *ws, gdp_err *err)
 {
+    const void *bias = e->bias;
     size_t ei = gdp_dtype_size(in_dt), eo = gdp_dtype_size(out_dt);
     mm_key key;
     memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
@@ -247,8 +268,8 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int
     key.out_type = out_dt;
     key.trans_a = A->trans;
     key.trans_b = B->trans;
-    key.epilogue = (int32_t)(bias != NULL ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                          : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT));
+    key.epilogue = (int32_t)epilogue_of(e);
+    key.aux_ld = e->aux != NULL ? e->aux_ld : 0;
     key.m = m, key.n = n, key.k = k;
     key.lda = A->ld, key.ldb = B->ld, key.ldd = ldd;
     key.batch = batch;
@@ -276,6 +297,8 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int
     }
     if (bias != NULL)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (e->aux != NULL)
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux));
     const float one = 1.0f, zero = 0.0f;
     LT_TRY(cublasLtMatmul((cublasLtHandle_t)be->lt, p->op, &one, A->p, p->la, B->p, p->lb, &zero, D, p->ld, D, p->ld,
                           &p->algo, ws->p, ws->bytes, s));
@@ -286,10 +309,10 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int
  * apart). As column-major: C^T = op(B)^T op(A)^T, so B goes first. */
 static gdp_status gemm_rowmajor(cu_backend *be, cudaStream_t s, int32_t in_dt, int32_t out_dt, int64_t M, int64_t N,
                                 int64_t K, const mm_operand *A, const mm_operand *B, void *C, int64_t sc,
-                                int64_t batch, const void *bias, int relu, const mm_ws *ws, gdp_err *err)
+                                int64_t batch, const mm_epi *e, const mm_ws *ws, gdp_err *err)
 {
     pthread_mutex_lock(&be->mu);
-    gdp_status st = gemm_locked(be, s, in_dt, out_dt, N, M, K, B, A, C, N, sc, batch, bias, relu, ws, err);
+    gdp_status st = gemm_locked(be, s, in_dt, out_dt, N, M, K, B, A, C, N, sc, batch, e, ws, err);
     pthread_mutex_unlock(&be->mu);
     return st;
 }
@@ -435,8 +458,9 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
         }
         A.p = (const char *)a->data + (size_t)oa * ei;
         B.p = (const char *)b->data + (size_t)ob * ei;
+        const mm_epi none = {NULL, 0, 0, 0, NULL, 0};
         gdp_status r = gemm_rowmajor(be, s, a->dtype, c->dtype, M, N, K, &A, &B, (char *)c->data + (size_t)oc * eo,
-                                     sc, batch, NULL, 0, &ws, err);
+                                     sc, batch, &none, &ws, err);
         if (r != GDP_OK) return r;
     }
     return GDP_OK;
@@ -477,12 +501,88 @@ static gdp_status linear_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     gdp_status st = mm_workspace(node, &ws, err);
     if (st != GDP_OK) return st;
     mm_operand A = {x->data, 0, in, 0}, B = {w->data, !wio, wio ? out : in, 0};
-    st = gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, bias, act == GDP_ACT_RELU, &ws,
-                       err);
+    const mm_epi e = {bias, act == GDP_ACT_RELU, 0, 0, NULL, 0};
+    st = gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, &e, &ws, err);
     if (st != GDP_OK || act == GDP_ACT_NONE || act == GDP_ACT_RELU) return st;
     return cu_act_inplace(be, s, y->dtype, y->data, R * out, act, err);
 }
 CU_LAUNCHER(linear_run)
+
+/* ---- the GELU epilogues of training: linear_act_keep and matmul_act_grad --------------------
+ * cuBLASLt computes GELU in its tanh form on the f32 accumulator (measured on the H200: within
+ * 5e-6 of 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) in f32, far from the erf form), and
+ * its derivative the same way. So these kernels take act = gelu-tanh (GPT-2's) on f16 and
+ * bf16, where the output's rounding covers the difference from the reference's rounding of z
+ * first; the graph pass (fuse.cu) makes nothing else. */
+
+/* Whether the half-precision float dtypes these epilogues are for. */
+static int half_act_ok(const gdp_node *n, int32_t dt)
+{
+    return gdp_is_half(dt) && gdp_attr_int(&n->attrs, "act", 0) == GDP_ACT_GELU_TANH;
+}
+
+static int linear_keep_supports(void *b, const gdp_node *n)
+{
+    if (n->n_in < 2 || n->n_in > 3 || n->n_out != 2 || !half_act_ok(n, n->in[0]->dtype)) return 0;
+    const gdp_tensor *y = n->out[0], *z = n->out[1];
+    if (z->dtype != y->dtype || gdp_numel(z) != gdp_numel(y)) return 0;
+    gdp_node one = *n; /* the product itself is linear_act's */
+    one.n_out = 1;
+    /* whole 16-byte rows of x, W, y and z: the shapes cuBLASLt's epilogue kernels take */
+    return linear_supports(b, &one) && y->shape[y->ndim - 1] % 8 == 0 && n->in[0]->shape[n->in[0]->ndim - 1] % 8 == 0;
+}
+
+// y = gelu(z), z = x (R, in) @ W^T + b kept for the backward: one product, GELU_AUX(_BIAS)
+static gdp_status linear_keep_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *x = node->in[0], *w = node->in[1], *y = node->out[0], *z = node->out[1];
+    int wio = gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0;
+    int64_t in = x->shape[x->ndim - 1], out = y->shape[y->ndim - 1];
+    int64_t R = gdp_numel(x) / in;
+    if (R == 0 || out == 0) return GDP_OK;
+    mm_ws ws;
+    gdp_status st = mm_workspace(node, &ws, err);
+    if (st != GDP_OK) return st;
+    mm_operand A = {x->data, 0, in, 0}, B = {w->data, !wio, wio ? out : in, 0};
+    const mm_epi e = {node->n_in > 2 ? node->in[2]->data : NULL, 0, 1, 0, z->data, out};
+    return gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, &e, &ws, err);
+}
+CU_LAUNCHER(linear_keep_run)
+
+static int matmul_grad_supports(void *b, const gdp_node *n)
+{
+    if (n->n_in != 3 || n->n_out != 1 || !half_act_ok(n, n->in[0]->dtype)) return 0;
+    const gdp_tensor *a = n->in[0], *bb = n->in[1], *z = n->in[2], *dz = n->out[0];
+    if (a->ndim != 2 || bb->ndim != 2 || bb->dtype != a->dtype || z->dtype != a->dtype || dz->dtype != a->dtype) return 0;
+    int64_t lda, ldb;
+    if (!matrix_layout(a, &lda) || !matrix_layout(bb, &ldb)) return 0;
+    int ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&n->attrs, "transpose_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? bb->shape[0] : bb->shape[1];
+    (void)b;
+    /* z is the contiguous (M, N) aux matrix whatever its dims */
+    return K >= 1 && M <= MM_LIMIT && N <= MM_LIMIT && K <= MM_LIMIT && N % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 &&
+           gdp_is_contiguous(z);
+}
+
+// dz (M, N) = (op(a) @ op(b)) * gelu'(z): the product in front of gelu_grad, DGELU
+static gdp_status matmul_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *z = node->in[2], *dz = node->out[0];
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
+    if (M == 0 || N == 0) return GDP_OK;
+    mm_ws ws;
+    gdp_status st = mm_workspace(node, &ws, err);
+    if (st != GDP_OK) return st;
+    mm_operand A, B;
+    int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
+    A.trans = ta ^ (la == 2), B.trans = tb ^ (lb == 2);
+    A.p = a->data, B.p = b->data, A.stride = B.stride = 0;
+    (void)K;
+    const mm_epi e = {NULL, 0, 0, 1, z->data, N};
+    return gemm_rowmajor(be, s, a->dtype, dz->dtype, M, N, K, &A, &B, dz->data, 0, 1, &e, &ws, err);
+}
+CU_LAUNCHER(matmul_grad_run)
 
 #define MM(op, dt, flags, sup, fn, attrs) CU_KX(op, dt, flags, sup, fn, attrs, mm_workspace_bytes)
 
@@ -501,5 +601,9 @@ static const gdp_kernel kernels[] = {
     MM("linear_act", GDP_F32, 0, linear_supports, linear_run_launch, linear_act_attrs),
     MM("linear_act", GDP_F16, 0, linear_supports, linear_run_launch, linear_act_attrs),
     MM("linear_act", GDP_BF16, 0, linear_supports, linear_run_launch, linear_act_attrs),
+    MM("linear_act_keep", GDP_F16, 0, linear_keep_supports, linear_keep_run_launch, linear_act_attrs),
+    MM("linear_act_keep", GDP_BF16, 0, linear_keep_supports, linear_keep_run_launch, linear_act_attrs),
+    MM("matmul_act_grad", GDP_F16, 0, matmul_grad_supports, matmul_grad_run_launch, linear_act_attrs),
+    MM("matmul_act_grad", GDP_BF16, 0, matmul_grad_supports, matmul_grad_run_launch, linear_act_attrs),
 };
 CU_FAMILY(matmul, kernels);

@@ -89,6 +89,16 @@ static double act_apply(int act, double z)
     }
 }
 
+/* The derivative of the gelu forms, as activation.c's gelu_grad computes it. */
+static double act_deriv(int act, double z)
+{
+    if (act == ACT_GELU_TANH) {
+        double t = tanh(0.7978845608028654 * (z + 0.044715 * z * z * z));
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * z * z);
+    }
+    return 0.5 * (1 + erf(z * 0.7071067811865476)) + z * 0.3989422804014327 * exp(-0.5 * z * z);
+}
+
 /* ---- matmul ------------------------------------------------------------------------------ */
 
 static int matmul_infer(gd_infer *c)
@@ -454,6 +464,115 @@ static gd_status linear_act_grad(gd_grad_ctx *c)
     }
     return linear_grad_from(c, dz, wio);
 }
+
+/* ---- the GELU epilogues of training: linear_act_keep and matmul_act_grad --------------------
+ * A training graph keeps a gelu's input z for gelu_grad, so linear_act cannot swallow the
+ * gelu there (z would be lost). linear_act_keep writes both: y = act(z) and z. In the
+ * backward, gelu_grad(matmul(a, b), z) becomes matmul_act_grad(a, b, z), the product
+ * multiplied by act'(z) as it is written. Graph passes make both (a backend's GEMM
+ * epilogues: cuBLASLt's GELU_AUX and DGELU); each stores what the unfused pair stores. */
+
+/* x, W, [b] -> y, z: z = x W^T + b in the dtype (linear_act's act=0), y = act(z) of that. */
+static int linear_keep_infer(gd_infer *c)
+{
+    int s = linear_infer(c);
+    if (s != 0) return s;
+    c->out[1] = c->out[0];
+    return 0;
+}
+
+static gdp_status linear_keep_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    char *ws = rw_workspace(node, ws_linear(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    const gdp_tensor *y = node->out[0], *z = node->out[1];
+    int act = (int)gdp_attr_int(&node->attrs, "act", 0);
+    linear_rows(node->in[0], node->in[1], node->n_in > 2 ? node->in[2] : NULL, NULL, z, ACT_NONE,
+                gdp_attr_int(&node->attrs, "weight_in_out", 0) != 0, ws);
+    for (int64_t i = 0, n = gdp_numel(z); i < n; i++) rw_st(y, i, act_apply(act, rw_ld(z, i)));
+    return GDP_OK;
+}
+
+/* a (M, K) or, transposed, (K, M); b (K, N) or (N, K); z of M*N elements whose last dim is
+ * N -> dz shaped like z. act: a gelu form. */
+static int matmul_grad_infer(gd_infer *c)
+{
+    const gd_shape *a = &c->in[0], *b = &c->in[1], *z = &c->in[2];
+    int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
+    int64_t act = gdp_attr_int(c->attrs, "act", 0);
+    char sa[160], sb[160], sz[160];
+    gd_shape_str(a, sa, sizeof sa);
+    gd_shape_str(b, sb, sizeof sb);
+    gd_shape_str(z, sz, sizeof sz);
+    if (act != ACT_GELU_TANH && act != ACT_GELU) return gd_infer_fail(c, "act=%lld: 2 (gelu tanh) or 3 (gelu)", (long long)act);
+    if (!gdp_is_float(a->dtype) || b->dtype != a->dtype || z->dtype != a->dtype)
+        return gd_infer_fail(c, "a %s, b %s and z %s must share one float dtype", sa, sb, sz);
+    if (a->ndim != 2 || b->ndim != 2) return gd_infer_fail(c, "a %s and b %s must be 2-D", sa, sb);
+    int64_t M = ta ? a->dim[1] : a->dim[0], K = ta ? a->dim[0] : a->dim[1];
+    int64_t Kb = tb ? b->dim[1] : b->dim[0], N = tb ? b->dim[0] : b->dim[1], nz = 1;
+    for (int d = 0; d < z->ndim; d++) nz *= z->dim[d];
+    if (K != Kb) return gd_infer_fail(c, "a %s and b %s: inner dims %lld and %lld differ", sa, sb, (long long)K, (long long)Kb);
+    if (z->ndim < 1 || z->dim[z->ndim - 1] != N || nz != M * N)
+        return gd_infer_fail(c, "z %s must hold the (%lld, %lld) product, its last dim %lld", sz, (long long)M,
+                             (long long)N, (long long)N);
+    c->out[0] = *z;
+    return 0;
+}
+
+/* Scratch: op(b) (K, N), one row of op(a), one output row. */
+static size_t ws_matmul_grad(const gdp_node *node)
+{
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int64_t K = ta ? node->in[0]->shape[0] : node->in[0]->shape[1], N = tb ? node->in[1]->shape[0] : node->in[1]->shape[1];
+    return rw_doubles(K * N) + rw_doubles(K) + rw_doubles(N);
+}
+
+/* The product rounded to the dtype, as matmul stores it, times act'(z), rounded again. */
+static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *z = node->in[2], *dz = node->out[0];
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int act = (int)gdp_attr_int(&node->attrs, "act", 0);
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
+    char *ws = rw_workspace(node, ws_matmul_grad(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *bt = (double *)ws, *ar = (double *)(ws + rw_doubles(K * N)), *acc = ar + (rw_doubles(K) / sizeof(double));
+    pack(b, 0, b->stride[0], b->stride[1], tb, K, N, bt);
+    /* z's rows along its last dim, whatever its strides: row i holds the product's row i */
+    rw_walk zr;
+    const gdp_tensor *zt[1] = {z};
+    rw_rows(&zr, z, z->ndim - 1, 1, zt);
+    const int64_t zc = z->stride[z->ndim - 1];
+    for (int64_t i = 0; i < M; i++, rw_next(&zr)) {
+        pack(a, i * a->stride[ta ? 1 : 0], 0, a->stride[ta ? 0 : 1], 0, 1, K, ar);
+        for (int64_t j = 0; j < N; j++) acc[j] = 0;
+        gemm_row(K, N, ar, bt, acc);
+        for (int64_t j = 0; j < N; j++) acc[j] = stored_as(dz->dtype, acc[j]) * act_deriv(act, rw_ld(z, zr.off[0] + j * zc));
+        store_row(dz, i * N, N, acc);
+    }
+    return GDP_OK;
+}
+
+static const char *const linear_keep_cases[] = {
+    "n[4,8] f[16,8] f[16] | act=2",
+    "n[2,3,8] f[8,16] f[16] | act=2 weight_in_out=1",
+    "n[6,16] f[24,16] | act=2",
+    "n[4,5] f[3,5] f[3] | act=3",
+    NULL,
+};
+
+static const char *const matmul_grad_cases[] = {
+    "f[6,8] f[8,8] n[6,8] | act=2",
+    "f[6,16] f[8,16] n[2,3,8] | act=2 transpose_b=1",
+    "f[8,16] f[8,16] n[16,16] | act=2 transpose_a=1",
+    "f[6,5] f[5,8] n[6,8] | act=2", /* K of 5: not in whole 16-byte rows */
+    "f[4,7] f[7,8] n[4,8] | act=3",
+    NULL,
+};
 
 static const char *const linear_cases[] = {
     "f[4,5] f[3,5] f[3]",
@@ -834,7 +953,33 @@ GD_FAMILY(matmul)
         .doc = "x (..., in), Wg, Wu (out, in), [g (in)] -> silu(h Wg^T) * (h Wu^T) with h = x, or with g "
                "rms_norm(x, g; eps) as that op stores it: a gated MLP's first half (fused by graph passes)",
     };
+    static const gd_op_def linear_act_keep = {
+        .name = "linear_act_keep", .min_in = 2, .max_in = 3, .n_out = 2,
+        .attrs = "act:int weight_in_out:int",
+        .dtypes = GD_FLOATS,
+        .infer = linear_keep_infer, .ref = linear_keep_ref,
+        .ref_dtypes = GD_FLOATS64,
+        .cases = linear_keep_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_linear, .ref_strided = 1, .cost = cost_linear,
+        .doc = "x (..., in), W (out, in) [b (out)] -> act(z), z with z = x W^T + b stored in the dtype; "
+               "weight_in_out=1: W is (in, out). linear_act that keeps act's input for the backward (fused by "
+               "graph passes)",
+    };
+    static const gd_op_def matmul_act_grad = {
+        .name = "matmul_act_grad", .min_in = 3, .max_in = 3, .n_out = 1,
+        .attrs = "transpose_a:int transpose_b:int act:int",
+        .dtypes = GD_FLOATS,
+        .infer = matmul_grad_infer, .ref = matmul_grad_ref,
+        .ref_dtypes = GD_FLOATS64,
+        .cases = matmul_grad_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
+        .ref_workspace = ws_matmul_grad, .ref_strided = 1, .cost = cost_matmul,
+        .doc = "a (M, K), b (K, N) (each may be transposed), z (..., N) of M*N elements -> (a b) act'(z) shaped "
+               "like z, the product stored in the dtype first: gelu_grad of a product (act 2 gelu tanh, 3 gelu; "
+               "fused by graph passes)",
+    };
     gd_register_op(r, &matmul);
+    gd_register_op(r, &linear_act_keep);
+    gd_register_op(r, &matmul_act_grad);
     gd_register_op(r, &linear);
     gd_register_op(r, &linear_act);
     gd_register_op(r, &linear_add);

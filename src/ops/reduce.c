@@ -581,6 +581,10 @@ static const char *const reduce_cases[] = {
     "n[33,65] | axes=[0]",
     "n[33,65] | axes=[1]",
     "n[3,40,37] | axes=[1]",
+    /* columns of planes past the short-plane kernel, in slabs of 16-byte groups the last
+     * of which is partly used, over chunks of rows */
+    "n[2,1100,264] | axes=[1]",
+    "n[100,4] | axes=[0]", /* fewer columns than a 16-byte vector of halves holds */
     NULL,
 };
 
@@ -594,6 +598,7 @@ static const char *const reduce_mixed_cases[] = {
     "f16[2,3,4] | axes=[0,2] dtype=f32",
     "f16[33,65] | axes=[1] dtype=f32",
     "bf16[2000,64] | axes=[0] dtype=f32", /* a bias gradient's column sums, past short planes */
+    "bf16[1500,40] | axes=[0] dtype=f32",
     NULL,
 };
 
