@@ -23,6 +23,8 @@ check "train --profile --metrics" 0 "profiling into $T/p.json" "metrics log: $T/
     "profile written to $T/p.json" "by op" "by node" "conv2d" "metrics log written to $T/m.jsonl"
 run "$G" profile "$T/p.json" --top 5
 check "profile" 0 "spans of node work" "with updates" "by op" "GFLOP/s"
+run "$G" profile "$T/p.json" --top 5 --skip 1
+check "profile --skip 1" 0 "the first 1 run of each program left out" "by op"
 run "$G" plot "$T/m.jsonl" -o "$T/c.svg"
 check "plot" 0 "wrote $T/c.svg"
 head -c 5 "$T/c.svg" | grep -q '<?xml' || { echo "FAIL plot: $T/c.svg is not an SVG document"; fails=$((fails + 1)); }

@@ -125,6 +125,35 @@ static void empty_summary(void)
     gd_trace_free(t);
 }
 
+/* Leaving out each program's first run (warm-up): only run 2 and its nodes' spans count;
+ * device work outside any run stays; the summary says what it left out. */
+static void summary_skip(void)
+{
+    char err[600];
+    gd_trace *t = NULL;
+    gd_summary *s = NULL;
+    gd_status st = gd_trace_parse(small_trace, strlen(small_trace), "small.json", &t, err, sizeof err);
+    if (st == GD_OK) st = gd_trace_summarize_from(t, 1, &s, err, sizeof err);
+    CHECK(st == GD_OK && s != NULL, "summary from run 2: %s", err);
+    if (s == NULL) {
+        gd_trace_free(t);
+        return;
+    }
+    const gd_sum_program *p = s->n_programs > 0 ? &s->programs[0] : NULL;
+    CHECK(p != NULL && p->program == 1 && p->runs == 1 && p->run_ns == 12000 && p->device_ns == 4000 + 1000 + 3000,
+          "program 1 from run 2: %lld runs %lld ns, work %lld ns", p != NULL ? (long long)p->runs : -1,
+          p != NULL ? (long long)p->run_ns : -1, p != NULL ? (long long)p->device_ns : -1);
+    const gd_sum_row *conv = p != NULL ? row(p->nodes, p->n_nodes, "conv") : NULL;
+    CHECK(conv != NULL && conv->calls == 1 && conv->total_ns == 4000, "the conv row from run 2");
+    CHECK(s->spans == 4, "spans from run 2 and outside runs: %lld", (long long)s->spans);
+    lines l = {.len = 0};
+    gd_summary_lines(s, 0, 0, 0, collect, &l);
+    CHECK(strstr(l.text, "the first 1 run of each program left out (warm-up)") != NULL, "no word of the skipped run:\n%s",
+          l.text);
+    gd_summary_free(s);
+    gd_trace_free(t);
+}
+
 static void summary(void)
 {
     char err[600];
@@ -408,6 +437,7 @@ int main(void)
     costs();
     trace_errors();
     summary();
+    summary_skip();
     empty_summary();
     metrics();
     plots();

@@ -13,13 +13,13 @@ static void print_line(void *user, const char *text)
 }
 
 /* Prints the summary of the trace at path; 0 (with the reason printed) when it cannot. */
-static int print_summary(const char *cmd, const char *path, int top, int program, int max_programs, FILE *out)
+static int print_summary(const char *cmd, const char *path, int top, int program, int max_programs, int skip, FILE *out)
 {
     char err[600];
     gd_trace *t = NULL;
     gd_summary *s = NULL;
     gd_status st = gd_trace_load(path, &t, err, sizeof err);
-    if (st == GD_OK) st = gd_trace_summarize(t, &s, err, sizeof err);
+    if (st == GD_OK) st = gd_trace_summarize_from(t, skip, &s, err, sizeof err);
     if (st != GD_OK) {
         fprintf(stderr, "gradus %s: %s\n", cmd, err);
         gd_trace_free(t);
@@ -55,14 +55,14 @@ int cli_profile_finish(gd_ctx *ctx, const char *cmd)
         return 0;
     }
     printf("\nprofile written to %s; where the time went (gradus profile %s shows it again):\n", path, path);
-    print_summary(cmd, path, 12, 0, 2, stdout);
+    print_summary(cmd, path, 12, 0, 2, 0, stdout);
     fflush(stdout);
     return 1;
 }
 
 static void help(FILE *f)
 {
-    fprintf(f, "usage: gradus profile TRACE [--top N] [--program N]\n"
+    fprintf(f, "usage: gradus profile TRACE [--top N] [--program N] [--skip N]\n"
                "\n"
                "Summarizes a trace that gradus wrote (--profile FILE, GRADUS_PROFILE=FILE): for each\n"
                "program, its runs and its nodes' work by op and by node — calls, total and mean time,\n"
@@ -70,22 +70,24 @@ static void help(FILE *f)
                "arithmetic rate achieved, beside the backend's peak when it reports one.\n"
                "\n"
                "  --top N       rows per table (default 25; 0: all)\n"
-               "  --program N   only program N\n");
+               "  --program N   only program N\n"
+               "  --skip N      leave out each program's first N runs (warm-up: kernels loaded, algorithms\n"
+               "                chosen) and their nodes' work\n");
 }
 
 int cmd_profile(int argc, char **argv)
 {
     const char *path = NULL;
-    int64_t top = 25, program = 0;
+    int64_t top = 25, program = 0, skip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             help(stdout);
             return 0;
-        } else if (strcmp(a, "--top") == 0 || strcmp(a, "--program") == 0) {
+        } else if (strcmp(a, "--top") == 0 || strcmp(a, "--program") == 0 || strcmp(a, "--skip") == 0) {
             if ((v = cli_value(argc, argv, &i)) == NULL) return 2;
-            if (!cli_int(a, v, strcmp(a, "--top") == 0 ? 0 : 1, 1 << 30, strcmp(a, "--top") == 0 ? &top : &program))
-                return 2;
+            int64_t *dst = strcmp(a, "--top") == 0 ? &top : strcmp(a, "--skip") == 0 ? &skip : &program;
+            if (!cli_int(a, v, strcmp(a, "--program") == 0 ? 1 : 0, 1 << 30, dst)) return 2;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "gradus profile: unknown option %s (see gradus profile --help)\n", a);
             return 2;
@@ -101,5 +103,5 @@ int cmd_profile(int argc, char **argv)
         help(stderr);
         return 2;
     }
-    return print_summary("profile", path, (int)top, (int)program, 0, stdout) ? 0 : 1;
+    return print_summary("profile", path, (int)top, (int)program, 0, (int)skip, stdout) ? 0 : 1;
 }

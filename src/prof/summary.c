@@ -31,6 +31,7 @@ typedef struct builder {
     size_t cap, used;
     int *cap_ops, *cap_nodes; /* per program */
     const gd_trace *t;
+    int32_t skip;  /* runs 1..skip of every program are left out */
     int failed;
 } builder;
 
@@ -175,6 +176,7 @@ static int add(builder *b, const gd_trace_span *sp)
     int is_run = strcmp(sp->cat, "run") == 0, is_node = strcmp(sp->cat, "node") == 0;
     int is_seg = strcmp(sp->cat, "device_segment") == 0, is_dev = strcmp(sp->cat, "device") == 0;
     if (!is_run && !is_node && !is_seg && !is_dev) return 0;
+    if (sp->run >= 1 && sp->run <= b->skip) return 0; /* a warm-up run, or its work */
     int pi = program_of(b, is_dev ? -1 : sp->program);
     if (pi < 0) return -1;
     gd_sum_program *p = &b->s->programs[pi];
@@ -213,10 +215,16 @@ static int add(builder *b, const gd_trace_span *sp)
 
 gd_status gd_trace_summarize(const gd_trace *t, gd_summary **out, char *err, size_t cap)
 {
+    return gd_trace_summarize_from(t, 0, out, err, cap);
+}
+
+gd_status gd_trace_summarize_from(const gd_trace *t, int32_t skip_runs, gd_summary **out, char *err, size_t cap)
+{
     *out = NULL;
-    builder b = {.t = t};
+    builder b = {.t = t, .skip = skip_runs > 0 ? skip_runs : 0};
     b.s = gd_calloc(1, sizeof *b.s);
     int rc = b.s == NULL ? -1 : 0;
+    if (b.s != NULL) b.s->skipped_runs = b.skip;
     for (size_t i = 0; rc == 0 && i < t->n_spans; i++) rc = add(&b, &t->spans[i]);
     if (rc == 0) {
         for (int i = 0; i < b.s->n_programs; i++) {
@@ -337,6 +345,9 @@ void gd_summary_lines(const gd_summary *s, int top, int program, int max_program
 {
     printer pr = {line, user};
     say(&pr, "%lld spans of node work, %.3f ms in all", (long long)s->spans, (double)s->device_ns / 1e6);
+    if (s->skipped_runs > 0)
+        say(&pr, "the first %d run%s of each program left out (warm-up)", (int)s->skipped_runs,
+            s->skipped_runs == 1 ? "" : "s");
     if (s->dropped > 0)
         say(&pr, "%.0f events were dropped while recording (GRADUS_PROFILE_MAX_EVENTS): the figures cover what was kept",
             s->dropped);

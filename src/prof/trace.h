@@ -93,9 +93,14 @@ typedef struct gd_summary {
     int n_programs;
     int64_t spans, device_ns; /* over every program */
     double dropped, unmatched;
+    int32_t skipped_runs;     /* the first runs of each program left out (warm-up) */
 } gd_summary;
 
 gd_status gd_trace_summarize(const gd_trace *t, gd_summary **out, char *err, size_t cap);
+/* The same, leaving out each program's first `skip_runs` runs and their nodes' spans: a
+ * program's first run pays one-time costs (a device loading its kernels, libraries
+ * choosing algorithms) that a mean over a few runs would spread over the steady ones. */
+gd_status gd_trace_summarize_from(const gd_trace *t, int32_t skip_runs, gd_summary **out, char *err, size_t cap);
 void gd_summary_free(gd_summary *s);
 /* The summary as text, one line at a time through line(): `top` rows per table (0: all);
  * program 0 means every program: the first `max_programs` of them in full (0: those with
