@@ -546,6 +546,7 @@ static int run_lm_plans(gd_ctx *ctx, int bi)
 typedef struct attn_ops {
     int nodes, fallback, attention, attention_grad, attention_lse, attention_grad_lse, y_bthd;
     int gelu, gelu_grad, keep, act_grad;
+    int copy_bthd; /* copies of (B, T, H, D) views: dq, dk, dv transposed back, when not written so */
 } attn_ops;
 
 static void attn_line(void *user, const char *s)
@@ -564,6 +565,7 @@ static void attn_line(void *user, const char *s)
     c->gelu_grad += strstr(s, " gelu_grad(") != NULL;
     c->keep += strstr(s, " linear_act_keep(") != NULL;
     c->act_grad += strstr(s, " matmul_act_grad(") != NULL;
+    c->copy_bthd += strstr(s, " copy(") != NULL && strstr(s, "[2, 80, 2, 64]") != NULL;
 }
 
 /* The loss and every parameter's gradient of a training step of cfg (B sequences of T
@@ -601,7 +603,8 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
  * backward become attention_lse and attention_grad_lse, y written in the layout of its
  * transpose, and the loss and the gradients match the reference's. Then a GPT-2 step in
  * bf16, whose GELU and its gradient go into the products around them (linear_act_keep,
- * matmul_act_grad: no gelu or gelu_grad node left). */
+ * matmul_act_grad: no gelu or gelu_grad node left). In all three the backward writes dq, dk
+ * and dv as the projections take them back (grad_bthd): no copy of a transposed view. */
 static int run_lm_train_plans(gd_ctx *ctx, int bi)
 {
     const gd_dtype dts[3] = {GD_F32, GD_BF16, GD_BF16};
@@ -631,14 +634,15 @@ static int run_lm_train_plans(gd_ctx *ctx, int bi)
             const int want_keep = gpt2 ? 2 : 0;
             const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
                            ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2 && ops.gelu == 0 &&
-                           ops.gelu_grad == 0 && ops.keep == want_keep && ops.act_grad == want_keep;
+                           ops.gelu_grad == 0 && ops.keep == want_keep && ops.act_grad == want_keep &&
+                           ops.copy_bthd == 0;
             printf("%s training plan %s %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
                    "attention_lse %d, attention_grad_lse %d (want 2, 2), of them with y (B, T, H, D) %d (want 2), "
                    "attention %d, attention_grad %d (want 0, 0), linear_act_keep %d, matmul_act_grad %d (want %d, %d), "
-                   "gelu %d, gelu_grad %d (want 0, 0), %d fallback\n",
+                   "gelu %d, gelu_grad %d (want 0, 0), copies of (B, T, H, D) views %d (want 0), %d fallback\n",
                    ok ? "ok  " : "FAIL", gpt2 ? "gpt2" : "llama", gd_dtype_name(dts[i]), (long long)n_ref, e, tol,
                    ops.nodes, ops.attention_lse, ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad,
-                   ops.keep, ops.act_grad, want_keep, want_keep, ops.gelu, ops.gelu_grad, ops.fallback);
+                   ops.keep, ops.act_grad, want_keep, want_keep, ops.gelu, ops.gelu_grad, ops.copy_bthd, ops.fallback);
             fails += !ok;
         }
         free(ref);

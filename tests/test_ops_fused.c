@@ -419,6 +419,18 @@ static void test_attention_lse(void)
             CHECK(s == GD_OK, "attention_grad_lse y_bthd: %s", gd_ctx_error(ctx));
             for (int j = 0; s == GD_OK && j < 3; j++)
                 expect_same("attention_grad_lse y_bthd", gb[j], gl[j], j == 0 ? B * H * T * D : B * Hkv * S * D, 0);
+            /* dq, dk, dv laid out (B, T, heads, D): the transposes of the same values */
+            gd_attr atg[4] = {at[0], at[1], gd_attr_i("y_bthd", 1), gd_attr_i("grad_bthd", 1)};
+            gd_tensor *gt[3] = {NULL, NULL, NULL};
+            s = gd_op_multi(g, "attention_grad_lse", 6, (gd_tensor *[]){dy, q, k, v, fb[0], fb[1]}, 4, atg, 3, gt);
+            CHECK(s == GD_OK, "attention_grad_lse grad_bthd: %s", gd_ctx_error(ctx));
+            if (s == GD_OK) {
+                expect_shape(gt[0], 4, (int64_t[]){B, T, H, D});
+                expect_shape(gt[1], 4, (int64_t[]){B, S, Hkv, D});
+                for (int j = 0; j < 3; j++)
+                    expect_same("attention_grad_lse grad_bthd", gd_contiguous(gd_transpose(gt[j], 1, 2)), gl[j],
+                                j == 0 ? B * H * T * D : B * Hkv * S * D, 0);
+            }
         }
         /* lse: log sum_s exp(q . k_s / sqrt(D)) over the keys s <= t + S - T; 0 for none */
         static float qv[MAXN], kv[MAXN], lse[MAXN];

@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dq_kernel(const T *dy, const
 #pragma unroll
             for (int i = 0; i < DV; i++) {
                 const int d = lane + 32 * i;
-                if (d < D) cu_st(dq, qbase + t * a.D + d, acc[r][i] * a.scale);
+                if (d < D) cu_st(dq, att_dq_row(a, bh / a.H, bh % a.H, t) + d, acc[r][i] * a.scale);
             }
         }
     }
@@ -313,8 +313,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_dkdv_kernel(const T *dy, con
             for (int i = 0; i < DV; i++) {
                 const int d = lane + 32 * i;
                 if (d >= D) continue;
-                cu_st(dk, kvbase + s * a.D + d, gk[r][i] * a.scale);
-                cu_st(dv, kvbase + s * a.D + d, gv[r][i]);
+                cu_st(dk, att_dkv_row(a, b, hk, s) + d, gk[r][i] * a.scale);
+                cu_st(dv, att_dkv_row(a, b, hk, s) + d, gv[r][i]);
             }
         }
     }
@@ -451,8 +451,14 @@ static int attention_grad_lse_supports(void *b, const gdp_node *n)
     const gdp_tensor *dy = n->in[0], *q = n->in[1], *y = n->in[4];
     if (!cu_same_shape(dy, q) || dy->dtype != q->dtype || !y_ok(n, y, q) || y->stride[3] != 1 || !lse_ok(n->in[5], q))
         return 0;
-    for (int i = 0; i < 3; i++)
-        if (!cu_same_shape(n->out[i], n->in[i + 1]) || n->out[i]->dtype != q->dtype) return 0;
+    /* dq, dk, dv shaped as q, k, v, or with grad_bthd as their (B, T, heads, D) transposes */
+    const int bthd = gdp_attr_int(&n->attrs, "grad_bthd", 0) != 0;
+    for (int i = 0; i < 3; i++) {
+        const gdp_tensor *o = n->out[i], *x = n->in[i + 1];
+        if (o->ndim != 4 || o->dtype != q->dtype || !gdp_is_contiguous(o)) return 0;
+        for (int d = 0; d < 4; d++)
+            if (o->shape[d] != x->shape[bthd && (d == 1 || d == 2) ? 3 - d : d]) return 0;
+    }
     return 1;
 }
 
@@ -471,6 +477,7 @@ static att_dims att_dims_of(const gdp_node *n, const gdp_tensor *q, const gdp_te
     }
     a.causal = gdp_attr_int(&n->attrs, "causal", 0) != 0;
     a.y_bthd = gdp_attr_int(&n->attrs, "y_bthd", 0) != 0;
+    a.grad_bthd = gdp_attr_int(&n->attrs, "grad_bthd", 0) != 0;
     double scale = gdp_attr_float(&n->attrs, "scale", 0.0);
     if (!(scale > 0)) scale = 1.0 / sqrt((double)a.D); /* attention.c's default */
     a.scale = (float)scale;

@@ -15,6 +15,7 @@ typedef struct att_dims {
     int kvlen64;
     int causal;
     int y_bthd;         /* y laid out (B, T, H, D) (attention_lse), else (B, H, T, D) */
+    int grad_bthd;      /* dq, dk, dv laid out (B, T, H, D) (attention_grad_lse), else (B, H, T, D) */
     float scale;
 } att_dims;
 
@@ -22,6 +23,17 @@ typedef struct att_dims {
 static __host__ __device__ __forceinline__ int64_t att_y_row(const att_dims &a, int64_t b, int64_t h, int64_t t)
 {
     return (a.y_bthd ? (b * a.T + t) * a.H + h : (b * a.H + h) * a.T + t) * a.D;
+}
+
+/* Offsets of row (b, h, t) of dq and of row (b, kv head hk, s) of dk and dv, contiguous,
+ * in the layout a says. */
+static __host__ __device__ __forceinline__ int64_t att_dq_row(const att_dims &a, int64_t b, int64_t h, int64_t t)
+{
+    return (a.grad_bthd ? (b * a.T + t) * a.H + h : (b * a.H + h) * a.T + t) * a.D;
+}
+static __host__ __device__ __forceinline__ int64_t att_dkv_row(const att_dims &a, int64_t b, int64_t hk, int64_t s)
+{
+    return (a.grad_bthd ? (b * a.S + s) * a.Hkv + hk : (b * a.Hkv + hk) * a.S + s) * a.D;
 }
 
 /* Batch row b's kv_len as given (S when there is none). */

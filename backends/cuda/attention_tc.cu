@@ -43,7 +43,8 @@
  *
  * Inputs may be views (attention's q, k, v are transposes of the projections' outputs):
  * a tile is loaded row by row through the view's strides, so the planner makes no copies.
- * Outputs are contiguous.
+ * Outputs are contiguous; the backward's dq, dk, dv may be laid out (B, T, heads, D)
+ * (grad_bthd), the layout of the projections they go back to.
  *
  * Everything else (f32, other head sizes, a handful of query rows as in decoding) stays
  * with attention.cu's CUDA-core kernels, on contiguous inputs.
@@ -581,7 +582,8 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
             }
         }
         tc_wait_all();
-        tc_store<T, D>(acc, a.scale, dq + bh * a.T * D, t0 + warp * 16, a.T);
+        /* rows t of (b, h): D apart, or with grad_bthd H D apart in (B, T, H, D) */
+        tc_store<T, D>(acc, a.scale, dq + att_dq_row(a, b, h, 0), t0 + warp * 16, a.T, a.grad_bthd ? a.H * D : D);
     }
 }
 
@@ -689,8 +691,9 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
             }
         }
         tc_wait_all();
-        tc_store<T, D>(dK, a.scale, dk + bk * a.S * D, s0 + warp * 16, a.S);
-        tc_store<T, D>(dV, 1.0f, dv + bk * a.S * D, s0 + warp * 16, a.S);
+        const int64_t ld = a.grad_bthd ? a.Hkv * D : D;
+        tc_store<T, D>(dK, a.scale, dk + att_dkv_row(a, b, hk, 0), s0 + warp * 16, a.S, ld);
+        tc_store<T, D>(dV, 1.0f, dv + att_dkv_row(a, b, hk, 0), s0 + warp * 16, a.S, ld);
     }
 }
 

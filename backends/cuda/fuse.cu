@@ -501,25 +501,28 @@ static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
                             n_in == 5 ? 3 : 2, 3, out_nodes, out_outs, err);
 }
 
-/* The node that is the only reader of attention `att`'s y, when it is y.transpose(1, 2)
- * (a permute (0, 2, 1, 3)); -1 otherwise. */
-static int32_t y_transposed(gdp_graph_view *g, int32_t att)
+/* The node that is the only reader of output k of node `att`, when it is its
+ * transpose(1, 2) (a permute (0, 2, 1, 3)); -1 otherwise. */
+static int32_t out_transposed(gdp_graph_view *g, int32_t att, int32_t k)
 {
-    if (g->node_users(g->graph, att, 0) != 1) return -1;
+    if (g->node_users(g->graph, att, k) != 1) return -1;
     const int32_t n = g->node_count(g->graph);
     for (int32_t id = att + 1; id < n; id++) {
         if (!op_is(g, id, "permute") || g->node_n_inputs(g->graph, id) != 1) continue;
         int32_t o = -1;
-        if (g->node_input(g->graph, id, 0, &o) != att || o != 0) continue;
+        if (g->node_input(g->graph, id, 0, &o) != att || o != k) continue;
         const gdp_attr *perm = gdp_attr_find(g->node_attrs(g->graph, id), "perm");
         const int64_t want[4] = {0, 2, 1, 3};
         if (perm == NULL || perm->kind != GDP_ATTR_INTS || perm->n != 4) return -1;
-        for (int k = 0; k < 4; k++)
-            if (perm->ints[k] != want[k]) return -1;
-        return read_between(g, att, 0, att, id) ? -1 : id;
+        for (int j = 0; j < 4; j++)
+            if (perm->ints[j] != want[j]) return -1;
+        return read_between(g, att, k, att, id) ? -1 : id;
     }
     return -1;
 }
+
+/* The same for attention's y. */
+static int32_t y_transposed(gdp_graph_view *g, int32_t att) { return out_transposed(g, att, 0); }
 
 /* An attention_grad and the attention whose backward it is (same q, k, v and attributes,
  * no kv_len: a training program) -> attention_lse, which also writes each query row's
@@ -561,9 +564,25 @@ static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t g
         if (st != GDP_OK) return st;
         /* dy, q, k, v of the grad; y and lse of the new node */
         const int32_t b_in[6] = {-1, -1, -1, -1, last, last}, b_in_outs[6] = {0, 1, 2, 3, 0, 1};
-        const int32_t b_out[3] = {grad, grad, grad}, b_out_outs[3] = {0, 1, 2};
-        return g->replace_chain(g->graph, grad, grad, "attention_grad_lse", 6, b_in, b_in_outs, at, 3, 3, b_out,
-                                b_out_outs, err);
+        int32_t b_out[3] = {grad, grad, grad}, b_out_outs[3] = {0, 1, 2};
+        /* dq, dk, dv read only as their transpose(1, 2) (back to the projections' (B, T,
+         * heads, D)), with nothing reading those before the last of them: the backward
+         * writes that layout in their place, and no copy makes it (grad_bthd) */
+        int32_t tp[3], grad_last = grad;
+        for (int j = 0; j < 3; j++) {
+            tp[j] = out_transposed(g, grad, j);
+            if (tp[j] > grad_last) grad_last = tp[j];
+        }
+        int bthd = tp[0] >= 0 && tp[1] >= 0 && tp[2] >= 0;
+        for (int j = 0; bthd && j < 3; j++) bthd = !read_between(g, tp[j], 0, tp[j], grad_last);
+        if (bthd)
+            for (int j = 0; j < 3; j++) b_out[j] = tp[j], b_out_outs[j] = 0;
+        gdp_attr bt[4];
+        memcpy(bt, at, sizeof at);
+        memset(&bt[3], 0, sizeof bt[3]);
+        bt[3].name = "grad_bthd", bt[3].kind = GDP_ATTR_INT, bt[3].i = bthd;
+        return g->replace_chain(g->graph, grad, bthd ? grad_last : grad, "attention_grad_lse", 6, b_in, b_in_outs, bt,
+                                4, 3, b_out, b_out_outs, err);
     }
     return GDP_OK;
 }

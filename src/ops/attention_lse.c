@@ -146,9 +146,12 @@ static int attention_grad_lse_infer(gd_infer *c)
                                                                         : "(the shape and dtype of q)") ||
         shaped(c, 5, "lse", &want_lse, "(a float per query row)"))
         return 1;
-    c->out[0] = c->in[1];
-    c->out[1] = c->in[2];
-    c->out[2] = c->in[3];
+    /* dq, dk, dv: q's, k's and v's shapes, or with grad_bthd their (B, T, heads, D) */
+    const int bthd = gdp_attr_int(c->attrs, "grad_bthd", 0) != 0;
+    for (int i = 0; i < 3; i++) {
+        c->out[i] = c->in[i + 1];
+        if (bthd) c->out[i].dim[1] = c->in[i + 1].dim[2], c->out[i].dim[2] = c->in[i + 1].dim[1];
+    }
     c->n_out = 3;
     return 0;
 }
@@ -170,7 +173,7 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
 {
     (void)be, (void)stream;
     const gdp_tensor *dq = node->out[0], *dk = node->out[1], *dv = node->out[2], *lse = node->in[5];
-    const int bthd = gdp_attr_int(&node->attrs, "y_bthd", 0) != 0;
+    const int bthd = gdp_attr_int(&node->attrs, "y_bthd", 0) != 0, gbthd = gdp_attr_int(&node->attrs, "grad_bthd", 0) != 0;
     gd_attn_dims a;
     if (gd_attn_dims_of(node, node->in[1], node->in[2], 6, &a, err) != GDP_OK) return GDP_ERR_INVALID;
     const int64_t group = a.H / a.Hkv, nq = gdp_numel(node->in[1]), nkv = gdp_numel(node->in[2]);
@@ -209,13 +212,20 @@ static gdp_status attention_grad_lse_ref(void *be, const gdp_node *node, void *s
                     dp[s] = dps;
                 }
                 gd_attn_row_grads(&a, n, qt, dyt, kh, p, dp, delta, g, dkh, dvh);
-                for (int64_t d = 0; d < a.D; d++) rw_st(dq, row + d, g[d]);
+                const int64_t qrow = y_row(&a, gbthd, b, h, t); /* dq's layout is y's, by grad_bthd */
+                for (int64_t d = 0; d < a.D; d++) rw_st(dq, qrow + d, g[d]);
             }
         }
-    for (int64_t i = 0; i < nkv; i++) {
-        rw_st(dk, i, dK[i]);
-        rw_st(dv, i, dV[i]);
-    }
+    for (int64_t b = 0; b < a.B; b++) /* dk, dv as (B, Hkv, S, D), or (B, S, Hkv, D) */
+        for (int64_t hk = 0; hk < a.Hkv; hk++)
+            for (int64_t s = 0; s < a.S; s++) {
+                const int64_t from = ((b * a.Hkv + hk) * a.S + s) * a.D;
+                const int64_t to = gbthd ? ((b * a.S + s) * a.Hkv + hk) * a.D : from;
+                for (int64_t d = 0; d < a.D; d++) {
+                    rw_st(dk, to + d, dK[from + d]);
+                    rw_st(dv, to + d, dV[from + d]);
+                }
+            }
     return GDP_OK;
 }
 
@@ -230,6 +240,9 @@ static const char *const attention_grad_lse_cases[] = {
     "f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] f[1,2,33,128] p[1,2,33]",
     "f[2,3,5,8] f[2,3,5,8] f[2,1,5,8] f[2,1,5,8] f[2,5,3,8] p[2,3,5] | causal=1 y_bthd=1",
     "f[1,2,70,64] f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] f[1,70,2,64] p[1,2,70] | causal=1 y_bthd=1",
+    /* dq, dk, dv written (B, T, heads, D) */
+    "f[2,3,5,8] f[2,3,5,8] f[2,1,7,8] f[2,1,7,8] f[2,5,3,8] p[2,3,5] | causal=1 y_bthd=1 grad_bthd=1",
+    "f[1,2,70,64] f[1,2,70,64] f[1,1,90,64] f[1,1,90,64] f[1,2,70,64] p[1,2,70] | causal=1 grad_bthd=1",
     NULL};
 
 static const char *const attention_grad_lse_mixed[] = {"bf16,bf16,bf16,bf16,bf16,f32->bf16,bf16,bf16",
@@ -246,6 +259,10 @@ static const char *const attention_grad_lse_mixed_cases[] = {
     "bf16[2,4,130,64] bf16[2,4,130,64] bf16[2,2,130,64] bf16[2,2,130,64] bf16[2,130,4,64] f32[2,4,130]<0.5:2 "
     "| causal=1 y_bthd=1",
     "f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,3,5,8] f16[1,5,3,8] f32[1,3,5]<0.5:2 | y_bthd=1",
+    "bf16[2,4,130,64] bf16[2,4,130,64] bf16[2,2,130,64] bf16[2,2,130,64] bf16[2,130,4,64] f32[2,4,130]<0.5:2 "
+    "| causal=1 y_bthd=1 grad_bthd=1",
+    "f16[1,2,33,128] f16[1,2,33,128] f16[1,1,40,128] f16[1,1,40,128] f16[1,2,33,128] f32[1,2,33]<0.5:2 | grad_bthd=1",
+    "bf16[1,3,6,8] bf16[1,3,6,8] bf16[1,3,6,8] bf16[1,3,6,8] bf16[1,3,6,8] f32[1,3,6]<0.5:2 | causal=1 grad_bthd=1",
     NULL};
 
 GD_FAMILY(attention_lse)
@@ -260,11 +277,13 @@ GD_FAMILY(attention_lse)
                "row's scaled scores (0 where it sees no key); y_bthd=1: y laid out (B, T, H, D); for attention_grad_lse "
                "(fused by graph passes)"});
     gd_register_op(r, &(gd_op_def){
-        .name = "attention_grad_lse", .min_in = 6, .max_in = 6, .n_out = 3, .attrs = "causal:int scale:float y_bthd:int",
+        .name = "attention_grad_lse", .min_in = 6, .max_in = 6, .n_out = 3,
+        .attrs = "causal:int scale:float y_bthd:int grad_bthd:int",
         .dtypes = GD_M(GDP_F32), .ref_dtypes = GD_FLOATS64, .infer = attention_grad_lse_infer,
         .ref = attention_grad_lse_ref, .cases = attention_grad_lse_cases, .mixed = attention_grad_lse_mixed,
         .mixed_cases = attention_grad_lse_mixed_cases, .inplace = {-1, -1, -1, -1}, .tol = 1e-7,
         .ref_workspace = ws_attention_grad_lse, .ref_strided = 1, .cost = gd_cost_attention_grad,
         .doc = "backward of attention from its saved statistics: (dy, q, k, v, y, lse) -> (dq, dk, dv) with "
-               "P = exp(scale q k^T - lse) and dy . y per row; y_bthd=1: y laid out (B, T, H, D) (fused by graph passes)"});
+               "P = exp(scale q k^T - lse) and dy . y per row; y_bthd=1: y laid out (B, T, H, D); grad_bthd=1: dq, dk, dv "
+               "laid out (B, T, heads, D) (fused by graph passes)"});
 }
