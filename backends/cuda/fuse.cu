@@ -591,6 +591,7 @@ static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t g
  * (matmul.cu's cuBLASLt epilogues):
  *   gelu(linear_act(x, W [, b]; act 0))  -> linear_act_keep(x, W [, b]): y in gelu's place and
  *                                           z in linear_act's, which gelu_grad goes on reading
+ *                                           (only where something besides gelu reads z)
  *   gelu_grad(matmul(a, b) [reshaped], z) -> matmul_act_grad(a, b, z)
  * (A gelu whose z nothing else reads went into linear_act already.) */
 static gdp_status fuse_gelu_keep(gdp_graph_view *g, int32_t act_id, gdp_err *err)
@@ -607,7 +608,10 @@ static gdp_status fuse_gelu_keep(gdp_graph_view *g, int32_t act_id, gdp_err *err
         g->node_input_desc(g->graph, lin, 1, &w) != GDP_OK || (n_in == 3 && g->node_input_desc(g->graph, lin, 2, &b) != GDP_OK) ||
         g->node_output_desc(g->graph, act_id, 0, &y) != GDP_OK)
         return GDP_OK;
-    if (!gdp_is_half(x.dtype) || !linear_act_ok(&x, &w, n_in == 3 ? &b : NULL, &y, wio) || y.shape[y.ndim - 1] % 8 != 0 ||
+    /* z read by gelu alone (an inference graph) is not worth writing: the product keeps
+     * its own path there (a decode step's few rows go to gemv.cu) */
+    if (g->node_users(g->graph, lin, 0) < 2 || !gdp_is_half(x.dtype) ||
+        !linear_act_ok(&x, &w, n_in == 3 ? &b : NULL, &y, wio) || y.shape[y.ndim - 1] % 8 != 0 ||
         read_between(g, lin, 0, lin, act_id))
         return GDP_OK;
     const int32_t in_nodes[3] = {-1, -1, -1}, in_outs[3] = {0, 1, 2};
