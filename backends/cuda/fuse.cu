@@ -593,7 +593,7 @@ static gdp_status fuse_attention_lse(void *backend, gdp_graph_view *g, int32_t g
  *                                           z in linear_act's, which gelu_grad goes on reading
  *                                           (only where something besides gelu reads z)
  *   gelu_grad(matmul(a, b) [reshaped], z) -> matmul_act_grad(a, b, z)
- * (A gelu whose z nothing else reads went into linear_act already.) */
+ * (Where nothing else reads z, an inference graph, the pair stays as it is.) */
 static gdp_status fuse_gelu_keep(gdp_graph_view *g, int32_t act_id, gdp_err *err)
 {
     if (act_of(g, act_id) != GDP_ACT_GELU_TANH) return GDP_OK;
