@@ -217,6 +217,9 @@ gd_tensor *gd_max(gd_tensor *x, int n_axes, const int64_t *axes, int keepdims);
 gd_tensor *gd_argmax(gd_tensor *x, int64_t axis, int keepdims); /* i64 */
 /* sqrt(sum of squares of all elements of all n tensors), a scalar */
 gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs);
+/* the same over tensors of any float dtypes, the result in `out` (bf16 gradients' norm in
+ * f32, without f32 copies of them) */
+gd_tensor *gd_global_norm_as(gd_graph *g, int n, gd_tensor *const *xs, gd_dtype out);
 
 /* matrix products: a (..., M, K) @ b (..., K, N), batch dims broadcast; transposes swap the
  * last two dims of an operand before the product. linear: x (..., in) W (out, in) b (out) */
@@ -309,6 +312,10 @@ gd_tensor *gd_assign(gd_tensor *dst, gd_tensor *src);
 gd_status gd_backward(gd_graph *g, gd_tensor *loss);
 /* d loss / d t after gd_backward, or NULL when loss does not depend on t. */
 gd_tensor *gd_grad(gd_graph *g, gd_tensor *t);
+/* The same before its last exact widening: for an f32 t used through a cast to bf16 or f16
+ * (mixed precision), the half gradient that gd_grad's is the f32 cast of — the same
+ * numbers, so an update or a norm reading it needs no f32 copy. Otherwise gd_grad's. */
+gd_tensor *gd_grad_narrow(gd_graph *g, gd_tensor *t);
 /* Makes `grad` what gd_grad(g, t) answers from now on — and so what optimizers added
  * later update t with (gradient accumulation, scaling, clipping of one's own). grad must
  * have t's shape and dtype. */

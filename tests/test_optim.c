@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* A graph whose loss is sum(p * c): the gradient of p is the input c, whatever p is. */
@@ -120,6 +121,86 @@ static void test_adamw_clip(void)
         }
         fixed_grad_free(&f);
     }
+}
+
+/* Counts a program's nodes whose description holds `what` (an op with its first input). */
+typedef struct node_count {
+    const char *what;
+    int n;
+} node_count;
+
+static void count_line(void *user, const char *s)
+{
+    node_count *c = user;
+    c->n += strncmp(s, "node", 4) == 0 && strstr(s, c->what) != NULL;
+}
+
+/* Mixed precision: f32 parameters used through a cast to bf16 (as the language models'
+ * trainer does). The update and the clipping norm read the bf16 gradient as it is
+ * (gd_grad_narrow): no cast back to f32 is left in the step, and the parameters after
+ * three steps are bit for bit those of an update over the f32 gradient — widening is exact.
+ * The norm of several dtypes at once comes out as gd_global_norm's parts would. */
+static void test_adamw_half_grads(void)
+{
+    enum { N = 37 };
+    float p0[N], c[N], got[2][N];
+    for (int i = 0; i < N; i++) {
+        p0[i] = 0.05f * (float)(i - 18);
+        c[i] = 0.3f * (float)((i * 7) % 11) - 1.5f;
+    }
+    for (int wide = 0; wide < 2; wide++) {
+        gd_graph *g = gd_graph_new(ctx);
+        gd_tensor *p = gd_param(g, "w", GD_F32, 1, (int64_t[]){N});
+        gd_tensor *ci = gd_input(g, "c", GD_BF16, 1, (int64_t[]){N});
+        gd_tensor *x = gd_cast(p, GD_BF16);
+        gd_tensor *loss = gd_sum_as(gd_mul(gd_mul(x, x), ci), 0, NULL, 0, GD_F32);
+        gd_status st = loss != NULL ? gd_backward(g, loss) : GD_ERR_INVALID;
+        gd_tensor *d = st == GD_OK ? gd_grad(g, p) : NULL;
+        CHECK(d != NULL && gd_tensor_dtype(d) == GD_F32 && gd_grad_narrow(g, p) != d &&
+                  gd_tensor_dtype(gd_grad_narrow(g, p)) == GD_BF16,
+              "the gradient of an f32 parameter used in bf16: f32, and bf16 before the cast back (%s)", gd_ctx_error(ctx));
+        /* the reference form: the f32 gradient through an exact scale by 1, which is no cast */
+        if (wide && d != NULL) st = gd_set_grad(g, p, gd_scale(d, 1.0, 0.0));
+        if (st == GD_OK)
+            st = gd_optimizer_adamw(g, &(gd_adamw_config){.lr = 0.05, .weight_decay = 0.1, .clip_norm = 0.5});
+        gd_program *prog = st == GD_OK ? gd_compile(g, 1, &loss, GD_COMPILE_UPDATES) : NULL;
+        CHECK(prog != NULL, "compiling the mixed-precision step: %s", gd_ctx_error(ctx));
+        if (prog != NULL) {
+            node_count casts = {.what = " cast(bf16[37])"}, updates = {.what = " adamw_update(f32[37], bf16[37]"};
+            gd_program_describe(prog, count_line, &casts);
+            gd_program_describe(prog, count_line, &updates);
+            CHECK(casts.n == wide && updates.n == !wide, "%s: %d casts of the gradient to f32 (want %d), %d updates over "
+                  "the bf16 gradient (want %d)", wide ? "f32 gradient" : "bf16 gradient", casts.n, wide, updates.n, !wide);
+            st = gd_tensor_write(p, p0, sizeof p0);
+            if (st == GD_OK) st = gd_tensor_write_as(ci, GD_F32, c, sizeof c);
+            for (int k = 0; k < 3 && st == GD_OK; k++) st = gd_program_run(prog);
+            if (st == GD_OK) st = gd_tensor_read(p, got[wide], sizeof got[wide]);
+            CHECK(st == GD_OK, "running the mixed-precision step: %s", gd_ctx_error(ctx));
+        }
+        gd_program_free(prog);
+        gd_graph_free(g);
+    }
+    CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0, "AdamW over the bf16 gradient differs from over its f32 copy");
+    CHECK(got[0][0] != p0[0], "the parameters did not move");
+
+    /* a norm over f32 and bf16 tensors: the two dtypes' norms, then theirs */
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *a = gd_input(g, "a", GD_F32, 1, (int64_t[]){3}), *b = gd_input(g, "b", GD_BF16, 1, (int64_t[]){2});
+    gd_tensor *xs[2] = {a, b}, *nrm = gd_global_norm_as(g, 2, xs, GD_F32);
+    CHECK(nrm != NULL && gd_tensor_dtype(nrm) == GD_F32, "norm of f32 and bf16 tensors: %s", gd_ctx_error(ctx));
+    gd_program *prog = nrm != NULL ? gd_compile(g, 1, &nrm, 0) : NULL;
+    const float av[3] = {1, 2, 2};
+    const float bv[2] = {4, -8};
+    float r = 0;
+    if (prog != NULL && gd_tensor_write(a, av, sizeof av) == GD_OK && gd_tensor_write_as(b, GD_F32, bv, sizeof bv) == GD_OK &&
+        gd_program_run(prog) == GD_OK && gd_tensor_read(nrm, &r, sizeof r) == GD_OK)
+        CHECK(fabsf(r - 9.433981f) < 1e-5f, "norm of (1, 2, 2) and (4, -8): %.7g (want sqrt(89) = 9.433981)", r);
+    else
+        CHECK(0, "the mixed norm did not run: %s", gd_ctx_error(ctx));
+    CHECK(gd_global_norm_as(g, 2, xs, GD_I32) == NULL, "a norm into i32 was accepted");
+    gd_ctx_clear_error(ctx);
+    gd_program_free(prog);
+    gd_graph_free(g);
 }
 
 /* SGD lr 0.1, momentum 0.9, weight decay 0.1, g = (0.5, 2), p0 = (1, -1):
@@ -316,6 +397,7 @@ int main(void)
     if (!tu_open_ctx()) return 1;
     test_adamw_steps();
     test_adamw_clip();
+    test_adamw_half_grads();
     test_sgd_steps(0);
     test_sgd_steps(1);
     test_clip_and_lr();

@@ -107,16 +107,19 @@ static gdp_status k_adamw(void *be, const gdp_node *n, void *stream, gdp_err *er
     return GDP_OK;
 }
 
-/* The mixed forms: p, m, v, step, lr and their outputs f32; g f32 or the copy's dtype; the
- * copy (7th input, 4th output) bf16 or f16, of p's shape. */
+/* The mixed forms: p, m, v, step, lr and their outputs f32; g f32 or the copy's dtype
+ * (any half dtype without a copy); the copy (7th input, 4th output) bf16 or f16, of p's
+ * shape. */
 static int s_adamw_mixed(void *be, const gdp_node *n)
 {
     (void)be;
-    if (n->n_in < 7 || n->n_in > 8 || n->n_out != 4) return 0;
-    if (n->n_in == 8 && (n->in[7]->dtype != GDP_F32 || gdp_numel(n->in[7]) != 1)) return 0;
-    const int32_t cdt = n->in[6]->dtype;
-    if (!gdp_is_half(cdt) || n->out[3]->dtype != cdt || gdp_numel(n->in[6]) != gdp_numel(n->in[0])) return 0;
-    if (n->in[1]->dtype != GDP_F32 && n->in[1]->dtype != cdt) return 0;
+    const int copy = n->n_out == 4;
+    if (n->n_in < 6 + copy || n->n_in > 7 + copy || n->n_out != 3 + copy) return 0;
+    const int is = adamw_gscale(n);
+    if (n->n_in == 7 + copy && (is < 0 || gdp_numel(n->in[is]) != 1)) return 0;
+    const int32_t cdt = copy ? n->in[6]->dtype : n->in[1]->dtype;
+    if (copy && (n->out[3]->dtype != cdt || gdp_numel(n->in[6]) != gdp_numel(n->in[0]))) return 0;
+    if (!gdp_is_half(cdt) || (n->in[1]->dtype != GDP_F32 && n->in[1]->dtype != cdt)) return 0;
     for (int i = 0; i < 6; i++)
         if (i != 1 && n->in[i]->dtype != GDP_F32) return 0;
     for (int k = 0; k < 3; k++)
@@ -178,8 +181,10 @@ gdp_status gcpu_register_optim(gcpu_regctx *r, gdp_err *err)
         "f32,bf16,f32,f32,f32,f32,bf16->f32,f32,f32,bf16", "f32,f32,f32,f32,f32,f32,bf16->f32,f32,f32,bf16",
         "f32,f16,f32,f32,f32,f32,f16->f32,f32,f32,f16",    "f32,f32,f32,f32,f32,f32,f16->f32,f32,f32,f16",
         "f32,bf16,f32,f32,f32,f32,bf16,f32->f32,f32,f32,bf16", "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16",
+        "f32,bf16,f32,f32,f32,f32->f32,f32,f32",           "f32,f16,f32,f32,f32,f32->f32,f32,f32",
+        "f32,bf16,f32,f32,f32,f32,f32->f32,f32,f32",       "f32,f16,f32,f32,f32,f32,f32->f32,f32,f32",
     };
-    for (int i = 0; i < 6 && s == GDP_OK; i++)
+    for (int i = 0; i < 10 && s == GDP_OK; i++)
         s = gcpu_reg_mixed(r, "adamw_update", mixed[i], 0, k_adamw, s_adamw_mixed, NULL, err);
     if (s == GDP_OK) s = gcpu_reg(r, "sgd_update", GDP_F32, k_sgd, s_f32, NULL, err);
     if (s == GDP_OK) s = gcpu_reg_floats(r, "clip_coef", GCPU_FLOATS(k_clip_coef, s_f32, NULL), 0, NULL, err);

@@ -399,6 +399,11 @@ static const gdp_kernel kernels[] = {
             NULL),
     CU_KSIG("adamw_update", "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16", adamw_supports, adamw_run_launch, NULL,
             NULL),
+    /* a half gradient without a copy: f32 parameters used through casts */
+    CU_KSIG("adamw_update", "f32,bf16,f32,f32,f32,f32->f32,f32,f32", adamw_supports, adamw_run_launch, NULL, NULL),
+    CU_KSIG("adamw_update", "f32,f16,f32,f32,f32,f32->f32,f32,f32", adamw_supports, adamw_run_launch, NULL, NULL),
+    CU_KSIG("adamw_update", "f32,bf16,f32,f32,f32,f32,f32->f32,f32,f32", adamw_supports, adamw_run_launch, NULL, NULL),
+    CU_KSIG("adamw_update", "f32,f16,f32,f32,f32,f32,f32->f32,f32,f32", adamw_supports, adamw_run_launch, NULL, NULL),
     CU_K("assign", GDP_F32, assign_supports, assign_run_launch, NULL),
     CU_K("assign", GDP_F16, assign_supports, assign_run_launch, NULL),
     CU_K("assign", GDP_BF16, assign_supports, assign_run_launch, NULL),

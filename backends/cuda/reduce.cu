@@ -726,10 +726,15 @@ static gdp_status argmax_run(cu_backend *be, const gdp_node *node, cudaStream_t 
 }
 CU_LAUNCHER(argmax_run)
 
+/* inputs of one dtype; the result in any float dtype (attribute dtype: bf16 gradients'
+ * norm in f32) */
 static int global_norm_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    return n->n_in >= 1 && n->n_out == 1 && all_float(n, n->in[0]->dtype) && gdp_numel(n->out[0]) == 1;
+    if (n->n_in < 1 || n->n_out != 1 || !cu_gpu_float(n->out[0]->dtype) || gdp_numel(n->out[0]) != 1) return 0;
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i]->dtype != n->in[0]->dtype) return 0;
+    return cu_gpu_float(n->in[0]->dtype);
 }
 
 /* global_norm over a node's tensors (a model's gradients, up to GDP_MAX_INPUTS a node)
@@ -842,6 +847,7 @@ CU_LAUNCHER(global_norm_run)
 
 static const char *const axes_attrs[] = {"axes", NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
+static const char *const dtype_attrs[] = {"dtype", NULL};
 
 #define RK(op, dt, sup, fn, attrs, ws) CU_KX(op, dt, 0, sup, fn, attrs, ws)
 #define FLOATS3(op, sup, fn, attrs, ws) \
@@ -857,6 +863,6 @@ static const gdp_kernel kernels[] = {
     FLOATS3("max", reduce_supports, max_run_launch, axes_attrs, max_workspace),
     FLOATS3("max_grad", reduce_supports, max_run_launch, axes_attrs, max_workspace),
     FLOATS3("argmax", argmax_supports, argmax_run_launch, axis_attrs, argmax_workspace),
-    FLOATS3("global_norm", global_norm_supports, global_norm_run_launch, NULL, global_norm_workspace),
+    FLOATS3("global_norm", global_norm_supports, global_norm_run_launch, dtype_attrs, global_norm_workspace),
 };
 CU_FAMILY(reduce, kernels);

@@ -15,6 +15,14 @@ gd_tensor *gd_grad(gd_graph *g, gd_tensor *t)
     return t->grad;
 }
 
+gd_tensor *gd_grad_narrow(gd_graph *g, gd_tensor *t)
+{
+    gd_tensor *d = gd_grad(g, t);
+    const gd_core_hooks *hk = g != NULL ? &g->ctx->reg->hooks : NULL;
+    gd_tensor *x = d != NULL && hk->widened_from != NULL ? hk->widened_from(d) : NULL;
+    return x != NULL ? x : d;
+}
+
 gd_status gd_set_grad(gd_graph *g, gd_tensor *t, gd_tensor *grad)
 {
     if (g == NULL) return GD_ERR_INVALID;

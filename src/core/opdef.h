@@ -156,6 +156,9 @@ typedef struct gd_core_hooks {
                               uint64_t seed);
     /* the op the planner inserts to make a strided value contiguous */
     const char *contiguous_op;
+    /* optional: the narrower value t is an exact widening of (f32 cast from bf16 or f16),
+     * or NULL (gd_grad_narrow) */
+    gd_tensor *(*widened_from)(const gd_tensor *t);
 } gd_core_hooks;
 gd_core_hooks *gd_registry_hooks(gd_registry *r);
 

@@ -227,7 +227,8 @@ static gd_status build(trainer *t)
     gd_status st = GD_OK;
     int n = 0;
     for (int i = 0; i < np && st == GD_OK; i++) {
-        gd_tensor *p = gd_graph_param(g, i), *gp = gd_grad(g, p);
+        /* the half gradients as they are (the optimizer reads them so too): no f32 copies */
+        gd_tensor *p = gd_graph_param(g, i), *gp = c->grad_accum > 1 ? gd_grad(g, p) : gd_grad_narrow(g, p);
         if (gp == NULL) continue;
         if (c->grad_accum > 1) {
             char name[512];
@@ -242,7 +243,7 @@ static gd_status build(trainer *t)
         grads[n++] = gp;
     }
     if (st == GD_OK && n == 0) st = gd_ctx_fail(ctx, GD_ERR_INVALID, "no parameter has a gradient");
-    if (st == GD_OK && (t->norm = gd_label(gd_global_norm(g, n, grads), "grad_norm")) == NULL)
+    if (st == GD_OK && (t->norm = gd_label(gd_global_norm_as(g, n, grads, GD_F32), "grad_norm")) == NULL)
         st = failed(ctx, "the gradient norm");
     gd_adamw_config oc = {.lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = 1e-8,
                           .weight_decay = c->weight_decay, .clip_norm = c->clip, .grad_norm = t->norm};

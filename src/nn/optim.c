@@ -30,8 +30,10 @@ static void trainable_free(trainable *t)
 }
 
 /* Checks that an optimizer can be added and collects parameters with their gradients.
- * Nothing is added to the graph until everything has been checked. */
-static gd_status collect(gd_graph *g, const char *who, trainable *t, int n_only, gd_tensor *const *only)
+ * Nothing is added to the graph until everything has been checked. With `narrow`, a
+ * gradient that is the exact f32 widening of a half one (a parameter used through a
+ * cast) is taken as the half one: the update reads it as it is. */
+static gd_status collect(gd_graph *g, const char *who, trainable *t, int n_only, gd_tensor *const *only, int narrow)
 {
     t->n = 0;
     t->p = t->g = NULL;
@@ -45,7 +47,7 @@ static gd_status collect(gd_graph *g, const char *who, trainable *t, int n_only,
         return gd_ctx_fail(ctx, GD_ERR_NOMEM, "%s: out of memory", who);
     }
     for (int i = 0; i < np; i++) {
-        gd_tensor *p = gd_graph_param(g, i), *gr = gd_grad(g, p);
+        gd_tensor *p = gd_graph_param(g, i), *gr = narrow ? gd_grad_narrow(g, p) : gd_grad(g, p);
         if (gr == NULL) continue;
         int wanted = only == NULL;
         for (int k = 0; k < n_only && !wanted; k++) wanted = only[k] == p;
@@ -136,7 +138,7 @@ gd_status gd_optimizer_sgd(gd_graph *g, const gd_sgd_config *cfg)
         return gd_ctx_fail(gd_graph_ctx(g), GD_ERR_INVALID, "%s: nesterov needs momentum > 0", who);
 
     trainable t;
-    gd_status s = collect(g, who, &t, 0, NULL);
+    gd_status s = collect(g, who, &t, 0, NULL, 0);
     if (s != GD_OK) return s;
     gd_tensor *lr = lr_state(g, cfg->lr);
     if (lr == NULL) s = fail_after(g, who, "learning-rate state", NULL);
@@ -178,7 +180,7 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
                            gd_tensor_describe(cfg->grad_norm, b, sizeof b));
     }
     trainable t;
-    gd_status s = collect(g, who, &t, cfg->n_params, cfg->params);
+    gd_status s = collect(g, who, &t, cfg->n_params, cfg->params, 1);
     if (s != GD_OK) return s;
     gd_tensor *lrs = lr_state(g, lr);
     // step <- step + 1 before the updates, which read the new value: the first run is t = 1
@@ -189,7 +191,7 @@ gd_status gd_optimizer_adamw(gd_graph *g, const gd_adamw_config *cfg)
      * over the gradients); the norm is the caller's when it has one */
     gd_tensor *coef = NULL;
     if (s == GD_OK && cfg->clip_norm > 0) {
-        gd_tensor *norm = cfg->grad_norm != NULL ? cfg->grad_norm : gd_global_norm(g, t.n, t.g);
+        gd_tensor *norm = cfg->grad_norm != NULL ? cfg->grad_norm : gd_global_norm_as(g, t.n, t.g, GD_F32);
         gd_attr ca = gd_attr_f("max_norm", cfg->clip_norm);
         coef = norm != NULL ? gd_op(g, "clip_coef", 1, &norm, 1, &ca) : NULL;
         if (coef == NULL) s = fail_after(g, who, "clipping by global norm", NULL);

@@ -10,9 +10,11 @@
  *  - anything -> bool is x != 0 (NaN is true); bool -> number is 0 or 1.
  * The kernel handles f16 and bf16 itself, so it sees every dtype's raw bits.
  */
+#include "core.h" /* widened_from looks at the node that made a value */
 #include "refwalk.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static int is_float(int32_t dt) { return dt == GDP_F32 || dt == GDP_F16 || dt == GDP_BF16 || dt == GDP_F64; }
 
@@ -156,6 +158,14 @@ static const char *const cast_cases[] = {
     NULL,
 };
 
+/* A cast of a bf16 or f16 value to f32 changes no number: its input, for gd_grad_narrow. */
+static gd_tensor *widened_from(const gd_tensor *t)
+{
+    const gd_node *n = t->node;
+    if (n == NULL || strcmp(n->op->name, "cast") != 0 || t->dtype != GDP_F32) return NULL;
+    return gdp_is_half(n->in[0]->dtype) ? n->in[0] : NULL;
+}
+
 #define ALL_DTYPES (GD_M(GDP_DTYPE_COUNT) - 1u)
 
 GD_FAMILY(cast)
@@ -168,4 +178,5 @@ GD_FAMILY(cast)
                "->bool is x != 0",
     };
     gd_register_op(r, &def);
+    gd_registry_hooks(r)->widened_from = widened_from;
 }

@@ -281,6 +281,11 @@ static const char *const adamw_mixed[] = {
     /* with the gradient scale */
     "f32,bf16,f32,f32,f32,f32,bf16,f32->f32,f32,f32,bf16",
     "f32,f16,f32,f32,f32,f32,f16,f32->f32,f32,f32,f16",
+    /* a half gradient without a copy: f32 parameters used through casts */
+    "f32,bf16,f32,f32,f32,f32->f32,f32,f32",
+    "f32,f16,f32,f32,f32,f32->f32,f32,f32",
+    "f32,bf16,f32,f32,f32,f32,f32->f32,f32,f32",
+    "f32,f16,f32,f32,f32,f32,f32->f32,f32,f32",
     NULL};
 static const char *const adamw_mixed_cases[] = {
     "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[4,8] | beta1=0.9 beta2=0.999 eps=1e-8 "
@@ -291,6 +296,10 @@ static const char *const adamw_mixed_cases[] = {
     "f32[3,5] f32[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[3,5] | weight_decay=0.1",
     "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 bf16[4,8] f32[]<0.1:1 | weight_decay=0.01",
     "f32[3,5] f16[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f16[3,5] f32[]<0.1:1",
+    "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 | weight_decay=0.01",
+    "f32[300] f16[300] f32[300] f32[300]<0.5:2 f32[]<1:3 f32[]<0.5:2 | beta1=0.8 beta2=0.99 eps=1e-6",
+    "f32[4,8] bf16[4,8] f32[4,8] f32[4,8]<0.5:2 f32[]<1:3 f32[]<0.5:2 f32[]<0.1:1 | weight_decay=0.1",
+    "f32[3,5] f16[3,5] f32[3,5] f32[3,5]<0.5:2 f32[]<1:3 f32[]<0.5:2 f32[]<0.1:1",
     NULL};
 
 static const char *const assign_cases[] = {

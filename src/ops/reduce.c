@@ -449,6 +449,13 @@ static int infer_global_norm(gd_infer *c)
     }
     c->out[0].dtype = c->in[0].dtype;
     c->out[0].ndim = 0;
+    /* the attribute dtype, when given, is the result's: bf16 gradients' norm in f32 */
+    if (gdp_attr_find(c->attrs, "dtype") != NULL) {
+        int64_t dt = gdp_attr_int(c->attrs, "dtype", -1);
+        if (dt < 0 || dt >= GDP_DTYPE_COUNT || !gdp_is_float((int32_t)dt))
+            return gd_infer_fail(c, "dtype %lld is not a float dtype", (long long)dt);
+        c->out[0].dtype = (int32_t)dt;
+    }
     return 0;
 }
 
@@ -476,6 +483,7 @@ static gd_status grad_global_norm(gd_grad_ctx *c)
     // d norm / d x = x / norm
     if (c->dout[0] == NULL) return GD_OK;
     gd_tensor *s = gd_div(c->dout[0], c->out[0]); // ()
+    if (s != NULL && gd_tensor_dtype(s) != gd_tensor_dtype(c->in[0])) s = gd_cast(s, gd_tensor_dtype(c->in[0]));
     for (int k = 0; k < c->n_in; k++) {
         c->din[k] = gd_mul(c->in[k], s);
         if (c->din[k] == NULL) return GD_ERR_INVALID;
@@ -541,15 +549,13 @@ gd_tensor *gd_expand(gd_tensor *x, int ndim, const int64_t *shape)
     return gd_op1(x, "expand", 1, &a);
 }
 
-/* More than GDP_MAX_INPUTS tensors (every parameter of a model) are taken in groups: the
- * norm of the groups' norms is the norm of everything. */
-gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
+/* The norm of n tensors of one dtype, the result in `out` (< 0: theirs). More than
+ * GDP_MAX_INPUTS tensors (every parameter of a model) are taken in groups: the norm of the
+ * groups' norms is the norm of everything. */
+static gd_tensor *norm_of_group(gd_graph *g, int n, gd_tensor *const *xs, int out)
 {
-    if (g == NULL) return NULL;
-    if (n < 1 || xs == NULL) return gd_fail_null(g, GD_ERR_INVALID, "global_norm: %d tensors; at least 1 expected", n);
-    for (int k = 0; k < n; k++)
-        if (xs[k] == NULL) return NULL;
-    if (n <= GDP_MAX_INPUTS) return gd_op(g, "global_norm", n, xs, 0, NULL);
+    gd_attr a = gd_attr_i("dtype", out);
+    if (n <= GDP_MAX_INPUTS) return gd_op(g, "global_norm", n, xs, out >= 0 ? 1 : 0, &a);
     int n_parts = (n + GDP_MAX_INPUTS - 1) / GDP_MAX_INPUTS;
     gd_tensor **parts = gd_malloc((size_t)n_parts * sizeof *parts);
     if (parts == NULL) return gd_fail_null(g, GD_ERR_NOMEM, "global_norm: no memory for %d groups", n_parts);
@@ -557,12 +563,53 @@ gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
     int k;
     for (k = 0; k < n_parts; k++) {
         int m = n - k * GDP_MAX_INPUTS < GDP_MAX_INPUTS ? n - k * GDP_MAX_INPUTS : GDP_MAX_INPUTS;
-        parts[k] = gd_global_norm(g, m, xs + k * GDP_MAX_INPUTS);
+        parts[k] = norm_of_group(g, m, xs + k * GDP_MAX_INPUTS, out);
         if (parts[k] == NULL) break;
     }
-    if (k == n_parts) y = gd_global_norm(g, n_parts, parts);
+    if (k == n_parts) y = norm_of_group(g, n_parts, parts, -1);
     gd_free(parts);
     return y;
+}
+
+static int check_norm_inputs(gd_graph *g, int n, gd_tensor *const *xs)
+{
+    if (n < 1 || xs == NULL) {
+        gd_fail(gd_graph_ctx(g), GD_ERR_INVALID, "global_norm: %d tensors; at least 1 expected", n);
+        return -1;
+    }
+    for (int k = 0; k < n; k++)
+        if (xs[k] == NULL) return -1;
+    return 0;
+}
+
+gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
+{
+    if (g == NULL || check_norm_inputs(g, n, xs) != 0) return NULL;
+    return norm_of_group(g, n, xs, -1);
+}
+
+/* Tensors of several dtypes: each dtype's norm (in `out`), then the norm of those. With
+ * one dtype the nodes are gd_global_norm's, with the result in `out`: bf16 gradients read
+ * as they are give the bits the f32 copies of them would. */
+gd_tensor *gd_global_norm_as(gd_graph *g, int n, gd_tensor *const *xs, gd_dtype out)
+{
+    if (g == NULL || check_norm_inputs(g, n, xs) != 0) return NULL;
+    if (!gdp_is_float((int32_t)out))
+        return gd_fail_null(g, GD_ERR_INVALID, "global_norm: result dtype %s is not a float dtype", gd_dtype_name(out));
+    gd_tensor **same = gd_malloc((size_t)n * sizeof *same), *norms[GDP_DTYPE_COUNT];
+    if (same == NULL) return gd_fail_null(g, GD_ERR_NOMEM, "global_norm: no memory for %d tensors", n);
+    int n_norms = 0, ok = 1;
+    for (int32_t dt = 0; dt < GDP_DTYPE_COUNT && ok; dt++) {
+        int m = 0;
+        for (int k = 0; k < n; k++)
+            if (gd_tensor_dtype(xs[k]) == (gd_dtype)dt) same[m++] = xs[k];
+        if (m == 0) continue;
+        norms[n_norms] = norm_of_group(g, m, same, (int)out);
+        ok = norms[n_norms++] != NULL;
+    }
+    gd_free(same);
+    if (!ok) return NULL;
+    return n_norms == 1 ? norms[0] : norm_of_group(g, n_norms, norms, -1);
 }
 
 /* ---- registration ------------------------------------------------------------------------ */
@@ -637,6 +684,10 @@ static const char *const global_norm_cases[] = {
     "n[40,30] n[30] n[30,10] n[10]",
     /* tensors of several chunks of a backend's multi-tensor kernel, one not a whole vector */
     "n[300,250] n[70001] n[16] n[3] n[5,7]",
+    /* the result in f32 (bf16 or f16 gradients read as they are); "!": it rounds, so the
+     * gradient check in float64 leaves them out */
+    "!f[3,4] f[5] | dtype=f32",
+    "!n[300,250] n[70001] n[3] | dtype=f32",
     NULL,
 };
 
@@ -675,8 +726,9 @@ GD_FAMILY(reduce)
         .cases = expand_cases, .tol = 0, .view = view_expand, .ref_strided = 1,
         .doc = "NumPy broadcast of x to shape; a view (stride 0 along broadcast dims)"});
     gd_register_op(r, &(gd_op_def){
-        .name = "global_norm", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "",
-        .dtypes = GD_FLOATS, .infer = infer_global_norm, .grad = grad_global_norm, .ref = ref_global_norm,
-        .cases = global_norm_cases, .ref_strided = 1, .tol = 1e-8,
-        .doc = "sqrt of the sum of squares of every element of every input, a scalar"});
+        .name = "global_norm", .min_in = 1, .max_in = GDP_MAX_INPUTS, .n_out = 1, .attrs = "dtype:int",
+        .dtypes = GD_FLOATS, .any_out_dtype = 1, .infer = infer_global_norm, .grad = grad_global_norm,
+        .ref = ref_global_norm, .cases = global_norm_cases, .ref_strided = 1, .tol = 1e-8,
+        .doc = "sqrt of the sum of squares of every element of every input (one dtype), a scalar; dtype: the "
+               "result's (default the inputs')"});
 }
