@@ -512,6 +512,44 @@ static void test_gelu_epilogues(void)
     gd_graph_free(g);
 }
 
+/* layer_norm_grad_add and rms_norm_grad_add against the backward op and the add of its dx
+ * that they stand for: bit for bit in f32 and in bf16 (dx rounded to the dtype before r is
+ * added, as the pair stores it), dweight and dbias too; a residual of another shape is
+ * refused, naming it. */
+static void test_norm_grad_add(void)
+{
+    const int64_t shape[2] = {5, 48}, C = 48, n = 5 * 48;
+    for (int t = 0; t < 4; t++) {
+        const int rms = t & 1;
+        const gd_dtype dt = t < 2 ? GD_F32 : GD_BF16;
+        const char *op = rms ? "rms_norm_grad_add" : "layer_norm_grad_add";
+        gd_graph *g = fresh();
+        gd_tensor *dy = as_dt(rand_in(g, "dy", 2, shape, 70), dt), *x = as_dt(rand_in(g, "x", 2, shape, 71), dt);
+        gd_tensor *w = as_dt(rand_in(g, "w", 1, &C, 72), dt), *r = as_dt(rand_in(g, "r", 2, shape, 73), dt);
+        gd_attr eps = gd_attr_f("eps", 1e-5);
+        gd_tensor *fused[3] = {NULL, NULL, NULL}, *plain[3] = {NULL, NULL, NULL};
+        gd_status s = gd_op_multi(g, op, 4, (gd_tensor *[]){dy, x, w, r}, 1, &eps, rms ? 2 : 3, fused);
+        CHECK(s == GD_OK, "%s: %s", op, gd_ctx_error(ctx));
+        s = gd_op_multi(g, rms ? "rms_norm_grad" : "layer_norm_grad", 3, (gd_tensor *[]){dy, x, w}, 1, &eps,
+                        rms ? 2 : 3, plain);
+        CHECK(s == GD_OK, "the plain backward: %s", gd_ctx_error(ctx));
+        char what[80];
+        snprintf(what, sizeof what, "%s %s dx + r", gd_dtype_name(dt), op);
+        expect_same(what, to_f32(fused[0]), to_f32(gd_add(plain[0], r)), n, 0);
+        snprintf(what, sizeof what, "%s %s dweight", gd_dtype_name(dt), op);
+        expect_same(what, to_f32(fused[1]), to_f32(plain[1]), C, 0);
+        if (!rms) expect_same("layer_norm_grad_add dbias", to_f32(fused[2]), to_f32(plain[2]), C, 0);
+        gd_graph_free(g);
+    }
+    gd_graph *g = fresh();
+    gd_tensor *dy = rand_in(g, "dy", 2, shape, 1), *x = rand_in(g, "x", 2, shape, 2), *w = rand_in(g, "w", 1, &C, 3);
+    gd_tensor *r = rand_in(g, "r", 2, (int64_t[]){5, 24}, 4), *out[2] = {NULL, NULL};
+    gd_status s = gd_op_multi(g, "rms_norm_grad_add", 4, (gd_tensor *[]){dy, x, w, r}, 0, NULL, 2, out);
+    CHECK(s != GD_OK, "a residual of another shape should be refused");
+    check_error("rms_norm_grad_add shapes", (const char *[]){"rms_norm_grad_add", "r f32[5, 24]", "[5, 48]", NULL});
+    gd_graph_free(g);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -524,5 +562,6 @@ int main(void)
     test_linear_qkv_rope();
     test_attention_lse();
     test_gelu_epilogues();
+    test_norm_grad_add();
     return tu_finish("test_ops_fused");
 }

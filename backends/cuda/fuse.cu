@@ -29,6 +29,10 @@
  *   gelu(linear_act(x, W [, b])) with z also read (training; gelu tanh, f16/bf16)
  *                                              -> linear_act_keep(x, W [, b]) (y and z)
  *   gelu_grad(matmul(a, b) [reshaped], z)      -> matmul_act_grad(a, b, z)   (the same)
+ *   add(layer_norm_grad / rms_norm_grad (dy, x, w) dx, r)
+ *                                              -> layer_norm_grad_add / rms_norm_grad_add
+ *                                                 (dy, x, w, r) (training: the residual
+ *                                                 stream's gradient)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -651,6 +655,37 @@ static gdp_status fuse_gelu_grad(gdp_graph_view *g, int32_t gg, gdp_err *err)
     return g->replace_chain(g->graph, mm, gg, "matmul_act_grad", 3, in_nodes, in_outs, at, 3, 0, NULL, NULL, err);
 }
 
+/* add(layer_norm_grad / rms_norm_grad (dy, x, w) dx, r), either order, dx read by the add
+ * alone -> layer_norm_grad_add / rms_norm_grad_add (dy, x, w, r): the residual stream's
+ * gradient is the sum of the norm's dx and the gradient that came down the residual path;
+ * norm.cu adds it as it writes dx, which saves the add's pass over three tensors. The
+ * fused node takes the add's place, so nothing between the two may read dweight or dbias. */
+static gdp_status fuse_norm_grad_add(gdp_graph_view *g, int32_t add, gdp_err *err)
+{
+    if (!op_is(g, add, "add") || g->node_n_inputs(g->graph, add) != 2) return GDP_OK;
+    for (int32_t side = 0; side < 2; side++) {
+        const int32_t ng = sole_producer(g, add, side);
+        const int rms = op_is(g, ng, "rms_norm_grad");
+        if (ng < 0 || (!rms && !op_is(g, ng, "layer_norm_grad")) || g->node_n_inputs(g->graph, ng) != 3) continue;
+        gdp_tensor dx, r, y;
+        if (g->node_output_desc(g->graph, ng, 0, &dx) != GDP_OK || g->node_input_desc(g->graph, add, 1 - side, &r) != GDP_OK ||
+            g->node_output_desc(g->graph, add, 0, &y) != GDP_OK)
+            continue;
+        if (rows_of(&dx) < 0 || r.dtype != dx.dtype || y.dtype != dx.dtype || !same_dims(&r, &dx) || !same_dims(&y, &dx))
+            continue;
+        if (read_between(g, ng, 1, ng, add) || (!rms && read_between(g, ng, 2, ng, add))) continue;
+        const int32_t in_nodes[4] = {-1, -1, -1, -2 - add}, in_outs[4] = {0, 1, 2, 1 - side};
+        const int32_t out_nodes[3] = {add, ng, ng}, out_outs[3] = {0, 1, 2};
+        const gdp_attrs *na = g->node_attrs(g->graph, ng);
+        gdp_attr at[1];
+        memset(at, 0, sizeof at);
+        at[0].name = "eps", at[0].kind = GDP_ATTR_FLOAT, at[0].f = gdp_attr_float(na, "eps", rms ? 1e-6 : 1e-5);
+        return g->replace_chain(g->graph, ng, add, rms ? "rms_norm_grad_add" : "layer_norm_grad_add", 4, in_nodes,
+                                in_outs, at, 1, rms ? 2 : 3, out_nodes, out_outs, err);
+    }
+    return GDP_OK;
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
@@ -683,6 +718,7 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_attention_lse(backend, g, id, err);
         if (s == GDP_OK) s = fuse_gelu_keep(g, id, err);
         if (s == GDP_OK) s = fuse_gelu_grad(g, id, err);
+        if (s == GDP_OK) s = fuse_norm_grad_add(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
@@ -690,5 +726,5 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 
 extern const gdp_graph_pass cu_fuse_pass = {
     sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
-    "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad",
+    "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad, *_norm_grad_add",
     fuse_run};

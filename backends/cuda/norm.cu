@@ -16,6 +16,11 @@
  * writes each row's statistics for a column kernel that reads x and dy again, in chunks of
  * rows. Either way the partial sums are folded in a fixed order, a warp per column:
  * deterministic, with no atomics.
+ *
+ * layer_norm_grad_add and rms_norm_grad_add (the backward and the residual stream's
+ * gradient added to its dx, which the graph pass makes of the pair) run the same kernels
+ * with one more row read: dx is rounded to its dtype, the residual added in float and the
+ * sum rounded again, the bits the pair stores.
  */
 #include "cu_vec.h"
 
@@ -269,8 +274,8 @@ static void norm_warp_launch(const cu_backend *be, cudaStream_t s, const T *in, 
  *   layer: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
  *   rms:   dx = rstd * g - rstd^3 * x * mean(g * x)          (g = dy * w) */
 template <typename T>
-__global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx, double *stats, int64_t rows, int64_t C,
-                                     double eps, int rms)
+__global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, const T *res, T *dx, double *stats, int64_t rows,
+                                     int64_t C, double eps, int rms)
 {
     __shared__ double sh[THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -290,7 +295,10 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, T *dx,
             double d = (double)cu_ld(dy, r * C + k), v = (double)cu_ld(x, r * C + k);
             double g = w != NULL ? d * (double)cu_ld(w, k) : d;
             double out = rms ? rstd * g - rstd * rstd * rstd * mgx * v : rstd * (g - mg - (v - mean) * rstd * mgx);
-            cu_std(dx, r * C + k, out);
+            if (res != NULL) /* dx as stored, plus the residual stream's gradient: the pair's bits */
+                cu_st(dx, r * C + k, as_stored<T>((float)out) + cu_ld(res, r * C + k));
+            else
+                cu_std(dx, r * C + k, out);
         }
         if (threadIdx.x == 0) stats[2 * r] = mean, stats[2 * r + 1] = rstd;
     }
@@ -316,8 +324,9 @@ template <typename T> static __device__ __forceinline__ float vec_el(const uint4
 }
 
 template <typename T, int NV, int L>
-__global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, T *dx,
-                                                                    float *part, int64_t rows, int C, double eps, int rms)
+__global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy, const T *x, const T *w, const T *res,
+                                                                    T *dx, float *part, int64_t rows, int C, double eps,
+                                                                    int rms)
 {
     constexpr int N = cu_vec<T>::N;
     /* Where a lane keeps its column sums: registers cost 2 NV N of them a thread, which
@@ -407,8 +416,17 @@ __global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy,
                     pb[SLOTS ? 0 : j][e] += d;
                 }
             }
-            if constexpr (sizeof(A) == sizeof(double)) cu_std16(dx, r * C + k0, out);
-            else cu_st16(dx, r * C + k0, out);
+            if (res != NULL) { /* dx as stored, plus the residual stream's gradient: the pair's bits */
+                const uint4 rv = *reinterpret_cast<const uint4 *>(res + r * C + k0);
+                float f[N];
+#pragma unroll
+                for (int e = 0; e < N; e++) f[e] = as_stored<T>((float)out[e]) + vec_el<T>(rv, e);
+                cu_st16(dx, r * C + k0, f);
+            } else if constexpr (sizeof(A) == sizeof(double)) {
+                cu_std16(dx, r * C + k0, out);
+            } else {
+                cu_st16(dx, r * C + k0, out);
+            }
         }
     }
     /* the warp's row groups (lanes l, l + L, ... hold the same columns), in group order */
@@ -500,14 +518,17 @@ static int norm_supports(void *b, const gdp_node *n)
 {
     (void)b;
     int rms = is_rms(n), grad = is_grad(n);
-    int first_vec = grad ? 2 : 1, max_in = grad ? 3 : (rms ? 2 : 3);
+    /* the backward with the residual's gradient added: (dy, x, w, r) */
+    const int res = grad && n->n_in == 4 && strstr(n->op, "_grad_add") != NULL;
+    int first_vec = grad ? 2 : 1, max_in = grad ? 3 + res : (rms ? 2 : 3), last_vec = n->n_in - res;
     if (n->n_in < first_vec || n->n_in > max_in || n->n_out != (grad ? (rms ? 2 : 3) : 1)) return 0;
     const gdp_tensor *x = n->in[grad ? 1 : 0];
     if (!cu_gpu_float(x->dtype) || x->ndim < 1 || x->shape[x->ndim - 1] < 1) return 0;
     int64_t C = x->shape[x->ndim - 1];
     if (!cu_same_shape(n->out[0], x) || n->out[0]->dtype != x->dtype) return 0;
     if (grad && (!cu_same_shape(n->in[0], x) || n->in[0]->dtype != x->dtype)) return 0;
-    for (int k = first_vec; k < n->n_in; k++)
+    if (res && (!cu_same_shape(n->in[3], x) || n->in[3]->dtype != x->dtype)) return 0;
+    for (int k = first_vec; k < last_vec; k++)
         if (!vec_of(n->in[k], x->dtype, C)) return 0;
     for (int k = 1; k < n->n_out; k++)
         if (!vec_of(n->out[k], x->dtype, C)) return 0;
@@ -580,7 +601,7 @@ static int norm_bwd_vec(const gdp_node *node, int64_t C)
     const int64_t N = 16 / (int64_t)gdp_dtype_size(node->in[1]->dtype);
     return C % N == 0 && C <= NORM_BWD_MAX_C && C <= 32 * N * 8 && cu_aligned16(node->in[0]->data) &&
            cu_aligned16(node->in[1]->data) && cu_aligned16(node->out[0]->data) &&
-           (node->n_in < 3 || cu_aligned16(node->in[2]->data));
+           (node->n_in < 3 || cu_aligned16(node->in[2]->data)) && (node->n_in < 4 || cu_aligned16(node->in[3]->data));
 }
 
 template <typename T>
@@ -589,6 +610,7 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
 {
     const T *dy = (const T *)node->in[0]->data, *x = (const T *)node->in[1]->data;
     const T *w = node->n_in > 2 ? (const T *)node->in[2]->data : NULL;
+    const T *res = node->n_in > 3 ? (const T *)node->in[3]->data : NULL;
     T *dx = (T *)node->out[0]->data, *dw = (T *)node->out[1]->data, *db = node->n_out > 2 ? (T *)node->out[2]->data : NULL;
     constexpr int N = cu_vec<T>::N;
     const unsigned gf = cu_blocks(be, C * 32, THREADS);
@@ -597,22 +619,22 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
         const int64_t gw = norm_bwd_warp_blocks(be, rows, L);
         float *part = (float *)ws;
         if (L == 8)
-            norm_bwd_warp_kernel<T, 1, 8><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+            norm_bwd_warp_kernel<T, 1, 8><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
         else if (L == 16)
-            norm_bwd_warp_kernel<T, 1, 16><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+            norm_bwd_warp_kernel<T, 1, 16><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
         else if (nv <= 2)
-            norm_bwd_warp_kernel<T, 2, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+            norm_bwd_warp_kernel<T, 2, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
         else if (nv <= 4)
-            norm_bwd_warp_kernel<T, 4, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+            norm_bwd_warp_kernel<T, 4, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
         else
-            norm_bwd_warp_kernel<T, 8, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, dx, part, rows, (int)C, eps, rms);
+            norm_bwd_warp_kernel<T, 8, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
         norm_bwd_fold_kernel<T, float><<<gf, THREADS, 0, s>>>(part, dw, db, C, gw);
         return;
     }
     const int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
     double *stats = (double *)ws, *part = stats + 2 * rows;
-    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, dx, stats, rows, C, eps,
-                                                                                      rms);
+    norm_bwd_rows_kernel<T><<<cu_blocks(be, rows * THREADS, THREADS), THREADS, 0, s>>>(dy, x, w, res, dx, stats, rows, C,
+                                                                                      eps, rms);
     norm_bwd_cols_kernel<T><<<cu_blocks(be, chunks * C, THREADS), THREADS, 0, s>>>(dy, x, stats, part, rows, C, chunks);
     norm_bwd_fold_kernel<T, double><<<gf, THREADS, 0, s>>>(part, dw, db, C, chunks);
 }
@@ -669,5 +691,7 @@ static const gdp_kernel kernels[] = {
     FLOATS3("add_rms_norm", add_norm_supports, norm_fwd_run_launch, NULL),
     BWD("layer_norm_grad", GDP_F32), BWD("layer_norm_grad", GDP_F16), BWD("layer_norm_grad", GDP_BF16),
     BWD("rms_norm_grad", GDP_F32), BWD("rms_norm_grad", GDP_F16), BWD("rms_norm_grad", GDP_BF16),
+    BWD("layer_norm_grad_add", GDP_F32), BWD("layer_norm_grad_add", GDP_F16), BWD("layer_norm_grad_add", GDP_BF16),
+    BWD("rms_norm_grad_add", GDP_F32), BWD("rms_norm_grad_add", GDP_F16), BWD("rms_norm_grad_add", GDP_BF16),
 };
 CU_FAMILY(norm, kernels);

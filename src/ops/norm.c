@@ -152,16 +152,23 @@ static int infer_layer_norm_grad(gd_infer *c)
     return 0;
 }
 
-static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+/* dx = dx as stored + res (the residual stream's gradient, the next op's second operand),
+ * rounded again: what the pair norm_grad, add stores. */
+static void add_residual(const gdp_tensor *dx, row rdx, const gdp_tensor *res, row rr, int64_t C)
+{
+    for (int64_t k = 0; k < C; k++) rw_st(dx, rdx.base + k * rdx.step, at(dx, rdx, k) + at(res, rr, k));
+}
+
+static gdp_status layer_norm_grad_rows(const gdp_node *node, const gdp_tensor *w, const gdp_tensor *res, gdp_err *err)
 {
     // With xhat = (x - mean) * rstd and g = dy * weight:
     //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dweight = sum_rows dy * xhat,  dbias = sum_rows dy
-    const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
+    const gdp_tensor *dy = node->in[0], *x = node->in[1];
     const gdp_tensor *dx = node->out[0], *dw = node->out[1], *db = node->out[2];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-5);
-    const gdp_tensor *t[3] = {x, dy, dx};
+    const gdp_tensor *t[4] = {x, dy, dx, res};
     rw_walk wk;
-    int64_t C, rows = rows_of(&wk, 3, t, &C);
+    int64_t C, rows = rows_of(&wk, res != NULL ? 4 : 3, t, &C);
     double *acc_w = rw_workspace(node, 2 * rw_doubles(C), err); // dweight (C), dbias (C)
     if (acc_w == NULL) return GDP_ERR_INVALID;
     double *acc_b = acc_w + (C > 0 ? C : 1);
@@ -185,12 +192,26 @@ static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stre
             const double g = d * feat(w, k, 1.0);
             rw_st(dx, rdx.base + k * rdx.step, rstd * (g - mean_g - xhat * mean_gx));
         }
+        if (res != NULL) add_residual(dx, rdx, res, row_at(&wk, 3, res), C);
     }
     for (int64_t k = 0; k < C; k++) {
         rw_st(dw, k, acc_w[k]);
         rw_st(db, k, acc_b[k]);
     }
     return GDP_OK;
+}
+
+static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    return layer_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, NULL, err);
+}
+
+/* (dy, x, weight, r) -> (dx + r, dweight, dbias) */
+static gdp_status ref_layer_norm_grad_add(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    return layer_norm_grad_rows(node, node->in[2], node->in[3], err);
 }
 
 /* Scratch of the backward ops: the per-feature sums (C each). */
@@ -253,16 +274,16 @@ static int infer_rms_norm_grad(gd_infer *c)
     return 0;
 }
 
-static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+static gdp_status rms_norm_grad_rows(const gdp_node *node, const gdp_tensor *w, const gdp_tensor *res, gdp_err *err)
 {
     // With inv = 1/sqrt(mean(x^2) + eps) and g = dy * weight:
     //   dx = inv * g - inv^3 * x * mean(g * x),  dweight = sum_rows dy * x * inv
-    const gdp_tensor *dy = node->in[0], *x = node->in[1], *w = node->n_in > 2 ? node->in[2] : NULL;
+    const gdp_tensor *dy = node->in[0], *x = node->in[1];
     const gdp_tensor *dx = node->out[0], *dw = node->out[1];
     const double eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
-    const gdp_tensor *t[3] = {x, dy, dx};
+    const gdp_tensor *t[4] = {x, dy, dx, res};
     rw_walk wk;
-    int64_t C, rows = rows_of(&wk, 3, t, &C);
+    int64_t C, rows = rows_of(&wk, res != NULL ? 4 : 3, t, &C);
     double *acc_w = rw_workspace(node, rw_doubles(C), err);
     if (acc_w == NULL) return GDP_ERR_INVALID;
     for (int64_t k = 0; k < C; k++) acc_w[k] = 0.0;
@@ -282,10 +303,49 @@ static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream
             const double g = d * feat(w, k, 1.0);
             rw_st(dx, rdx.base + k * rdx.step, inv * g - c3 * v);
         }
+        if (res != NULL) add_residual(dx, rdx, res, row_at(&wk, 3, res), C);
     }
     for (int64_t k = 0; k < C; k++) rw_st(dw, k, acc_w[k]);
     return GDP_OK;
 }
+
+static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    return rms_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, NULL, err);
+}
+
+/* (dy, x, weight, r) -> (dx + r, dweight) */
+static gdp_status ref_rms_norm_grad_add(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)be, (void)stream;
+    return rms_norm_grad_rows(node, node->in[2], node->in[3], err);
+}
+
+/* The backward ops with the residual stream's gradient added (graph passes make them from
+ * norm_grad and the add of its dx that follows; models never build them): (dy, x, weight,
+ * r), r shaped like x. */
+static int check_residual(gd_infer *c)
+{
+    const gd_shape *r = &c->in[3], *x = &c->in[1];
+    if (r->dtype != x->dtype || !rd_same_dims(r, x)) {
+        char a[240], b[240];
+        return gd_infer_fail(c, "r %s must have x %s's shape and dtype", rd_desc(r, a, sizeof a), rd_desc(x, b, sizeof b));
+    }
+    return 0;
+}
+
+static int infer_grad_add(gd_infer *c, int (*infer)(gd_infer *))
+{
+    int s = check_residual(c);
+    if (s != 0) return s;
+    c->n_in = 3; /* the rest is the plain op's rule over (dy, x, weight) */
+    s = infer(c);
+    c->n_in = 4;
+    return s;
+}
+static int infer_layer_norm_grad_add(gd_infer *c) { return infer_grad_add(c, infer_layer_norm_grad); }
+static int infer_rms_norm_grad_add(gd_infer *c) { return infer_grad_add(c, infer_rms_norm_grad); }
 
 static gd_status grad_rms_norm(gd_grad_ctx *c)
 {
@@ -437,6 +497,20 @@ static const char *const rms_norm_grad_cases[] = {
     NULL,
 };
 
+/* (dy, x, weight, r): the rows a backend takes a warp a row and the longer ones */
+static const char *const norm_grad_add_cases[] = {
+    "f[4,8] f[4,8] f[8] f[4,8]",
+    "f[2,3,5] f[2,3,5] f[5] f[2,3,5] | eps=1e-3",
+    "n[16,64] n[16,64] n[64] n[16,64]",
+    "n[40,768] n[40,768] n[768] n[40,768]",
+    "n[37,128] n[37,128] n[128] n[37,128]",
+    "n[37,40] n[37,40] n[40] n[37,40]",
+    "n[5,2048] n[5,2048] n[2048] n[5,2048]",
+    "n[3,2500] n[3,2500] n[2500] n[3,2500]",
+    "n[2200,136] n[2200,136] n[136] n[2200,136]",
+    NULL,
+};
+
 static const char *const add_layer_norm_cases[] = {
     "f[4,8] f[4,8]",
     "f[4,8] f[4,8] f[8] f[8]",
@@ -491,6 +565,14 @@ GD_FAMILY(norm)
         .cost = cost_layer_norm_grad,
         .doc = "layer_norm_grad(dy, x, [weight]) -> dx, dweight, dbias"});
     gd_register_op(r, &(gd_op_def){
+        .name = "layer_norm_grad_add", .min_in = 4, .max_in = 4, .n_out = 3, .attrs = "eps:float",
+        .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad_add, .ref = ref_layer_norm_grad_add,
+        .cases = norm_grad_add_cases, .ref_workspace = ws_layer_norm_grad, .ref_strided = 1, .tol = 1e-8,
+        .ref_dtypes = GD_FLOATS64, /* in each dtype: dx is rounded to it before r is added */
+        .cost = cost_layer_norm_grad,
+        .doc = "layer_norm_grad_add(dy, x, weight, r) -> dx + r, dweight, dbias: the backward and the add of the "
+               "residual stream's gradient after it, as graph passes fuse them"});
+    gd_register_op(r, &(gd_op_def){
         .name = "rms_norm", .min_in = 1, .max_in = 2, .n_out = 1, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_rms_norm, .grad = grad_rms_norm, .ref = ref_rms_norm, .cases = rms_norm_cases,
         .ref_strided = 1, .tol = 1e-8, .cost = cost_rms_norm,
@@ -501,6 +583,13 @@ GD_FAMILY(norm)
         .cases = rms_norm_grad_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .cost = cost_rms_norm_grad,
         .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "rms_norm_grad_add", .min_in = 4, .max_in = 4, .n_out = 2, .attrs = "eps:float",
+        .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad_add, .ref = ref_rms_norm_grad_add,
+        .cases = norm_grad_add_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
+        .ref_dtypes = GD_FLOATS64, .cost = cost_rms_norm_grad,
+        .doc = "rms_norm_grad_add(dy, x, weight, r) -> dx + r, dweight: the backward and the add of the residual "
+               "stream's gradient after it, as graph passes fuse them"});
     gd_register_op(r, &(gd_op_def){
         .name = "add_layer_norm", .min_in = 2, .max_in = 4, .n_out = 2, .attrs = "eps:float", .dtypes = GD_FLOATS,
         .infer = infer_add_norm, .ref = ref_add_layer_norm, .cases = add_layer_norm_cases, .ref_strided = 1, .tol = 1e-8,
