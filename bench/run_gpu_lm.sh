@@ -10,7 +10,8 @@
 # DATA_DIR holds bible.txt (Debian's bible-kjv: `bible -f gen1:1-rev22:21`) and bible/
 # with tokenizer.json and data.tok made from it by `gradus tokenize`.
 # STEPS picks parts: parity,tokenizer,smoke,train,formats,speed.
-# LM_MODELS (preset names, space-separated) limits the speed step to those models.
+# LM_MODELS (preset names, space-separated) limits the speed step to those models;
+# LM_PROFILE=0 leaves out its profiled GPT-2 run.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 PEER=${1:-.peers}
@@ -136,10 +137,12 @@ for l in open(sys.argv[1]):
   done
   # where gradus's time goes: a profiled GPT-2 run, summarized by op
   # (CUDA graphs off: an event pair per node, so the summary goes by op, not by segment)
-  GRADUS_CUDA_GRAPHS=0 $G train lm --preset gpt2-124m --data "$DATA/bible/data.tok" \
-    --tokenizer "$DATA/bible/tokenizer.json" --out "$W/prof-gpt2" --steps 6 --batch 16 --seq 1024 --val-every 0 \
-    --backend cuda --profile "$W/gpt2.trace.json" >"$OUT/prof-gpt2.log" 2>&1
-  $G profile "$W/gpt2.trace.json" --top 25 --skip 1 >"$OUT/gpt2.profile.txt" 2>&1 # step 1 loads kernels
-  head -60 "$OUT/gpt2.profile.txt"
+  if [[ "${LM_PROFILE:-1}" == 1 ]]; then
+    GRADUS_CUDA_GRAPHS=0 $G train lm --preset gpt2-124m --data "$DATA/bible/data.tok" \
+      --tokenizer "$DATA/bible/tokenizer.json" --out "$W/prof-gpt2" --steps 6 --batch 16 --seq 1024 --val-every 0 \
+      --backend cuda --profile "$W/gpt2.trace.json" >"$OUT/prof-gpt2.log" 2>&1
+    $G profile "$W/gpt2.trace.json" --top 25 --skip 1 >"$OUT/gpt2.profile.txt" 2>&1 # step 1 loads kernels
+    head -60 "$OUT/gpt2.profile.txt"
+  fi
 fi
 log done
