@@ -548,6 +548,7 @@ typedef struct attn_ops {
     int gelu, gelu_grad, keep, act_grad;
     int copy_bthd; /* copies of (B, T, H, D) views: dq, dk, dv transposed back, when not written so */
     int norm_grad, norm_grad_add; /* norm backward ops, plain and with the residual's gradient added */
+    int ce, ce_grad, ce_with_grad; /* the loss, its gradient, and the two in one node */
 } attn_ops;
 
 static void attn_line(void *user, const char *s)
@@ -569,6 +570,9 @@ static void attn_line(void *user, const char *s)
     c->copy_bthd += strstr(s, " copy(") != NULL && strstr(s, "[2, 80, 2, 64]") != NULL;
     c->norm_grad += strstr(s, " layer_norm_grad(") != NULL || strstr(s, " rms_norm_grad(") != NULL;
     c->norm_grad_add += strstr(s, " layer_norm_grad_add(") != NULL || strstr(s, " rms_norm_grad_add(") != NULL;
+    c->ce += strstr(s, " cross_entropy(") != NULL;
+    c->ce_grad += strstr(s, " cross_entropy_grad(") != NULL;
+    c->ce_with_grad += strstr(s, " cross_entropy_with_grad(") != NULL;
 }
 
 /* The loss and every parameter's gradient of a training step of cfg (B sequences of T
@@ -609,7 +613,8 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
  * matmul_act_grad: no gelu or gelu_grad node left). In all three the backward writes dq, dk
  * and dv as the projections take them back (grad_bthd): no copy of a transposed view; and
  * the two norms' backward of each layer add the residual stream's gradient as they write dx
- * (*_norm_grad_add: 4), the final norm's alone has no add after it. */
+ * (*_norm_grad_add: 4), the final norm's alone has no add after it; and the loss comes out of
+ * its gradient's pass over the logits (cross_entropy_with_grad). */
 static int run_lm_train_plans(gd_ctx *ctx, int bi)
 {
     const gd_dtype dts[3] = {GD_F32, GD_BF16, GD_BF16};
@@ -640,16 +645,18 @@ static int run_lm_train_plans(gd_ctx *ctx, int bi)
             const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
                            ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2 && ops.gelu == 0 &&
                            ops.gelu_grad == 0 && ops.keep == want_keep && ops.act_grad == want_keep &&
-                           ops.copy_bthd == 0 && ops.norm_grad_add == 4 && ops.norm_grad == 1;
+                           ops.copy_bthd == 0 && ops.norm_grad_add == 4 && ops.norm_grad == 1 && ops.ce == 0 &&
+                           ops.ce_grad == 0 && ops.ce_with_grad == 1;
             printf("%s training plan %s %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
                    "attention_lse %d, attention_grad_lse %d (want 2, 2), of them with y (B, T, H, D) %d (want 2), "
                    "attention %d, attention_grad %d (want 0, 0), linear_act_keep %d, matmul_act_grad %d (want %d, %d), "
                    "gelu %d, gelu_grad %d (want 0, 0), copies of (B, T, H, D) views %d (want 0), norm backward with "
-                   "the residual added %d, without %d (want 4, 1), %d fallback\n",
+                   "the residual added %d, without %d (want 4, 1), cross_entropy %d, cross_entropy_grad %d, "
+                   "cross_entropy_with_grad %d (want 0, 0, 1), %d fallback\n",
                    ok ? "ok  " : "FAIL", gpt2 ? "gpt2" : "llama", gd_dtype_name(dts[i]), (long long)n_ref, e, tol,
                    ops.nodes, ops.attention_lse, ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad,
                    ops.keep, ops.act_grad, want_keep, want_keep, ops.gelu, ops.gelu_grad, ops.copy_bthd,
-                   ops.norm_grad_add, ops.norm_grad, ops.fallback);
+                   ops.norm_grad_add, ops.norm_grad, ops.ce, ops.ce_grad, ops.ce_with_grad, ops.fallback);
             fails += !ok;
         }
         free(ref);

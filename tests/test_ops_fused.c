@@ -550,6 +550,33 @@ static void test_norm_grad_add(void)
     gd_graph_free(g);
 }
 
+/* cross_entropy_with_grad against cross_entropy and cross_entropy_grad: bit for bit, f32
+ * logits and bf16 ones with an f32 loss, with an ignored target and classes past K. */
+static void test_cross_entropy_with_grad(void)
+{
+    for (int half = 0; half < 2; half++) {
+        const gd_dtype dt = half ? GD_BF16 : GD_F32;
+        gd_graph *g = fresh();
+        gd_tensor *x = as_dt(rand_in(g, "logits", 2, (int64_t[]){6, 11}, 80), dt);
+        const int64_t tv[6] = {3, -1, 0, 9, 5, 2};
+        gd_tensor *t = gd_input(g, "targets", GD_I64, 1, (int64_t[]){6});
+        CHECK(gd_tensor_write(t, tv, sizeof tv) == GD_OK, "targets: %s", gd_ctx_error(ctx));
+        gd_tensor *dl = gd_input(g, "dloss", GD_F32, 0, NULL);
+        const float dlv = 0.75f;
+        CHECK(gd_tensor_write(dl, &dlv, sizeof dlv) == GD_OK, "dloss: %s", gd_ctx_error(ctx));
+        gd_attr a[3] = {gd_attr_i("ignore_index", -1), gd_attr_i("classes", 10), gd_attr_i("out_dtype", GD_F32)};
+        gd_tensor *both[2] = {NULL, NULL};
+        gd_status s = gd_op_multi(g, "cross_entropy_with_grad", 3, (gd_tensor *[]){dl, x, t}, 2, a, 2, both);
+        CHECK(s == GD_OK, "cross_entropy_with_grad: %s", gd_ctx_error(ctx));
+        gd_tensor *loss = gd_op(g, "cross_entropy", 2, (gd_tensor *[]){x, t}, half ? 3 : 2, a);
+        gd_tensor *grad = gd_op(g, "cross_entropy_grad", 3, (gd_tensor *[]){dl, x, t}, 2, a);
+        expect_same(half ? "bf16 cross_entropy_with_grad loss" : "cross_entropy_with_grad loss", both[1], loss, 1, 0);
+        expect_same(half ? "bf16 cross_entropy_with_grad dlogits" : "cross_entropy_with_grad dlogits", to_f32(both[0]),
+                    to_f32(grad), 6 * 11, 0);
+        gd_graph_free(g);
+    }
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -563,5 +590,6 @@ int main(void)
     test_attention_lse();
     test_gelu_epilogues();
     test_norm_grad_add();
+    test_cross_entropy_with_grad();
     return tu_finish("test_ops_fused");
 }

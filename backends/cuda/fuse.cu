@@ -33,6 +33,9 @@
  *                                              -> layer_norm_grad_add / rms_norm_grad_add
  *                                                 (dy, x, w, r) (training: the residual
  *                                                 stream's gradient)
+ *   cross_entropy(x, t) and cross_entropy_grad(dl, x, t)
+ *                                              -> cross_entropy_with_grad(dl, x, t) (the
+ *                                                 gradient and the loss, in one pass)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -686,6 +689,38 @@ static gdp_status fuse_norm_grad_add(gdp_graph_view *g, int32_t add, gdp_err *er
     return GDP_OK;
 }
 
+/* cross_entropy(logits, targets) and cross_entropy_grad(dloss, logits, targets) of the same
+ * logits, targets and attributes, the loss read by nothing between the two ->
+ * cross_entropy_with_grad(dloss, logits, targets) (the gradient and the loss) in the
+ * gradient's place: softmax.cu's gradient kernel computes each row's log-sum-exp anyway,
+ * so the forward's own pass over the logits (a vocabulary's worth a token) goes. */
+static gdp_status fuse_cross_entropy(gdp_graph_view *g, int32_t gg, gdp_err *err)
+{
+    if (!op_is(g, gg, "cross_entropy_grad") || g->node_n_inputs(g->graph, gg) != 3) return GDP_OK;
+    const gdp_attrs *ga = g->node_attrs(g->graph, gg);
+    const int64_t ignore = gdp_attr_int(ga, "ignore_index", -100), classes = gdp_attr_int(ga, "classes", -1);
+    gdp_tensor dl;
+    if (g->node_input_desc(g->graph, gg, 0, &dl) != GDP_OK) return GDP_OK;
+    for (int32_t ce = gg - 1; ce >= 0; ce--) {
+        if (!op_is(g, ce, "cross_entropy") || !same_input(g, ce, 0, gg, 1) || !same_input(g, ce, 1, gg, 2)) continue;
+        const gdp_attrs *ca = g->node_attrs(g->graph, ce);
+        gdp_tensor loss;
+        if (gdp_attr_int(ca, "ignore_index", -100) != ignore || gdp_attr_int(ca, "classes", -1) != classes ||
+            g->node_output_desc(g->graph, ce, 0, &loss) != GDP_OK || loss.dtype != dl.dtype || read_between(g, ce, 0, ce, gg))
+            return GDP_OK;
+        const int32_t in_nodes[3] = {-2 - gg, -1, -1}, in_outs[3] = {0, 0, 1};
+        const int32_t out_nodes[2] = {gg, ce}, out_outs[2] = {0, 0};
+        gdp_attr at[2];
+        int na = 0;
+        memset(at, 0, sizeof at);
+        at[na].name = "ignore_index", at[na].kind = GDP_ATTR_INT, at[na++].i = ignore;
+        if (classes >= 0) at[na].name = "classes", at[na].kind = GDP_ATTR_INT, at[na++].i = classes;
+        return g->replace_chain(g->graph, ce, gg, "cross_entropy_with_grad", 3, in_nodes, in_outs, at, na, 2, out_nodes,
+                                out_outs, err);
+    }
+    return GDP_OK;
+}
+
 static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 {
     if (!GDP_HAS_FIELD(g, gdp_graph_view, replace_chain) || g->node_count == NULL || g->node_op == NULL ||
@@ -719,6 +754,7 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_gelu_keep(g, id, err);
         if (s == GDP_OK) s = fuse_gelu_grad(g, id, err);
         if (s == GDP_OK) s = fuse_norm_grad_add(g, id, err);
+        if (s == GDP_OK) s = fuse_cross_entropy(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
@@ -726,5 +762,6 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 
 extern const gdp_graph_pass cu_fuse_pass = {
     sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
-    "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad, *_norm_grad_add",
+    "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad, *_norm_grad_add, "
+    "cross_entropy_with_grad",
     fuse_run};

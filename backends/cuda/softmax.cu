@@ -379,11 +379,14 @@ static __device__ __forceinline__ float ce_dx(float x, int64_t k, int64_t target
 // dloss (), logits (N, C), targets (N) -> dlogits = (softmax(row[:K]) - onehot(target)) * dloss / count,
 // zeros past K; `counted` holds the count, or is NULL for the block to count itself. Two
 // reads of a row (its log-sum-exp, then the gradient) and one write. dloss is a T or (dl32:
-// the mixed forms, f16/bf16 logits) a float.
+// the mixed forms, f16/bf16 logits) a float. With `loss` (cross_entropy_with_grad) the row's
+// loss and weight go to loss[r], kept[r] as ce_rows_kernel writes them, for ce_total_kernel:
+// the forward's pass over the logits is this one's first.
 template <typename T>
 __global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const void *dl, int dl32, const T *x, const void *t, int t64, int64_t N,
                                                              int64_t C, int64_t K, int vec, int64_t ignore,
-                                                             const double *counted, T *dx, cu_bad bad)
+                                                             const double *counted, T *dx, cu_bad bad, double *loss,
+                                                             double *kept)
 {
     constexpr int NV = cu_vec<T>::N;
     __shared__ float shm[32];
@@ -395,12 +398,17 @@ __global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const void *dl, int
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
         const int64_t target = load_target(t, t64, r), base = r * C;
         if (target == ignore) {
+            if (loss != NULL && threadIdx.x == 0) loss[r] = 0.0, kept[r] = 0.0;
             for (int64_t k = threadIdx.x; k < C; k += blockDim.x) cu_st(dx, base + k, 0.0f);
             continue;
         }
-        const float lse = (float)ce_row_lse(x, base, K, vec, shm, shs);
         const int ok = target >= 0 && target < K;
+        /* the target's logit before the row's barriers: past them dx may overwrite x (reuse) */
+        const double xt = loss != NULL && ok && threadIdx.x == 0 ? (double)cu_ld(x, base + target) : 0.0;
+        const double lse_d = ce_row_lse(x, base, K, vec, shm, shs);
+        const float lse = (float)lse_d;
         if (!ok && threadIdx.x == 0) cu_report(bad, target, r);
+        if (loss != NULL && threadIdx.x == 0) loss[r] = ok ? lse_d - xt : NAN, kept[r] = 1.0;
         if (vec) {
             const int64_t step = (int64_t)blockDim.x * NV, full = K / NV * NV;
             int64_t e = (int64_t)threadIdx.x * NV;
@@ -431,11 +439,14 @@ __global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const void *dl, int
     }
 }
 
+/* cross_entropy_with_grad: the gradient's node with the forward's loss as a second output */
+static int ce_fused(const gdp_node *n) { return strcmp(n->op, "cross_entropy_with_grad") == 0; }
+
 static int ce_supports(void *b, const gdp_node *n)
 {
     (void)b;
-    int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
-    if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1) return 0;
+    const int fused = ce_fused(n), is_grad = fused || strcmp(n->op, "cross_entropy_grad") == 0;
+    if (n->n_in != (is_grad ? 3 : 2) || n->n_out != 1 + fused) return 0;
     const gdp_tensor *x = n->in[is_grad ? 1 : 0], *t = n->in[is_grad ? 2 : 1];
     /* the loss (and dloss) in the logits' dtype, or f32 for f16/bf16 logits (the mixed forms) */
     const gdp_tensor *loss = is_grad ? n->in[0] : n->out[0];
@@ -443,6 +454,7 @@ static int ce_supports(void *b, const gdp_node *n)
     if (!cu_gpu_float(x->dtype) || !gdp_is_index(t->dtype) || !loss_ok || x->ndim < 1) return 0;
     if (is_grad && (n->out[0]->dtype != x->dtype || gdp_numel(n->in[0]) != 1 || !cu_same_shape(n->out[0], x)))
         return 0;
+    if (fused && (n->out[1]->dtype != loss->dtype || gdp_numel(n->out[1]) != 1)) return 0;
     if (!is_grad && gdp_numel(n->out[0]) != 1) return 0;
     int64_t C = x->shape[x->ndim - 1], K = gdp_attr_int(&n->attrs, "classes", C);
     return C >= 1 && K >= 1 && K <= C && gdp_numel(t) * C == gdp_numel(x);
@@ -451,11 +463,12 @@ static int ce_supports(void *b, const gdp_node *n)
 /* Targets up to which each block of the grad kernel counts the kept ones itself. */
 #define CE_SELF_COUNT 4096
 
-/* The forward's row losses and row weights (kept or not); the grad's count. */
+/* The forward's row losses and row weights (kept or not); the grad's count; both for the
+ * fused node (the count after the rows). */
 static size_t ce_scratch(const gdp_node *n)
 {
-    int is_grad = strcmp(n->op, "cross_entropy_grad") == 0;
-    return (size_t)(is_grad ? 1 : 2 * gdp_numel(n->in[1]) + 1) * sizeof(double);
+    const int fused = ce_fused(n), is_grad = fused || strcmp(n->op, "cross_entropy_grad") == 0;
+    return (size_t)(fused ? 2 * gdp_numel(n->in[2]) + 1 : is_grad ? 1 : 2 * gdp_numel(n->in[1]) + 1) * sizeof(double);
 }
 
 static size_t ce_workspace(void *b, const gdp_node *n)
@@ -466,7 +479,7 @@ static size_t ce_workspace(void *b, const gdp_node *n)
 
 static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    int is_grad = strcmp(node->op, "cross_entropy_grad") == 0;
+    const int fused = ce_fused(node), is_grad = fused || strcmp(node->op, "cross_entropy_grad") == 0;
     const gdp_tensor *x = node->in[is_grad ? 1 : 0], *t = node->in[is_grad ? 2 : 1], *y = node->out[0];
     int64_t C = x->shape[x->ndim - 1], N = gdp_numel(t), K = gdp_attr_int(&node->attrs, "classes", C);
     int64_t ignore = gdp_attr_int(&node->attrs, "ignore_index", -100);
@@ -484,15 +497,17 @@ static gdp_status ce_run(cu_backend *be, const gdp_node *node, cudaStream_t s, g
     if (is_grad) {
         /* Only the count of kept targets is needed from the whole batch: each block counts
          * them itself when that is cheap, else one small kernel does, before. */
-        double *counted = NULL;
+        double *counted = NULL, *loss = fused ? (double *)ws : NULL, *kept = fused ? loss + N : NULL;
         if (N > CE_SELF_COUNT) {
-            counted = (double *)ws; /* the grad's whole workspace: one double (ce_scratch) */
+            counted = (double *)ws + (fused ? 2 * N : 0); /* one double after the fused node's rows */
             ce_count_kernel<<<1, THREADS, 0, s>>>(t->data, t64, N, ignore, counted);
         }
+        const gdp_tensor *l = fused ? node->out[1] : NULL;
         CU_FLOAT_SWITCH(x->dtype, T,
                         ce_grad_kernel<T><<<g, CE_THREADS, 0, s>>>(node->in[0]->data, dl32, (const T *)x->data,
                                                                   t->data, t64, N, C, K, vec, ignore, counted,
-                                                                  (T *)y->data, bad));
+                                                                  (T *)y->data, bad, loss, kept);
+                        if (fused) ce_total_kernel<T><<<1, THREADS, 0, s>>>(loss, kept, N, l->data, l->dtype != x->dtype));
         return GDP_OK;
     }
     double *loss = (double *)ws, *kept = loss + N; /* the forward's 2 N + 1 doubles */
@@ -524,5 +539,8 @@ static const gdp_kernel kernels[] = {
     CE_SIG("cross_entropy", "f16,i32->f32"), CE_SIG("cross_entropy", "f16,i64->f32"),
     CE_SIG("cross_entropy_grad", "f32,bf16,i32->bf16"), CE_SIG("cross_entropy_grad", "f32,bf16,i64->bf16"),
     CE_SIG("cross_entropy_grad", "f32,f16,i32->f16"), CE_SIG("cross_entropy_grad", "f32,f16,i64->f16"),
+    CE("cross_entropy_with_grad", GDP_F32), CE("cross_entropy_with_grad", GDP_F16), CE("cross_entropy_with_grad", GDP_BF16),
+    CE_SIG("cross_entropy_with_grad", "f32,bf16,i32->bf16,f32"), CE_SIG("cross_entropy_with_grad", "f32,bf16,i64->bf16,f32"),
+    CE_SIG("cross_entropy_with_grad", "f32,f16,i32->f16,f32"), CE_SIG("cross_entropy_with_grad", "f32,f16,i64->f16,f32"),
 };
 CU_FAMILY(softmax, kernels);

@@ -314,6 +314,33 @@ static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *s
     return GDP_OK;
 }
 
+/* ---- cross_entropy_with_grad: the loss and its gradient in one pass ---------------------- */
+
+/* (dloss, logits, targets) -> (dlogits, loss): what cross_entropy_grad and cross_entropy
+ * make, the loss in dloss's dtype (graph passes make it of the pair, whose backward reads
+ * each row of logits anyway; models never build it). */
+static int infer_cross_entropy_with_grad(gd_infer *c)
+{
+    int s = infer_cross_entropy_grad(c);
+    if (s != 0) return s;
+    c->out[1].dtype = c->in[0].dtype;
+    c->out[1].ndim = 0;
+    c->n_out = 2;
+    return 0;
+}
+
+/* The forward's reference, then the backward's: each reads the logits as they are, so the
+ * loss is read before the gradient may take the logits' storage (reuse). */
+static gdp_status ref_cross_entropy_with_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
+{
+    const gdp_tensor *fin[2] = {node->in[1], node->in[2]}, *fout[1] = {node->out[1]}, *gout[1] = {node->out[0]};
+    gdp_node f = *node, b = *node;
+    f.n_in = 2, f.in = fin, f.n_out = 1, f.out = fout;
+    b.n_out = 1, b.out = gout;
+    gdp_status s = ref_cross_entropy(be, &f, stream, err);
+    return s != GDP_OK ? s : ref_cross_entropy_grad(be, &b, stream, err);
+}
+
 static gd_status grad_cross_entropy(gd_grad_ctx *c)
 {
     if (c->dout[0] == NULL) return GD_OK;
@@ -481,6 +508,30 @@ static const char *const cross_entropy_grad_cases[] = {
     NULL,
 };
 
+/* dloss, logits, targets as cross_entropy_grad's; the loss comes out in dloss's dtype */
+static const char *const cross_entropy_with_grad_cases[] = {
+    "f[] f[4,5] i64[4]<5",
+    "f[] f[4100,3] i32[4100]<-1:3 | ignore_index=-1",
+    "f[] f[5,4] i64[5]<-1:4 | ignore_index=-1",
+    "f[] f[2,3] i64[2]<-1:0 | ignore_index=-1",
+    "f[] n[16,50] i32[16]<50",
+    "f[] f[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4",
+    "f[] n[4,16448] i64[4]<-1:16400 | ignore_index=-1 classes=16400",
+    NULL,
+};
+static const char *const cross_entropy_with_grad_mixed[] = {"f32,bf16,i32->bf16,f32", "f32,bf16,i64->bf16,f32",
+                                                            "f32,f16,i32->f16,f32", "f32,f16,i64->f16,f32", NULL};
+static const char *const cross_entropy_with_grad_mixed_cases[] = {
+    "f32[] bf16[4,5] i64[4]<5",
+    "f32[] bf16[5,6] i32[5]<-1:4 | ignore_index=-1 classes=4",
+    "f32[] bf16[4,16448] i64[4]<-1:16400 | ignore_index=-1 classes=16400",
+    "f32[] f16[6,3] i32[6]<3",
+    "f32[] f16[4,16448] i32[4]<16400 | classes=16400",
+    "f32[] f16[5,4] i64[5]<-1:4 | ignore_index=-1",
+    "f32[] bf16[4100,8] i64[4100]<8",
+    NULL,
+};
+
 static const char *const mse_cases[] = {
     "f[3,4] f[3,4]",
     "f[5] f[5]",
@@ -526,6 +577,13 @@ GD_FAMILY(softmax)
         .mixed_cases = cross_entropy_grad_mixed_cases, .ref_strided = 1, .tol = 1e-8, .reuse = 2,
         .doc = "cross_entropy_grad(dloss, logits, targets): (softmax(logits) - onehot) * dloss / count; bad "
                "targets as cross_entropy; dloss f32 for f16/bf16 logits (the mixed forms)"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "cross_entropy_with_grad", .min_in = 3, .max_in = 3, .n_out = 2, .attrs = "ignore_index:int classes:int",
+        .dtypes = GD_FLOATS, .infer = infer_cross_entropy_with_grad, .ref = ref_cross_entropy_with_grad,
+        .cases = cross_entropy_with_grad_cases, .mixed = cross_entropy_with_grad_mixed,
+        .mixed_cases = cross_entropy_with_grad_mixed_cases, .ref_strided = 1, .tol = 1e-8, .reuse = 2,
+        .doc = "cross_entropy_with_grad(dloss, logits, targets) -> (dlogits, loss): cross_entropy_grad's output and "
+               "cross_entropy's loss (in dloss's dtype) in one pass over the logits, as graph passes fuse the pair"});
     gd_register_op(r, &(gd_op_def){
         .name = "mse", .min_in = 2, .max_in = 2, .n_out = 1, .attrs = "", .dtypes = GD_FLOATS,
         .infer = infer_mse, .grad = grad_mse, .ref = ref_mse, .cases = mse_cases,
