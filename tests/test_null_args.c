@@ -135,6 +135,9 @@ static void builders(void)
     NULL_OUT(gd_init_kaiming(NULL, GD_F32, 2, (int64_t[]){2, 2}, 1));
     NULL_OUT(gd_global_norm(g, 1, NULL));
     NULL_OUT(gd_global_norm(NULL, 1, &x));
+    NULL_OUT(gd_global_norm_as(g, 1, NULL, GD_F32));
+    NULL_OUT(gd_global_norm_as(NULL, 1, &x, GD_F32));
+    NULL_OUT(gd_global_norm_as(g, 1, (gd_tensor *[]){NULL}, GD_F32));
     NULL_OUT(gd_assign(NULL, x));
     NULL_OUT(gd_nn_linear(NULL, "l", 4, 1));
     NULL_OUT(gd_nn_linear(x, NULL, 4, 1));
@@ -152,6 +155,7 @@ static void programs(void)
     FAILS(gd_backward(NULL, y));
     FAILS(gd_backward(g, NULL));
     CHECK(gd_grad(NULL, x) == NULL && gd_grad(g, NULL) == NULL, "grad of NULL");
+    CHECK(gd_grad_narrow(NULL, x) == NULL && gd_grad_narrow(g, NULL) == NULL, "narrow grad of NULL");
     FAILS(gd_optimizer_sgd(NULL, &(gd_sgd_config){.lr = 0.1}));
     FAILS(gd_optimizer_sgd(g, NULL));
     FAILS(gd_optimizer_adamw(g, NULL));
