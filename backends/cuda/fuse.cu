@@ -35,7 +35,7 @@
  *                                                 stream's gradient)
  *   cross_entropy(x, t) and cross_entropy_grad(dl, x, t)
  *                                              -> cross_entropy_with_grad(dl, x, t) (the
- *                                                 gradient and the loss, in one pass)
+ *                                                 gradient and the loss, one kernel)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -670,6 +670,8 @@ static gdp_status fuse_norm_grad_add(gdp_graph_view *g, int32_t add, gdp_err *er
         const int32_t ng = sole_producer(g, add, side);
         const int rms = op_is(g, ng, "rms_norm_grad");
         if (ng < 0 || (!rms && !op_is(g, ng, "layer_norm_grad")) || g->node_n_inputs(g->graph, ng) != 3) continue;
+        int32_t ro = -1;
+        if (g->node_input(g->graph, add, 1 - side, &ro) == ng) continue; /* r made by the norm (1-D x: dweight) */
         gdp_tensor dx, r, y;
         if (g->node_output_desc(g->graph, ng, 0, &dx) != GDP_OK || g->node_input_desc(g->graph, add, 1 - side, &r) != GDP_OK ||
             g->node_output_desc(g->graph, add, 0, &y) != GDP_OK)
@@ -700,9 +702,12 @@ static gdp_status fuse_cross_entropy(gdp_graph_view *g, int32_t gg, gdp_err *err
     const gdp_attrs *ga = g->node_attrs(g->graph, gg);
     const int64_t ignore = gdp_attr_int(ga, "ignore_index", -100), classes = gdp_attr_int(ga, "classes", -1);
     gdp_tensor dl;
+    int32_t dlo = -1;
+    const int32_t dlp = g->node_input(g->graph, gg, 0, &dlo);
     if (g->node_input_desc(g->graph, gg, 0, &dl) != GDP_OK) return GDP_OK;
     for (int32_t ce = gg - 1; ce >= 0; ce--) {
         if (!op_is(g, ce, "cross_entropy") || !same_input(g, ce, 0, gg, 1) || !same_input(g, ce, 1, gg, 2)) continue;
+        if (dlp == ce) return GDP_OK; /* dloss is the loss itself: the fused node would read its own output */
         const gdp_attrs *ca = g->node_attrs(g->graph, ce);
         gdp_tensor loss;
         if (gdp_attr_int(ca, "ignore_index", -100) != ignore || gdp_attr_int(ca, "classes", -1) != classes ||

@@ -20,7 +20,9 @@
  * layer_norm_grad_add and rms_norm_grad_add (the backward and the residual stream's
  * gradient added to its dx, which the graph pass makes of the pair) run the same kernels
  * with one more row read: dx is rounded to its dtype, the residual added in float and the
- * sum rounded again, the bits the pair stores.
+ * sum rounded again, the bits the pair stores. (A residual that is not 16-byte aligned, a
+ * view at an odd offset, sends the node to the row kernels, whose arithmetic is in double:
+ * then within the ops' tolerance of the pair rather than equal to it.)
  */
 #include "cu_vec.h"
 

@@ -381,7 +381,9 @@ static __device__ __forceinline__ float ce_dx(float x, int64_t k, int64_t target
 // reads of a row (its log-sum-exp, then the gradient) and one write. dloss is a T or (dl32:
 // the mixed forms, f16/bf16 logits) a float. With `loss` (cross_entropy_with_grad) the row's
 // loss and weight go to loss[r], kept[r] as ce_rows_kernel writes them, for ce_total_kernel:
-// the forward's pass over the logits is this one's first.
+// the forward's pass over the logits is this one's first. (Its row sums are the forward's
+// when both read vectors: dlogits, a planned output, is 16-byte aligned, so `vec` is the
+// forward's unless the logits themselves are not.)
 template <typename T>
 __global__ void __launch_bounds__(CE_THREADS) ce_grad_kernel(const void *dl, int dl32, const T *x, const void *t, int t64, int64_t N,
                                                              int64_t C, int64_t K, int vec, int64_t ignore,

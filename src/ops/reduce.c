@@ -590,7 +590,8 @@ gd_tensor *gd_global_norm(gd_graph *g, int n, gd_tensor *const *xs)
 
 /* Tensors of several dtypes: each dtype's norm (in `out`), then the norm of those. With
  * one dtype the nodes are gd_global_norm's, with the result in `out`: bf16 gradients read
- * as they are give the bits the f32 copies of them would. */
+ * as they are add the same squares as their f32 copies would, in the order the backend's
+ * kernel takes for bf16 (which may move the last bits of the sum). */
 gd_tensor *gd_global_norm_as(gd_graph *g, int n, gd_tensor *const *xs, gd_dtype out)
 {
     if (g == NULL || check_norm_inputs(g, n, xs) != 0) return NULL;

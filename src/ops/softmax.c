@@ -314,7 +314,7 @@ static gdp_status ref_cross_entropy_grad(void *be, const gdp_node *node, void *s
     return GDP_OK;
 }
 
-/* ---- cross_entropy_with_grad: the loss and its gradient in one pass ---------------------- */
+/* ---- cross_entropy_with_grad: the loss and its gradient from one kernel ----------------- */
 
 /* (dloss, logits, targets) -> (dlogits, loss): what cross_entropy_grad and cross_entropy
  * make, the loss in dloss's dtype (graph passes make it of the pair, whose backward reads
