@@ -36,13 +36,14 @@ static int check_rows(gd_infer *c, int first, const char *const *names)
     return 0;
 }
 
-/* dy must be shaped like x (in[0] and in[1] of a backward op). */
-static int check_dy(gd_infer *c)
+/* Input k (`name`) of a backward op must be shaped like x (its in[1]): dy, and the
+ * residual's gradient of the _add forms. */
+static int check_like_x(gd_infer *c, int k, const char *name)
 {
-    const gd_shape *dy = &c->in[0], *x = &c->in[1];
-    if (dy->dtype != x->dtype || !rd_same_dims(dy, x)) {
+    const gd_shape *t = &c->in[k], *x = &c->in[1];
+    if (t->dtype != x->dtype || !rd_same_dims(t, x)) {
         char a[240], b[240];
-        return gd_infer_fail(c, "dy %s must have x %s's shape and dtype", rd_desc(dy, a, sizeof a),
+        return gd_infer_fail(c, "%s %s must have x %s's shape and dtype", name, rd_desc(t, a, sizeof a),
                              rd_desc(x, b, sizeof b));
     }
     return 0;
@@ -140,7 +141,7 @@ static int infer_layer_norm_grad(gd_infer *c)
 {
     // dy (rows, C), x (rows, C), [weight (C)] -> dx (rows, C), dweight (C), dbias (C)
     int s = check_rows(c, 2, ln_grad_names);
-    if (s == 0) s = check_dy(c);
+    if (s == 0) s = check_like_x(c, 0, "dy");
     if (s != 0) return s;
     const gd_shape *x = &c->in[1];
     c->out[0] = *x;
@@ -201,17 +202,11 @@ static gdp_status layer_norm_grad_rows(const gdp_node *node, const gdp_tensor *w
     return GDP_OK;
 }
 
+/* (dy, x [, weight]) -> (dx, dweight, dbias), and the _add form (dy, x, weight, r) -> (dx + r, ...) */
 static gdp_status ref_layer_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     (void)be, (void)stream;
-    return layer_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, NULL, err);
-}
-
-/* (dy, x, weight, r) -> (dx + r, dweight, dbias) */
-static gdp_status ref_layer_norm_grad_add(void *be, const gdp_node *node, void *stream, gdp_err *err)
-{
-    (void)be, (void)stream;
-    return layer_norm_grad_rows(node, node->in[2], node->in[3], err);
+    return layer_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, node->n_in > 3 ? node->in[3] : NULL, err);
 }
 
 /* Scratch of the backward ops: the per-feature sums (C each). */
@@ -264,7 +259,7 @@ static int infer_rms_norm_grad(gd_infer *c)
 {
     // dy (rows, C), x (rows, C), [weight (C)] -> dx (rows, C), dweight (C)
     int s = check_rows(c, 2, ln_grad_names);
-    if (s == 0) s = check_dy(c);
+    if (s == 0) s = check_like_x(c, 0, "dy");
     if (s != 0) return s;
     const gd_shape *x = &c->in[1];
     c->out[0] = *x;
@@ -309,35 +304,19 @@ static gdp_status rms_norm_grad_rows(const gdp_node *node, const gdp_tensor *w, 
     return GDP_OK;
 }
 
+/* (dy, x [, weight]) -> (dx, dweight), and the _add form (dy, x, weight, r) -> (dx + r, dweight) */
 static gdp_status ref_rms_norm_grad(void *be, const gdp_node *node, void *stream, gdp_err *err)
 {
     (void)be, (void)stream;
-    return rms_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, NULL, err);
-}
-
-/* (dy, x, weight, r) -> (dx + r, dweight) */
-static gdp_status ref_rms_norm_grad_add(void *be, const gdp_node *node, void *stream, gdp_err *err)
-{
-    (void)be, (void)stream;
-    return rms_norm_grad_rows(node, node->in[2], node->in[3], err);
+    return rms_norm_grad_rows(node, node->n_in > 2 ? node->in[2] : NULL, node->n_in > 3 ? node->in[3] : NULL, err);
 }
 
 /* The backward ops with the residual stream's gradient added (graph passes make them from
  * norm_grad and the add of its dx that follows; models never build them): (dy, x, weight,
  * r), r shaped like x. */
-static int check_residual(gd_infer *c)
-{
-    const gd_shape *r = &c->in[3], *x = &c->in[1];
-    if (r->dtype != x->dtype || !rd_same_dims(r, x)) {
-        char a[240], b[240];
-        return gd_infer_fail(c, "r %s must have x %s's shape and dtype", rd_desc(r, a, sizeof a), rd_desc(x, b, sizeof b));
-    }
-    return 0;
-}
-
 static int infer_grad_add(gd_infer *c, int (*infer)(gd_infer *))
 {
-    int s = check_residual(c);
+    int s = check_like_x(c, 3, "r");
     if (s != 0) return s;
     c->n_in = 3; /* the rest is the plain op's rule over (dy, x, weight) */
     s = infer(c);
@@ -566,7 +545,7 @@ GD_FAMILY(norm)
         .doc = "layer_norm_grad(dy, x, [weight]) -> dx, dweight, dbias"});
     gd_register_op(r, &(gd_op_def){
         .name = "layer_norm_grad_add", .min_in = 4, .max_in = 4, .n_out = 3, .attrs = "eps:float",
-        .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad_add, .ref = ref_layer_norm_grad_add,
+        .dtypes = GD_FLOATS, .infer = infer_layer_norm_grad_add, .ref = ref_layer_norm_grad,
         .cases = norm_grad_add_cases, .ref_workspace = ws_layer_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .ref_dtypes = GD_FLOATS64, /* in each dtype: dx is rounded to it before r is added */
         .cost = cost_layer_norm_grad,
@@ -585,7 +564,7 @@ GD_FAMILY(norm)
         .doc = "rms_norm_grad(dy, x, [weight]) -> dx, dweight"});
     gd_register_op(r, &(gd_op_def){
         .name = "rms_norm_grad_add", .min_in = 4, .max_in = 4, .n_out = 2, .attrs = "eps:float",
-        .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad_add, .ref = ref_rms_norm_grad_add,
+        .dtypes = GD_FLOATS, .infer = infer_rms_norm_grad_add, .ref = ref_rms_norm_grad,
         .cases = norm_grad_add_cases, .ref_workspace = ws_rms_norm_grad, .ref_strided = 1, .tol = 1e-8,
         .ref_dtypes = GD_FLOATS64, .cost = cost_rms_norm_grad,
         .doc = "rms_norm_grad_add(dy, x, weight, r) -> dx + r, dweight: the backward and the add of the residual "
