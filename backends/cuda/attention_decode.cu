@@ -69,6 +69,12 @@ static __device__ __forceinline__ void dec_piece(const T *row, int c, int D, boo
     for (int x = 0; x < N; x++) f[x] = c * N + x < D ? cu_ld(row, c * N + x) : 0.0f;
 }
 
+/* Asks for the 128-byte line holding p into L2, without waiting for it. */
+static __device__ __forceinline__ void dec_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* Sums (or maxes) v[0..NT) over the block; every thread gets the results, in the same
  * order everywhere (the butterfly, then warps ascending). sh holds DEC_WARPS * NT floats. */
 template <int NT, bool MAX>
@@ -129,6 +135,15 @@ __global__ void __launch_bounds__(DEC_THREADS, NT == 1 ? 2 : 1)
         }
         const T *qb = q + b * w.q.b + h * w.q.h;
         const T *kb = k + b * w.k.b + (h / group) * w.k.h, *vb = v + b * w.v.b + (h / group) * w.v.h;
+        /* the value rows step 3 reads, asked into L2 now: a step's weights pass through L2
+         * between two tokens, so the cache comes from memory, and step 3's loads would
+         * otherwise wait for it after the softmax's barriers */
+        {
+            constexpr int LINE = 128 / (int)sizeof(T); /* elements of a 128-byte line */
+            const int64_t lines = (D + LINE - 1) / LINE;
+            for (int64_t i = threadIdx.x; i < (n_hi - k0) * lines; i += DEC_THREADS)
+                dec_prefetch_l2(vb + (k0 + i / lines) * w.v.t + (i % lines) * LINE);
+        }
         __syncthreads(); /* the previous item's readers of the shared memory are done */
 
         /* 1. scores: group grp takes keys k0 + grp, k0 + grp + GROUPS, ... (the loops run

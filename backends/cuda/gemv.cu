@@ -21,7 +21,9 @@
  * Work split: a warp owns one output column n and a tile of up to RT rows of x; its lanes
  * stride over K reading W's row n in 16-byte pieces (8 halves, 4 floats or 16 int8) and the
  * matching pieces of the x rows (small, they stay in L1), then a butterfly sums the lanes.
- * Blocks of GEMV_WARPS warps, one grid row per tile of rows. Every sum runs in a fixed order
+ * Blocks of GEMV_WARPS warps, one grid row per tile of rows. Rows of W of 4 KiB or more
+ * (the down and output projections) are split among GW_SPLIT warps of a column instead,
+ * each summing a slice of K, the slices added in slice order. Every sum runs in a fixed order
  * (each lane's pieces in K order, then the butterfly), so results are deterministic; the
  * float forms accumulate in f32 like cuBLASLt (the sweep's tolerance), linear_w8a8 in
  * integers and then the f32 steps gdp_q8_dequant fixes, bit for bit the reference's.
@@ -71,6 +73,27 @@ enum { GW_FLOAT, GW_Q8, GW_SWIGLU, GW_ROPE }; /* W holds x's dtype, int8 with pe
 #define GW_NORM_WARPS (GW_NORM_THREADS / 32)
 #define GW_NORM_REG_ROW (GW_NORM_THREADS * 8)
 
+/* Warps a column of the plain products takes when a row of W is long: a warp's loads then
+ * cover too little of it at once (measured at a decode step's shapes: rows of 4 KiB and
+ * more read about 1.4 times as fast split four ways, shorter rows no faster). */
+#define GW_SPLIT 4
+#define GW_SPLIT_BYTES 4096
+#define GW_SPLIT_THREADS 256
+#define GW_MIN_COLS (GW_SPLIT_THREADS / 32 / GW_SPLIT) /* the fewest columns a block takes */
+
+/* Elements of the normalized rows in the norm kernels' shared memory, rounded up so that g
+ * after them starts on a 16-byte boundary. */
+static __host__ __device__ __forceinline__ int64_t gw_norm_xn_elems(int64_t R, int64_t K, size_t es)
+{
+    const int64_t per = 16 / (int64_t)es;
+    return (R * K + per - 1) / per * per;
+}
+
+static constexpr int gw_threads(int norm, int split)
+{
+    return norm ? GW_NORM_THREADS : split > 1 ? GW_SPLIT_THREADS : GEMV_THREADS;
+}
+
 typedef struct gw_args {
     const void *x, *bias;
     const void *w[GW_SEGS]; /* segment s: output columns [end[s-1], end[s]) of the grid */
@@ -83,6 +106,7 @@ typedef struct gw_args {
     double eps;
     int64_t R, N, K;    /* N: every segment's columns together */
     int act, vec;
+    int vec_g; /* the norm kernels: g in 16-byte pieces (aligned, K a multiple of them) */
     /* GW_ROPE: segments 0 and 1 count q's and k's rotated pairs (D / 2 a head), segment 2
      * v's columns; rows are (b, t) of T steps, at positions pos[b * pos_step] + t of the
      * caches (B, Hkv, S, D) */
@@ -127,11 +151,12 @@ static __device__ __forceinline__ void gw_first(const W *w, int64_t K, int vec, 
         if (lane + 32 * u < pieces) first[u] = *reinterpret_cast<const uint4 *>(w + (lane + 32 * u) * PIECE);
 }
 
-/* acc[r] = dot(x row r, w) for the warp's rows, summed over the lanes (every lane gets it);
- * the first round of W's pieces from `first` (gw_first) when it is not NULL. */
+/* acc[r] = dot(x row r, w) over K elements for the warp's rows (rows of x ldx apart),
+ * summed over the lanes (every lane gets it); the first round of W's pieces from `first`
+ * (gw_first) when it is not NULL. */
 template <typename T, typename W, int RT>
-static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K, int vec, int rows, int lane, float *acc,
-                                               const uint4 *first = nullptr)
+static __device__ __forceinline__ void gw_dots(const T *x, int64_t ldx, const W *w, int64_t K, int vec, int rows,
+                                               int lane, float *acc, const uint4 *first = nullptr)
 {
     constexpr int PIECE = 16 / (int)sizeof(W); /* elements of W per 16-byte load */
 #pragma unroll
@@ -156,7 +181,7 @@ static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K
             for (int r = 0; r < RT; r++) {
                 if (r >= rows) break;
                 float xf[PIECE];
-                gw_ld<T, PIECE>(x + r * K + p * PIECE, xf);
+                gw_ld<T, PIECE>(x + r * ldx + p * PIECE, xf);
 #pragma unroll
                 for (int k = 0; k < PIECE; k++) acc[r] = fmaf(xf[k], wf[k], acc[r]);
             }
@@ -166,23 +191,46 @@ static __device__ __forceinline__ void gw_dots(const T *x, const W *w, int64_t K
         float wv = gw_ld1(w, k);
 #pragma unroll
         for (int r = 0; r < RT; r++)
-            if (r < rows) acc[r] = fmaf(cu_ld(x, r * K + k), wv, acc[r]);
+            if (r < rows) acc[r] = fmaf(cu_ld(x, r * ldx + k), wv, acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < RT; r++) acc[r] = cu_warp_sum_f(acc[r]);
 }
 
-/* The norm in front: the block's `rows` rows of x, each rms-normalized with g and rounded to
- * T, into xn (shared memory, rows of K). Each thread sums its elements' squares in index
- * order in double, then the block adds the threads' sums as norm.cu does for a row that
- * long, so that rstd, and each normalized value (x rstd g, rounded as cu_std rounds), is
- * the one the rms_norm node computes. sh: GW_NORM_THREADS doubles. Every thread calls it. */
-template <typename T>
-static __device__ void gw_norm_rows(const T *x, const T *g, int64_t K, double eps, int rows, double *sh, T *xn)
+/* The norm weight g (K elements) into shared memory gs, asked for before x is read: at a
+ * decode step it comes from memory (the step's other weights have passed through L2 since
+ * the last token), and read after the sums, as it was, its latency followed theirs.
+ * Asynchronous copies (cp.async) when g and K allow 16-byte pieces, so that no thread waits
+ * here; gw_norm_rows waits for them before its first barrier. */
+template <typename T> static __device__ __forceinline__ void gw_norm_weight(const T *g, int64_t K, int vec, T *gs)
 {
+    if (vec) {
+        constexpr int PIECE = 16 / (int)sizeof(T);
+        for (int64_t p = threadIdx.x; p < K / PIECE; p += GW_NORM_THREADS) {
+            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(gs + p * PIECE);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(g + p * PIECE) : "memory");
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        return;
+    }
+    for (int64_t k = threadIdx.x; k < K; k += GW_NORM_THREADS) gs[k] = g[k];
+}
+
+/* The norm in front: the block's `rows` rows of x, each rms-normalized with g (gs, from
+ * gw_norm_weight) and rounded to T, into xn (shared memory, rows of K). Each thread sums its
+ * elements' squares in index order in double, then the block adds the threads' sums as
+ * norm.cu does for a row that long, so that rstd, and each normalized value (x rstd g,
+ * rounded as cu_std rounds), is the one the rms_norm node computes. A thread's elements of a
+ * row are asked for together (the loop unrolled), not one memory latency after another.
+ * sh: GW_NORM_THREADS doubles. Every thread calls it. */
+template <typename T>
+static __device__ void gw_norm_rows(const T *x, const T *gs, int64_t K, double eps, int rows, double *sh, T *xn)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory"); /* this thread's pieces of g; the barrier below shares them */
     for (int r = 0; r < rows; r++) {
         const T *row = x + r * K;
         double ss = 0.0;
+#pragma unroll 4
         for (int64_t k = threadIdx.x; k < K; k += GW_NORM_THREADS) {
             const double d = (double)cu_ld(row, k);
             ss += d * d;
@@ -204,8 +252,9 @@ static __device__ void gw_norm_rows(const T *x, const T *g, int64_t K, double ep
         }
         __syncthreads(); /* every thread has read sh before the next row writes it */
         const double rstd = 1.0 / sqrt(ss / (double)K + eps);
+#pragma unroll 4
         for (int64_t k = threadIdx.x; k < K; k += GW_NORM_THREADS)
-            cu_std(xn, r * K + k, (double)cu_ld(row, k) * rstd * (double)cu_ld(g, k));
+            cu_std(xn, r * K + k, (double)cu_ld(row, k) * rstd * (double)cu_ld(gs, k));
     }
     __syncthreads();
 }
@@ -254,18 +303,22 @@ static __device__ __forceinline__ void gw_rope_store(const gw_args &a, int seg, 
 }
 
 /* y[r, n] for the rows r of this block's tile, by warp (n = blockIdx.x * warps + warp); with
- * NORM, blocks of GW_NORM_THREADS that normalize x into shared memory first.
+ * NORM, blocks of GW_NORM_THREADS that normalize x into shared memory first. With SPLIT > 1
+ * (plain products with long rows, gw_split), SPLIT warps share a column, each summing one
+ * slice of K, and the slices' sums are added in slice order through shared memory: more
+ * of W's row in flight at once than one warp's loads hold, and still one fixed order.
  *
  * A kernel's time at a decode step is mostly latencies in a row, so what depends on nothing
  * else goes first: rope's frequency before the wait for the kernel in front; then W's first
  * pieces (GW_ROPE's angle, from the position, while they load) before the norm, which reads
  * x and waits at its barriers meanwhile. */
-template <typename T, typename W, int MODE, int RT, int NORM>
-__global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_kernel(gw_args a)
+template <typename T, typename W, int MODE, int RT, int NORM, int SPLIT = 1>
+__global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a)
 {
-    constexpr int WARPS = NORM ? GW_NORM_WARPS : GEMV_WARPS;
-    const int lane = threadIdx.x & 31;
-    const int64_t col = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    constexpr int WARPS = gw_threads(NORM, SPLIT) / 32;
+    static_assert(SPLIT == 1 || (NORM == 0 && (MODE == GW_FLOAT || MODE == GW_Q8)), "split: plain products only");
+    const int lane = threadIdx.x & 31, slice = (threadIdx.x >> 5) % SPLIT;
+    const int64_t col = (int64_t)blockIdx.x * (WARPS / SPLIT) + (threadIdx.x >> 5) / SPLIT;
     const int64_t r0 = (int64_t)blockIdx.y * RT;
     const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
     const bool live = col < a.N; /* the warp has a column (the norm needs every warp) */
@@ -285,7 +338,20 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
         ra = seg < 2 ? head * a.D + j0 : n, rb = head * a.D + j1;
         if (live && seg < 2) freq = rope_freq(i, a.D, a.theta);
     }
+    /* with NORM, shared memory holds the sums' scratch, the normalized rows and g */
+    extern __shared__ uint4 gw_smem[];
+    double *sh = reinterpret_cast<double *>(gw_smem);
+    T *xn = reinterpret_cast<T *>(sh + GW_NORM_THREADS), *gs = xn + gw_norm_xn_elems(a.R, a.K, sizeof(T));
     cu_pdl_wait();
+    /* Asked for as the wait ends, used later, so that their latencies pass together with
+     * x's and the weights': the norm weight (into shared memory, asynchronously), the
+     * epilogue's bias, scale and residual (lane r's column n). Not before the wait: a
+     * weight may be the output of a kernel still running (a cast, an optimizer's update). */
+    if constexpr (NORM != 0) gw_norm_weight((const T *)a.norm, a.K, a.vec_g, gs);
+    float bv = 0.0f, sv = 0.0f, rv = 0.0f;
+    if ((MODE == GW_FLOAT || MODE == GW_Q8) && a.bias != NULL && live && lane < rows) bv = cu_ld((const T *)a.bias, n);
+    if (MODE == GW_Q8 && live && lane < rows) sv = a.scale[n];
+    if (MODE == GW_FLOAT && a.res != NULL && live && lane < rows) rv = cu_ld((const T *)a.res, (r0 + lane) * width + n);
     if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
         rope_check_pos(a.pos, a.pos64, a.pos_step, a.R / a.T, a.S, a.T, a.bad);
     const W *wa = (const W *)a.w[seg] + ra * a.K;
@@ -305,16 +371,33 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
     const T *x = (const T *)a.x + r0 * a.K;
     if constexpr (NORM != 0) {
         /* the whole block, before any warp leaves: its columns may end inside it */
-        extern __shared__ uint4 gw_smem[];
-        double *sh = reinterpret_cast<double *>(gw_smem);
-        T *xn = reinterpret_cast<T *>(sh + GW_NORM_THREADS);
-        gw_norm_rows<T>(x, (const T *)a.norm, a.K, a.eps, rows, sh, xn);
+        gw_norm_rows<T>(x, gs, a.K, a.eps, rows, sh, xn);
         x = xn;
     }
-    if (!live) return;
     float acc[RT], up[RT];
-    gw_dots<T, W, RT>(x, wa, a.K, a.vec, rows, lane, acc, NORM ? fa : nullptr);
-    if (TWO && (MODE != GW_ROPE || seg < 2)) gw_dots<T, W, RT>(x, wb, a.K, a.vec, rows, lane, up, NORM ? fb : nullptr);
+    if constexpr (SPLIT > 1) {
+        /* slice `slice` of K: whole 16-byte pieces on the vector path */
+        constexpr int PIECE = 16 / (int)sizeof(W);
+        const int64_t unit = a.vec ? PIECE : 1, per = ((a.K + unit - 1) / unit + SPLIT - 1) / SPLIT * unit;
+        const int64_t k0 = per * slice < a.K ? per * slice : a.K, k1 = k0 + per < a.K ? k0 + per : a.K;
+        __shared__ float part[WARPS][RT];
+        if (live) gw_dots<T, W, RT>(x + k0, a.K, wa + k0, k1 - k0, a.vec, rows, lane, acc);
+        if (live && lane == 0)
+#pragma unroll
+            for (int r = 0; r < RT; r++) part[threadIdx.x >> 5][r] = acc[r];
+        __syncthreads();
+        if (!live || slice != 0) return;
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            acc[r] = part[threadIdx.x >> 5][r];
+            for (int k = 1; k < SPLIT; k++) acc[r] += part[(threadIdx.x >> 5) + k][r];
+        }
+    } else {
+        if (!live) return;
+        gw_dots<T, W, RT>(x, a.K, wa, a.K, a.vec, rows, lane, acc, NORM ? fa : nullptr);
+        if (TWO && (MODE != GW_ROPE || seg < 2))
+            gw_dots<T, W, RT>(x, a.K, wb, a.K, a.vec, rows, lane, up, NORM ? fb : nullptr);
+    }
     if (lane >= rows) return;
     if constexpr (MODE == GW_ROPE) {
         gw_rope_store<T, RT>(a, seg, n, head, j0, j1, acc, up, cs, offset, r0, lane);
@@ -323,10 +406,8 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
     /* lane r writes row r */
     float v = gw_pick<RT>(acc, lane);
     T *y = (T *)a.y[seg] + (r0 + lane) * width + n;
-    const T *bias = (const T *)a.bias;
     if (MODE == GW_Q8) {
-        double b = bias != NULL ? (double)cu_ld(bias, n) : 0.0;
-        cu_st(y, 0, (float)((double)v * (double)a.scale[n] + b));
+        cu_st(y, 0, (float)((double)v * (double)sv + (double)bv));
         return;
     }
     if (MODE == GW_SWIGLU) {
@@ -334,11 +415,19 @@ __global__ void __launch_bounds__(NORM ? GW_NORM_THREADS : GEMV_THREADS) gemv_ke
         cu_std(y, 0, cu_silu_d((double)v) * (double)gw_pick<RT>(up, lane));
         return;
     }
-    if (bias != NULL) v = __fadd_rn(v, cu_ld(bias, n));
-    cu_st(y, 0, v);
-    if (a.act != GDP_ACT_NONE) cu_std(y, 0, cu_act_d(a.act, (double)cu_ld(y, 0)));
+    if (a.bias != NULL) v = __fadd_rn(v, bv);
+    if (a.act == GDP_ACT_NONE && a.res == NULL) {
+        cu_st(y, 0, v);
+        return;
+    }
+    /* each step rounded as its node would store it, in a register (not a store and a load
+     * of y: a round trip to L2 at the end of the kernel's path) */
+    T t;
+    cu_st(&t, 0, v);
+    if (a.act != GDP_ACT_NONE) cu_std(&t, 0, cu_act_d(a.act, (double)cu_ld(&t, 0)));
     /* the residual, added to the product as stored (segments are one: y is (R, N) like r) */
-    if (a.res != NULL) cu_st(y, 0, __fadd_rn(cu_ld(y, 0), cu_ld((const T *)a.res, (r0 + lane) * width + n)));
+    if (a.res != NULL) cu_st(&t, 0, __fadd_rn(cu_ld(&t, 0), rv));
+    *y = t;
 }
 
 /* One segment: W (N, K) into y (R, N). */
@@ -352,26 +441,43 @@ static void gw_single(gw_args *a, const void *w, void *y, int64_t N)
 static int gw_tile(int64_t R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
 
 /* Shared memory of a kernel with the norm in front: the sums' scratch, then the R rows of
- * the normalized x (R <= GEMV_MAX_ROWS: one tile). */
+ * the normalized x (R <= GEMV_MAX_ROWS: one tile), then g, from a 16-byte boundary. */
 static size_t gw_norm_smem(int64_t R, int64_t K, size_t es)
 {
-    return (size_t)GW_NORM_THREADS * sizeof(double) + (size_t)R * (size_t)K * es;
+    return (size_t)GW_NORM_THREADS * sizeof(double) + (size_t)gw_norm_xn_elems(R, K, es) * es + (size_t)K * es;
 }
+
+template <typename T, typename W, int MODE, int NORM, int SPLIT>
+static void gw_launch_split(const cu_backend *be, cudaStream_t s, const gw_args &a)
+{
+    constexpr int cols = gw_threads(NORM, SPLIT) / 32 / SPLIT; /* columns a block */
+    const int rt = gw_tile(a.R);
+    const size_t smem = NORM ? gw_norm_smem(a.R, a.K, sizeof(T)) : 0;
+    const dim3 grid((unsigned)((a.N + cols - 1) / cols), (unsigned)((a.R + rt - 1) / rt));
+    const dim3 block(gw_threads(NORM, SPLIT));
+    switch (rt) {
+    case 1: cu_launch(be, gemv_kernel<T, W, MODE, 1, NORM, SPLIT>, grid, block, smem, s, a); break;
+    case 2: cu_launch(be, gemv_kernel<T, W, MODE, 2, NORM, SPLIT>, grid, block, smem, s, a); break;
+    case 4: cu_launch(be, gemv_kernel<T, W, MODE, 4, NORM, SPLIT>, grid, block, smem, s, a); break;
+    default: cu_launch(be, gemv_kernel<T, W, MODE, 8, NORM, SPLIT>, grid, block, smem, s, a); break;
+    }
+}
+
+/* Whether a plain product's rows of W are long enough to split (GW_SPLIT). The choice
+ * depends on the shape alone, so a product's bits do not change between runs, and a fused
+ * product (linear_add) splits as the product it replaces does. */
+static int gw_split(const gw_args &a, size_t wsize) { return a.K * (int64_t)wsize >= GW_SPLIT_BYTES; }
 
 template <typename T, typename W, int MODE, int NORM>
 static void gw_launch(const cu_backend *be, cudaStream_t s, const gw_args &a)
 {
-    constexpr int warps = NORM ? GW_NORM_WARPS : GEMV_WARPS;
-    const int rt = gw_tile(a.R);
-    const size_t smem = NORM ? gw_norm_smem(a.R, a.K, sizeof(T)) : 0;
-    const dim3 grid((unsigned)((a.N + warps - 1) / warps), (unsigned)((a.R + rt - 1) / rt));
-    const dim3 block(NORM ? GW_NORM_THREADS : GEMV_THREADS);
-    switch (rt) {
-    case 1: cu_launch(be, gemv_kernel<T, W, MODE, 1, NORM>, grid, block, smem, s, a); break;
-    case 2: cu_launch(be, gemv_kernel<T, W, MODE, 2, NORM>, grid, block, smem, s, a); break;
-    case 4: cu_launch(be, gemv_kernel<T, W, MODE, 4, NORM>, grid, block, smem, s, a); break;
-    default: cu_launch(be, gemv_kernel<T, W, MODE, 8, NORM>, grid, block, smem, s, a); break;
+    if constexpr (NORM == 0 && (MODE == GW_FLOAT || MODE == GW_Q8)) {
+        if (gw_split(a, sizeof(W))) {
+            gw_launch_split<T, W, MODE, NORM, GW_SPLIT>(be, s, a);
+            return;
+        }
     }
+    gw_launch_split<T, W, MODE, NORM, 1>(be, s, a);
 }
 
 /* The most shared memory a block of the norm kernels may have: what cu_gemv_open opted
@@ -430,7 +536,7 @@ int cu_gemv_takes(const gdp_node *n)
     if (gdp_attr_int(&n->attrs, "weight_in_out", 0) != 0 || x->shape[x->ndim - 1] == 0) return 0;
     if (!gdp_is_contiguous(x) || !gdp_is_contiguous(w) || (n->n_in > 2 && !gdp_is_contiguous(n->in[2]))) return 0;
     int64_t R = gw_rows(x);
-    return R >= 1 && R <= GEMV_MAX_ROWS && w->shape[0] <= (int64_t)GEMV_WARPS * 0x7fffffff;
+    return R >= 1 && R <= GEMV_MAX_ROWS && w->shape[0] <= (int64_t)GW_MIN_COLS * 0x7fffffff;
 }
 
 gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -460,7 +566,7 @@ static int add_supports(void *b, const gdp_node *n)
     const gdp_tensor *x = n->in[0], *w = n->in[1], *r = n->in[n->n_in - 1], *y = n->out[0];
     if (!cu_gpu_float(x->dtype) || x->ndim < 1 || w->ndim != 2 || w->dtype != x->dtype) return 0;
     const int64_t K = x->shape[x->ndim - 1], R = K > 0 ? gw_rows(x) : 0;
-    if (K < 1 || w->shape[1] != K || R < 1 || R > GEMV_MAX_ROWS || w->shape[0] > (int64_t)GEMV_WARPS * 0x7fffffff)
+    if (K < 1 || w->shape[1] != K || R < 1 || R > GEMV_MAX_ROWS || w->shape[0] > (int64_t)GW_MIN_COLS * 0x7fffffff)
         return 0;
     if (y->dtype != x->dtype || r->dtype != x->dtype || !cu_same_shape(r, y) || gw_rows(y) != R) return 0;
     if (n->n_in == 4) {
@@ -514,7 +620,7 @@ static int multi_supports(void *b, const gdp_node *n)
         if (g->dtype != x->dtype || g->ndim != 1 || g->shape[0] != K) return 0;
         if (!cu_gemv_norm_fits((const cu_backend *)b, R, K, x->dtype)) return 0;
     }
-    return N <= (int64_t)GEMV_WARPS * 0x7fffffff;
+    return N <= (int64_t)GW_MIN_COLS * 0x7fffffff;
 }
 
 static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -527,6 +633,7 @@ static gdp_status multi_run(cu_backend *be, const gdp_node *node, cudaStream_t s
     if (norm) {
         a.norm = node->in[1 + nw]->data;
         a.eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+        a.vec_g = cu_aligned16(a.norm) && a.K * (int64_t)gdp_dtype_size(x->dtype) % 16 == 0;
     }
     const size_t es = gdp_dtype_size(x->dtype);
     /* with the norm, the products read x from shared memory, where its rows start on
@@ -591,7 +698,7 @@ static int qkv_rope_supports(void *b, const gdp_node *n)
         if (g->dtype != x->dtype || g->ndim != 1 || g->shape[0] != K) return 0;
         if (!cu_gemv_norm_fits((const cu_backend *)b, B * T, K, x->dtype)) return 0;
     }
-    return (H + 3 * Hkv) * D <= (int64_t)GEMV_WARPS * 0x7fffffff;
+    return (H + 3 * Hkv) * D <= (int64_t)GW_MIN_COLS * 0x7fffffff;
 }
 
 static gdp_status qkv_rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
@@ -612,6 +719,7 @@ static gdp_status qkv_rope_run(cu_backend *be, const gdp_node *node, cudaStream_
     if (norm) {
         a.norm = node->in[7]->data;
         a.eps = gdp_attr_float(&node->attrs, "eps", 1e-6);
+        a.vec_g = cu_aligned16(a.norm) && a.K * (int64_t)gdp_dtype_size(x->dtype) % 16 == 0;
     }
     const size_t es = gdp_dtype_size(x->dtype);
     a.vec = (a.K * (int64_t)es) % 16 == 0 && (norm || cu_aligned16(x->data));
@@ -652,7 +760,7 @@ static int q8_supports(void *b, const gdp_node *n)
     if (n->n_in == 4 && n->in[3]->dtype != x->dtype) return 0;
     int64_t K = w->shape[1], R = K > 0 ? gw_rows(x) : 0;
     return K >= 1 && (R + GEMV_MAX_ROWS - 1) / GEMV_MAX_ROWS <= GEMV_MAX_TILES &&
-           w->shape[0] <= (int64_t)GEMV_WARPS * 0x7fffffff;
+           w->shape[0] <= (int64_t)GW_MIN_COLS * 0x7fffffff;
 }
 
 static gw_args q8_args(const gdp_node *node)

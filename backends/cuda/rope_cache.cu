@@ -320,7 +320,10 @@ __global__ void rope_cache_kernel(const T *q, const T *k, const T *v, T *qo, T *
 // rope_cache_write with the q and k norms (Qwen3's QK-norm): a warp per head row of q, k or
 // v. A q or k row's lanes sum its squares in double (each lane its pairs' elements, then the
 // butterfly), normalize with the weight, round to T as rms_norm stores, then rotate; a v row
-// is copied into its cache. Pair frequencies before the wait (no memory read).
+// is copied into its cache. The pair frequencies (no memory read) before the wait; after it,
+// the norm weight's elements asked for with the row's (from memory: a step's weights pass
+// through L2 between two tokens; read after the sums, their latency followed the row's), and
+// the angles computed while those loads are in flight.
 template <typename T>
 __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const T *qn, const T *kn, T *qo, T *kc, T *vc,
                                        const void *pos, int pos64, int64_t step, int64_t B, int64_t T_, int64_t H,
@@ -330,13 +333,22 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
     const int lane = threadIdx.x & 31;
     const int64_t half = D / 2, heads = H + 2 * Hkv, rows = B * T_ * heads;
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int64_t hh = row % heads, bt = row / heads, b = bt / T_, t = bt % T_;
+    const T *g = hh < H ? qn : kn;
     double f[ROPE_NORM_PAIRS];
 #pragma unroll
     for (int u = 0; u < ROPE_NORM_PAIRS; u++) f[u] = rope_freq(lane + 32 * u, D, theta);
     cu_pdl_wait();
+    float g0[ROPE_NORM_PAIRS], g1[ROPE_NORM_PAIRS];
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
+        const int64_t i = lane + 32 * u;
+        g0[u] = g1[u] = 0.0f;
+        if (row < rows && hh < H + Hkv && i < half)
+            g0[u] = cu_ld(g, rope_j0(i, interleaved)), g1[u] = cu_ld(g, rope_j1(i, D, interleaved));
+    }
     if (blockIdx.x == 0) rope_check_pos(pos, pos64, step, B, S, T_, bad);
     if (row >= rows) return;
-    const int64_t hh = row % heads, bt = row / heads, b = bt / T_, t = bt % T_;
     const int64_t offset = cu_ld_index(pos, pos64, b * step);
     const int64_t h = hh < H ? hh : (hh - H) % Hkv;
     const int64_t dst = ((b * Hkv + h) * S + offset + t) * D;
@@ -346,7 +358,10 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
             for (int64_t j = lane; j < D; j += 32) vc[dst + j] = v[(bt * Hkv + h) * D + j];
         return;
     }
-    const T *x = hh < H ? q + (bt * H + h) * D : k + (bt * Hkv + h) * D, *g = hh < H ? qn : kn;
+    const T *x = hh < H ? q + (bt * H + h) * D : k + (bt * Hkv + h) * D;
+    double2 cs[ROPE_NORM_PAIRS];
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) cs[u] = rope_cs_f(t, offset, f[u], 1.0);
     double x0[ROPE_NORM_PAIRS], x1[ROPE_NORM_PAIRS], ss = 0.0;
 #pragma unroll
     for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
@@ -366,9 +381,9 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
         if (i >= half) continue;
         const int64_t j0 = rope_j0(i, interleaved), j1 = rope_j1(i, D, interleaved);
         T n0, n1; /* the normalized pair as rms_norm stores it */
-        cu_std(&n0, 0, x0[u] * rstd * (double)cu_ld(g, j0));
-        cu_std(&n1, 0, x1[u] * rstd * (double)cu_ld(g, j1));
-        rope_store((double)cu_ld(&n0, 0), (double)cu_ld(&n1, 0), rope_cs_f(t, offset, f[u], 1.0), y, j0, j1);
+        cu_std(&n0, 0, x0[u] * rstd * (double)g0[u]);
+        cu_std(&n1, 0, x1[u] * rstd * (double)g1[u]);
+        rope_store((double)cu_ld(&n0, 0), (double)cu_ld(&n1, 0), cs[u], y, j0, j1);
     }
 }
 

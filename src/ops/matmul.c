@@ -588,6 +588,12 @@ static const char *const linear_cases[] = {
     "f[8,96] f[33,96] f[33]",
     "f[5,64] f[20,64]",
     "f[2,1,256] f[9,256] f[9]",
+    /* rows of W of 4 KiB and more, which a backend's matrix-vector path may split among
+     * several sums: even and uneven slices, the vector path and (K odd) the scalar one */
+    "n[1,2048] f[24,2048] f[24]",
+    "n[3,2056] f[10,2056]",
+    "n[2,1100] f[9,1100] f[9]",
+    "n[2,1031] f[7,1031]",
     NULL,
 };
 
@@ -617,6 +623,8 @@ static const char *const linear_add_cases[] = {
     "n[8,37] f[20,37] n[8,20]",
     "n[5,128] f[40,128] n[5,40]",
     "f[7] f[6,7] f[6]",
+    "n[1,2048] f[16,2048] n[1,16]", /* long rows (see linear's cases) */
+    "n[4,1030] f[9,1030] f[9] n[4,9]",
     NULL,
 };
 

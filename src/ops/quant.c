@@ -116,6 +116,7 @@ static const char *const q8_cases[] = {
     "f[3,4] i8[2,4]<-127:128 f32[2]",     /* negative scales are still a product */
     "n[1,256] i8[40,256]<-127:128 f32[40]<0.001:0.02 f[40]", /* K in whole 16-byte pieces */
     "n[9,64] i8[24,64]<-127:128 f32[24]<0.001:0.02",        /* more rows than a tile */
+    "n[2,4096] i8[12,4096]<-127:128 f32[12]<0.001:0.02",    /* rows of 4 KiB: split sums */
     NULL,
 };
 
