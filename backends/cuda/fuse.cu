@@ -45,7 +45,10 @@
  * add, which precedes the norm), so add_rms_norm takes only the adds it leaves: those over
  * more rows (a prefill, a training batch) and those whose operands are no plain linear. A norm is
  * folded into a product only when gemv.cu's kernels take it (cu_gemv_norm_fits: the rows
- * fit in shared memory), a weightless norm or a layer_norm (GPT-2) never.
+ * fit in shared memory), a weightless norm or a layer_norm (GPT-2) never. Rows of W of 4 KiB
+ * or more, whose plain products gemv.cu splits among warps (cu_gemv_splits), get no norm in
+ * front, no linear_swiglu and no linear_qkv_rope: those kernels do not split, and a fused
+ * node must sum as the nodes it replaces.
  *
  * A fused node takes the place of its chain's last node, so a rule declines when a node
  * between the chain's ends reads a value the fused node now makes.
@@ -69,6 +72,10 @@
 /* gemv.cu: whether its products take the RMS norm of R rows of K elements of dtype dt in
  * front of them */
 int cu_gemv_norm_fits(const cu_backend *be, int64_t R, int64_t K, int32_t dt);
+/* gemv.cu: whether its plain products over rows of K elements of dt split K among warps,
+ * which its fused forms do not: those fusions then decline, so a fused node sums in the
+ * order of the products it replaces */
+int cu_gemv_splits(int64_t K, int32_t dt);
 
 static int op_is(gdp_graph_view *g, int32_t id, const char *name)
 {
@@ -268,7 +275,7 @@ static gdp_status fuse_swiglu(gdp_graph_view *g, int32_t mul, gdp_err *err)
             continue;
         int64_t R = rows_of(&x);
         if (R < 1 || R > CU_GEMV_MAX_ROWS || !same_dims(&wg, &wu) || wg.dtype != x.dtype || wu.dtype != x.dtype ||
-            y.dtype != x.dtype)
+            y.dtype != x.dtype || cu_gemv_splits(x.shape[x.ndim - 1], x.dtype))
             continue;
         const int32_t first = gate < up ? gate : up;
         const int32_t in_nodes[3] = {-1, -2 - gate, -2 - up}, in_outs[3] = {0, 1, 1};
@@ -365,7 +372,9 @@ static gdp_status fuse_norm_product(void *backend, gdp_graph_view *g, int32_t pr
     if (R < 1 || R > CU_GEMV_MAX_ROWS || !same_dims(&x, &h) || h.dtype != x.dtype || gw.dtype != x.dtype ||
         gw.ndim != 1 || gw.shape[0] != x.shape[x.ndim - 1])
         return GDP_OK;
-    if (!cu_gemv_norm_fits((const cu_backend *)backend, R, x.shape[x.ndim - 1], x.dtype)) return GDP_OK;
+    if (!cu_gemv_norm_fits((const cu_backend *)backend, R, x.shape[x.ndim - 1], x.dtype) ||
+        cu_gemv_splits(x.shape[x.ndim - 1], x.dtype))
+        return GDP_OK;
     /* x and g are the norm's inputs (the chain's first node), the matrices the product's */
     int32_t in_nodes[5] = {-1, -2 - prod, -2 - prod, -2 - prod, -2 - prod}, in_outs[5] = {0, 1, 2, 3, 0};
     in_nodes[1 + nw] = -1, in_outs[1 + nw] = 1;
@@ -485,7 +494,8 @@ static gdp_status fuse_qkv_rope(gdp_graph_view *g, int32_t att, gdp_err *err)
     gdp_tensor x, kc, y;
     if (g->node_input_desc(g->graph, qkv, 0, &x) != GDP_OK || g->node_input_desc(g->graph, rc, 3, &kc) != GDP_OK)
         return GDP_OK;
-    if (x.ndim != 3 || kc.ndim != 4 || x.shape[0] * x.shape[1] > CU_GEMV_MAX_ROWS) return GDP_OK;
+    if (x.ndim != 3 || kc.ndim != 4 || x.shape[0] * x.shape[1] > CU_GEMV_MAX_ROWS || cu_gemv_splits(x.shape[2], x.dtype))
+        return GDP_OK;
     for (int j = 0; j < 3; j++) /* (B, T, heads * D) seen as (B, T, heads, D) */
         if (g->node_output_desc(g->graph, view[j], 0, &y) != GDP_OK || y.ndim != 4 || y.shape[0] != x.shape[0] ||
             y.shape[1] != x.shape[1] || y.shape[3] != kc.shape[3])

@@ -226,7 +226,6 @@ template <typename T> static __device__ __forceinline__ void gw_norm_weight(cons
 template <typename T>
 static __device__ void gw_norm_rows(const T *x, const T *gs, int64_t K, double eps, int rows, double *sh, T *xn)
 {
-    asm volatile("cp.async.wait_all;\n" ::: "memory"); /* this thread's pieces of g; the barrier below shares them */
     for (int r = 0; r < rows; r++) {
         const T *row = x + r * K;
         double ss = 0.0;
@@ -235,6 +234,9 @@ static __device__ void gw_norm_rows(const T *x, const T *gs, int64_t K, double e
             const double d = (double)cu_ld(row, k);
             ss += d * d;
         }
+        /* this thread's pieces of g, waited for once x's are in: the barrier below shares
+         * them (after the first row, nothing is left to wait for) */
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         if (K <= GW_NORM_REG_ROW) {
             ss = cu_warp_sum_d(ss);
             if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = ss;
@@ -349,9 +351,10 @@ __global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a
      * weight may be the output of a kernel still running (a cast, an optimizer's update). */
     if constexpr (NORM != 0) gw_norm_weight((const T *)a.norm, a.K, a.vec_g, gs);
     float bv = 0.0f, sv = 0.0f, rv = 0.0f;
-    if ((MODE == GW_FLOAT || MODE == GW_Q8) && a.bias != NULL && live && lane < rows) bv = cu_ld((const T *)a.bias, n);
-    if (MODE == GW_Q8 && live && lane < rows) sv = a.scale[n];
-    if (MODE == GW_FLOAT && a.res != NULL && live && lane < rows) rv = cu_ld((const T *)a.res, (r0 + lane) * width + n);
+    const bool epi = live && lane < rows && slice == 0; /* this lane stores a y */
+    if ((MODE == GW_FLOAT || MODE == GW_Q8) && a.bias != NULL && epi) bv = cu_ld((const T *)a.bias, n);
+    if (MODE == GW_Q8 && epi) sv = a.scale[n];
+    if (MODE == GW_FLOAT && a.res != NULL && epi) rv = cu_ld((const T *)a.res, (r0 + lane) * width + n);
     if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
         rope_check_pos(a.pos, a.pos64, a.pos_step, a.R / a.T, a.S, a.T, a.bad);
     const W *wa = (const W *)a.w[seg] + ra * a.K;
@@ -467,6 +470,11 @@ static void gw_launch_split(const cu_backend *be, cudaStream_t s, const gw_args 
  * depends on the shape alone, so a product's bits do not change between runs, and a fused
  * product (linear_add) splits as the product it replaces does. */
 static int gw_split(const gw_args &a, size_t wsize) { return a.K * (int64_t)wsize >= GW_SPLIT_BYTES; }
+
+/* Whether a plain product of rows of K elements of dtype dt splits. The kernels with a norm
+ * in front, SwiGLU's pair and the rotated q, k, v do not: the graph pass fuses into them only
+ * products that do not split either (a fused node sums in its pair's order). */
+int cu_gemv_splits(int64_t K, int32_t dt) { return K * (int64_t)gdp_dtype_size(dt) >= GW_SPLIT_BYTES; }
 
 template <typename T, typename W, int MODE, int NORM>
 static void gw_launch(const cu_backend *be, cudaStream_t s, const gw_args &a)

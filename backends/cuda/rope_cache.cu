@@ -361,7 +361,8 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
     const T *x = hh < H ? q + (bt * H + h) * D : k + (bt * Hkv + h) * D;
     double2 cs[ROPE_NORM_PAIRS];
 #pragma unroll
-    for (int u = 0; u < ROPE_NORM_PAIRS; u++) cs[u] = rope_cs_f(t, offset, f[u], 1.0);
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++)
+        cs[u] = lane + 32 * u < half ? rope_cs_f(t, offset, f[u], 1.0) : make_double2(1.0, 0.0);
     double x0[ROPE_NORM_PAIRS], x1[ROPE_NORM_PAIRS], ss = 0.0;
 #pragma unroll
     for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
