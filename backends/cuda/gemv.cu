@@ -466,21 +466,21 @@ static void gw_launch_split(const cu_backend *be, cudaStream_t s, const gw_args 
     }
 }
 
-/* Whether a plain product's rows of W are long enough to split (GW_SPLIT). The choice
- * depends on the shape alone, so a product's bits do not change between runs, and a fused
- * product (linear_add) splits as the product it replaces does. */
-static int gw_split(const gw_args &a, size_t wsize) { return a.K * (int64_t)wsize >= GW_SPLIT_BYTES; }
+/* Whether a plain product whose rows of W are K elements of wsize bytes splits (GW_SPLIT).
+ * The choice depends on the shape alone, so a product's bits do not change between runs, and
+ * a fused product (linear_add) splits as the product it replaces does. */
+static int gw_split(int64_t K, size_t wsize) { return K * (int64_t)wsize >= GW_SPLIT_BYTES; }
 
-/* Whether a plain product of rows of K elements of dtype dt splits. The kernels with a norm
- * in front, SwiGLU's pair and the rotated q, k, v do not: the graph pass fuses into them only
- * products that do not split either (a fused node sums in its pair's order). */
-int cu_gemv_splits(int64_t K, int32_t dt) { return K * (int64_t)gdp_dtype_size(dt) >= GW_SPLIT_BYTES; }
+/* The same for the graph pass, by dtype. The kernels with a norm in front, SwiGLU's pair and
+ * the rotated q, k, v do not split: the pass fuses into them only products that do not split
+ * either (a fused node sums in its pair's order). */
+int cu_gemv_splits(int64_t K, int32_t dt) { return gw_split(K, gdp_dtype_size(dt)); }
 
 template <typename T, typename W, int MODE, int NORM>
 static void gw_launch(const cu_backend *be, cudaStream_t s, const gw_args &a)
 {
     if constexpr (NORM == 0 && (MODE == GW_FLOAT || MODE == GW_Q8)) {
-        if (gw_split(a, sizeof(W))) {
+        if (gw_split(a.K, sizeof(W))) {
             gw_launch_split<T, W, MODE, NORM, GW_SPLIT>(be, s, a);
             return;
         }
