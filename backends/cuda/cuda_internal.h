@@ -96,6 +96,7 @@ typedef struct cu_backend {
     int capturing;           /* a segment is being captured: no profiling, no waiting */
     int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
     int attn_lse;            /* the graph pass keeps attention's lse for its backward (GRADUS_CUDA_ATTN_LSE=0: off) */
+    int attn_ds;             /* the tensor-core backward stores dS for dq (GRADUS_CUDA_ATTN_DS=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
     int sm90;                /* the code the driver loaded is sm_90's (probe kernel) */
     int pdl;                 /* cu_launch may start a kernel early (GRADUS_CUDA_PDL=0: off) */
@@ -193,6 +194,22 @@ static __device__ __forceinline__ void cu_pdl_wait(void)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+/* Asks L2 for the 128-byte lines of [p, p + bytes) that part `part` of `parts` takes (each
+ * caller of a group one line in turn: lane + 32 part, in steps of 32 parts, for the lanes of
+ * `parts` warps), without waiting for them. Allowed before cu_pdl_wait, where a load is not:
+ * a prefetch reads no value into the kernel, and L2 is where every kernel's writes meet, so a
+ * line it brings in early is never stale. A decode step's kernel uses it for its weights
+ * while the kernel in front still runs: their read from memory, the longest latency of its
+ * path, then passes in the other kernel's time. */
+static __device__ __forceinline__ void cu_prefetch_l2(const void *p, int64_t bytes, int lane, int part, int parts)
+{
+    if (bytes <= 0) return;
+    const uintptr_t a0 = (uintptr_t)p & ~(uintptr_t)127, a1 = (uintptr_t)p + (uintptr_t)bytes;
+    const int64_t lines = (int64_t)((a1 - a0 + 127) / 128);
+    for (int64_t i = lane + 32 * (int64_t)part; i < lines; i += 32 * (int64_t)parts)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a0 + (uintptr_t)i * 128));
 }
 
 /* A kernel that only waits: open_backend reads which code the driver loaded for it (a

@@ -311,7 +311,8 @@ static __device__ __forceinline__ void gw_rope_store(const gw_args &a, int seg, 
  * of W's row in flight at once than one warp's loads hold, and still one fixed order.
  *
  * A kernel's time at a decode step is mostly latencies in a row, so what depends on nothing
- * else goes first: rope's frequency before the wait for the kernel in front; then W's first
+ * else goes first: before the wait for the kernel in front, rope's frequency and a prefetch of
+ * the warp's rows of W into L2 (cu_prefetch_l2); after it, W's first
  * pieces (GW_ROPE's angle, from the position, while they load) before the norm, which reads
  * x and waits at its barriers meanwhile. */
 template <typename T, typename W, int MODE, int RT, int NORM, int SPLIT = 1>
@@ -344,26 +345,34 @@ __global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a
     extern __shared__ uint4 gw_smem[];
     double *sh = reinterpret_cast<double *>(gw_smem);
     T *xn = reinterpret_cast<T *>(sh + GW_NORM_THREADS), *gs = xn + gw_norm_xn_elems(a.R, a.K, sizeof(T));
-    cu_pdl_wait();
-    /* Asked for as the wait ends, used later, so that their latencies pass together with
-     * x's and the weights': the norm weight (into shared memory, asynchronously), the
-     * epilogue's bias, scale and residual (lane r's column n). Not before the wait: a
-     * weight may be the output of a kernel still running (a cast, an optimizer's update). */
-    if constexpr (NORM != 0) gw_norm_weight((const T *)a.norm, a.K, a.vec_g, gs);
-    float bv = 0.0f, sv = 0.0f, rv = 0.0f;
-    const bool epi = live && lane < rows && slice == 0; /* this lane stores a y */
-    if ((MODE == GW_FLOAT || MODE == GW_Q8) && a.bias != NULL && epi) bv = cu_ld((const T *)a.bias, n);
-    if (MODE == GW_Q8 && epi) sv = a.scale[n];
-    if (MODE == GW_FLOAT && a.res != NULL && epi) rv = cu_ld((const T *)a.res, (r0 + lane) * width + n);
-    if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
-        rope_check_pos(a.pos, a.pos64, a.pos_step, a.R / a.T, a.S, a.T, a.bad);
     const W *wa = (const W *)a.w[seg] + ra * a.K;
     const W *wb = MODE == GW_SWIGLU ? (const W *)a.w2 + n * a.K : (const W *)a.w[seg] + rb * a.K;
     constexpr bool TWO = MODE == GW_SWIGLU || MODE == GW_ROPE; /* GW_ROPE: for q's and k's pairs */
+    const bool two = TWO && (MODE != GW_ROPE || seg < 2);
+    /* the warp's rows of W (its slice's lines of them), and g, into L2 while the kernel in
+     * front runs: reads from memory at a decode step, they would otherwise start after it */
+    if (live) {
+        const int64_t rowb = a.K * (int64_t)sizeof(W);
+        cu_prefetch_l2(wa, rowb, lane, slice, SPLIT);
+        if (two) cu_prefetch_l2(wb, rowb, lane, slice, SPLIT);
+    }
+    if (NORM != 0 && threadIdx.x < 32) cu_prefetch_l2(a.norm, a.K * (int64_t)sizeof(T), lane, 0, 1);
+    cu_pdl_wait();
+    /* Asked for as the wait ends, used later, so that their latencies pass together with
+     * x's and the weights': the norm weight (into shared memory, asynchronously), the
+     * float epilogue's bias and residual (lane r's column n). Not before the wait: a
+     * weight may be the output of a kernel still running (a cast, an optimizer's update). */
+    if constexpr (NORM != 0) gw_norm_weight((const T *)a.norm, a.K, a.vec_g, gs);
+    float bv = 0.0f, rv = 0.0f;
+    const bool epi = live && lane < rows && slice == 0; /* this lane stores a y */
+    if (MODE == GW_FLOAT && a.bias != NULL && epi) bv = cu_ld((const T *)a.bias, n);
+    if (MODE == GW_FLOAT && a.res != NULL && epi) rv = cu_ld((const T *)a.res, (r0 + lane) * width + n);
+    if (MODE == GW_ROPE && blockIdx.x == 0 && blockIdx.y == 0) /* positions the caches cannot take */
+        rope_check_pos(a.pos, a.pos64, a.pos_step, a.R / a.T, a.S, a.T, a.bad);
     uint4 fa[GEMV_UNROLL], fb[GEMV_UNROLL];
     if (NORM && live) {
         gw_first(wa, a.K, a.vec, lane, fa);
-        if (TWO && (MODE != GW_ROPE || seg < 2)) gw_first(wb, a.K, a.vec, lane, fb);
+        if (two) gw_first(wb, a.K, a.vec, lane, fb);
     }
     double2 cs = make_double2(1.0, 0.0);
     int64_t offset = 0;
@@ -398,8 +407,7 @@ __global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a
     } else {
         if (!live) return;
         gw_dots<T, W, RT>(x, a.K, wa, a.K, a.vec, rows, lane, acc, NORM ? fa : nullptr);
-        if (TWO && (MODE != GW_ROPE || seg < 2))
-            gw_dots<T, W, RT>(x, a.K, wb, a.K, a.vec, rows, lane, up, NORM ? fb : nullptr);
+        if (two) gw_dots<T, W, RT>(x, a.K, wb, a.K, a.vec, rows, lane, up, NORM ? fb : nullptr);
     }
     if (lane >= rows) return;
     if constexpr (MODE == GW_ROPE) {
@@ -410,7 +418,10 @@ __global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a
     float v = gw_pick<RT>(acc, lane);
     T *y = (T *)a.y[seg] + (r0 + lane) * width + n;
     if (MODE == GW_Q8) {
-        cu_st(y, 0, (float)((double)v * (double)sv + (double)bv));
+        /* the int8 forms read their scale and bias here: held across the dot loop, as the
+         * float forms hold theirs, they took registers the tiles of several rows spill for */
+        const double sv = (double)a.scale[n], bq = a.bias != NULL ? (double)cu_ld((const T *)a.bias, n) : 0.0;
+        cu_st(y, 0, (float)((double)v * sv + bq));
         return;
     }
     if (MODE == GW_SWIGLU) {
@@ -836,10 +847,11 @@ __global__ void __launch_bounds__(GWQ_THREADS) gw_quantize_kernel(const T *x, in
 template <typename T, int RT>
 __global__ void __launch_bounds__(GEMV_THREADS) w8a8_kernel(gw_args a, const int8_t *xq, const float *sx, int64_t KP)
 {
-    cu_pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const int64_t r0 = (int64_t)blockIdx.y * RT;
+    if (n < a.N) cu_prefetch_l2((const int8_t *)a.w[0] + n * a.K, a.K, lane, 0, 1); /* as gemv_kernel */
+    cu_pdl_wait();
     if (n >= a.N) return;
     const int rows = a.R - r0 < RT ? (int)(a.R - r0) : RT;
     const int8_t *w = (const int8_t *)a.w[0] + n * a.K, *xr = xq + r0 * KP;
