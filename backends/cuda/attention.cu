@@ -566,17 +566,26 @@ static size_t attention_workspace(void *b, const gdp_node *n)
     return cu_ws_declare(cu_attn_decode_workspace(be, a));
 }
 
-/* lse and delta per query row. */
-static size_t attention_grad_scratch(const gdp_node *n)
+/* The backward's stored dS (cu_attn_tc_bwd) when the tensor-core kernels take the node
+ * (dy, q, k, v its first inputs, kv_len input len_at) and it fits; 0 otherwise. */
+static size_t attn_ds_bytes(const cu_backend *be, const gdp_node *n, int len_at)
+{
+    if (!be->attn_ds) return 0;
+    const att_dims a = att_dims_of(n, n->in[1], n->in[2], len_at);
+    const gdp_tensor *in[4] = {n->in[1], n->in[2], n->in[3], n->in[0]}; // q, k, v, dy
+    return cu_attn_tc_ok(be, n->in[1]->dtype, a, 1, in, 4) ? cu_attn_tc_ds_bytes(n->in[1]->dtype, a) : 0;
+}
+
+/* lse and delta per query row, then the stored dS. */
+static size_t attention_grad_stats(const gdp_node *n)
 {
     const gdp_tensor *q = n->in[1];
-    return (size_t)(2 * q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float);
+    return cu_ws_round((size_t)(2 * q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float));
 }
 
 static size_t attention_grad_workspace(void *b, const gdp_node *n)
 {
-    (void)b;
-    return cu_ws_declare(attention_grad_scratch(n));
+    return cu_ws_declare(attention_grad_stats(n) + attn_ds_bytes((const cu_backend *)b, n, 4));
 }
 
 // dy, q (B, H, T, D), k, v (B, Hkv, S, D) [, kv_len] -> dq, dk, dv
@@ -584,7 +593,8 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
 {
     att_dims a = att_dims_of(node, node->in[1], node->in[2], 4);
     char *ws = NULL;
-    gdp_status st = cu_ws(node, attention_grad_scratch(node), &ws, err);
+    const size_t ds_bytes = attn_ds_bytes(be, node, 4);
+    gdp_status st = cu_ws(node, attention_grad_stats(node) + ds_bytes, &ws, err);
     if (st != GDP_OK) return st;
     cu_bad bad = cu_bad_for(be, node, CU_BAD_LEN, a.S, 0, NULL);
     float *stats = (float *)ws;
@@ -595,7 +605,8 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
         float *lse = stats, *delta = stats + a.B * a.H * a.T;
         cu_attn_tc_fwd(s, dt, in[0]->data, in[1]->data, in[2]->data, NULL, in[3]->data, lse, delta, a, w, bad);
         cu_attn_tc_bwd(s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
-                       node->out[1]->data, node->out[2]->data, a, w);
+                       node->out[1]->data, node->out[2]->data, ds_bytes > 0 ? ws + attention_grad_stats(node) : NULL,
+                       a, w);
         return GDP_OK;
     }
     float *lse = stats, *delta = stats + a.B * a.H * a.T;
@@ -642,17 +653,16 @@ __global__ void __launch_bounds__(256) attn_delta_kernel(const T *dy, att_stride
     }
 }
 
-/* delta per query row. */
-static size_t attention_grad_lse_scratch(const gdp_node *n)
+/* delta per query row, then the stored dS. */
+static size_t attention_grad_lse_stats(const gdp_node *n)
 {
     const gdp_tensor *q = n->in[1];
-    return (size_t)(q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float);
+    return cu_ws_round((size_t)(q->shape[0] * q->shape[1] * q->shape[2]) * sizeof(float));
 }
 
 static size_t attention_grad_lse_workspace(void *b, const gdp_node *n)
 {
-    (void)b;
-    return cu_ws_declare(attention_grad_lse_scratch(n));
+    return cu_ws_declare(attention_grad_lse_stats(n) + attn_ds_bytes((const cu_backend *)b, n, 6));
 }
 
 // dy, q (B, H, T, D), k, v (B, Hkv, S, D), y (B, H, T, D), lse (B, H, T) -> dq, dk, dv:
@@ -661,7 +671,8 @@ static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, c
 {
     att_dims a = att_dims_of(node, node->in[1], node->in[2], 6);
     char *ws = NULL;
-    gdp_status st = cu_ws(node, attention_grad_lse_scratch(node), &ws, err);
+    const size_t ds_bytes = attn_ds_bytes(be, node, 6);
+    gdp_status st = cu_ws(node, attention_grad_lse_stats(node) + ds_bytes, &ws, err);
     if (st != GDP_OK) return st;
     float *delta = (float *)ws, *lse = (float *)node->in[5]->data;
     const int32_t dt = node->in[1]->dtype;
@@ -680,7 +691,8 @@ static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, c
                                (int)a.D)));
     if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
         cu_attn_tc_bwd(s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
-                       node->out[1]->data, node->out[2]->data, a, w);
+                       node->out[1]->data, node->out[2]->data, ds_bytes > 0 ? ws + attention_grad_lse_stats(node) : NULL,
+                       a, w);
         return GDP_OK;
     }
     cu_bad none; /* pass 1 (the only reader of kv_len) does not run */

@@ -29,12 +29,17 @@
  *
  * Backward, as FlashAttention-2, with no atomics:
  *   1. the forward kernel in statistics mode writes lse = m + log l and delta = dy . o per
- *      query row (o unrounded, in f32);
- *   2. dq: a block of 64 query rows walks the key tiles, recomputes P = exp(S - lse),
- *      dP = dO V^T, dS = P (dP - delta), and accumulates dQ += dS K;
- *   3. dk, dv: a block of 64 key rows of one kv head walks the query tiles of every query
+ *      query row (o unrounded, in f32), or attention_lse kept lse and delta came from y;
+ *   2. dk, dv: a block of 64 key rows of one kv head walks the query tiles of every query
  *      head of its group in ascending order, recomputes P^T and dP^T = V dO^T, and
- *      accumulates dV += P^T dO and dK += dS^T Q.
+ *      accumulates dV += P^T dO and dK += dS^T Q; it also stores dS^T, rounded as its
+ *      products use it, into the node's scratch (B H S rows of T, up to 1 GiB);
+ *   3. dq: a block of 64 query rows walks the stored dS^T and K in tiles of 64 keys and
+ *      accumulates dQ += dS K, one product instead of the three of recomputing S, dP and
+ *      dS (Qwen3's step 1.6% faster, GPT-2's the same: the store and the read of dS cost
+ *      what the recomputation did there). Problems whose dS would not fit, or with
+ *      GRADUS_CUDA_ATTN_DS=0, run dq first the recomputing way: a block of 64 query rows
+ *      walks the key tiles, recomputes P = exp(S - lse), dP = dO V^T, dS = P (dP - delta).
  * Every output element is written once by one lane, after sums in a fixed order, so the
  * results are deterministic. P and dS are rounded to the input dtype before their
  * products, as FlashAttention does; the sweep's half-precision tolerance covers that.
@@ -59,6 +64,8 @@
 #define TC_THREADS 128 /* 4 warps of 16 rows */
 #define TC_LOG2E 1.4426950408889634f
 #define TC_LN2 0.6931471805599453f
+#define TC_DS_KT 64          /* keys per tile of dq from the stored dS */
+#define TC_DS_LD (TC_BQ + 8) /* halves between rows of a dS^T tile in shared memory */
 
 template <int D> struct tc_dims {
     static constexpr int LD = D + 8;                 /* halves between rows of a shared tile */
@@ -73,6 +80,13 @@ template <int D> struct tc_dims {
     static constexpr size_t dq_smem = 2 * TC_BQ * rows + 4 * NB * rows;
     /* dk, dv: K and V (64 rows), two buffers of Q and dO (NB rows) and of lse, delta */
     static constexpr size_t dkdv_smem = 2 * TC_BQ * rows + 4 * NB * rows + 4 * NB * sizeof(float);
+    /* dk, dv: blocks a multiprocessor holds. Heads of 64 fit three in the registers (168 a
+     * thread) without spilling, and GPT-2's step ran 0.9% faster than at two (245 a thread);
+     * heads of 128 would spill. */
+    static constexpr int dkdv_blocks = D == 64 ? 3 : 1;
+    /* dq from the stored dS: two buffers of a dS^T tile (TC_DS_KT keys of 64 queries) and of
+     * the K tile beside it */
+    static constexpr size_t dqs_smem = 2 * TC_DS_KT * ((size_t)TC_DS_LD * 2 + rows);
 };
 
 /* ---- the matrix instructions ---------------------------------------------------------------- */
@@ -155,6 +169,14 @@ static __device__ __forceinline__ void tc_lda(uint32_t *a, const T *X, int r0, i
 {
     const int l = threadIdx.x & 31, m = l >> 3;
     tc_ldsm(a, X + (r0 + (m & 1) * 8 + (l & 7)) * LD + c0 + (m >> 1) * 8);
+}
+/* The same A operand from a tile holding A transposed (X's rows are A's columns): rows
+ * [r0, r0 + 16) of A are columns r0.. of X, A's columns [c0, c0 + 16) X's rows c0... */
+template <typename T, int LD>
+static __device__ __forceinline__ void tc_lda_t(uint32_t *a, const T *X, int r0, int c0)
+{
+    const int l = threadIdx.x & 31, m = l >> 3;
+    tc_ldsm_t(a, X + (c0 + (m >> 1) * 8 + (l & 7)) * LD + r0 + (m & 1) * 8);
 }
 /* B operands of two 8-column blocks, from a tile holding B's columns as its rows: columns
  * [n0, n0 + 16) of B are rows n0.. of X, the product's k runs along X's row from c0.
@@ -590,9 +612,9 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
 /* ---- backward pass 3: dk and dv ------------------------------------------------------------ */
 
 template <typename T, int D>
-__global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v,
+__global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v,
                                                              const float *lse, const float *delta, T *dk, T *dv,
-                                                             att_dims a, att_views w)
+                                                             T *ds, int64_t tp, att_dims a, att_views w)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
     typedef tc_dims<D> Dm;
@@ -676,6 +698,16 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
                 df[j / 2][(j & 1) * 2] = tc_pack(s[j][0] * (dp[j][0] - dl[r]), s[j][1] * (dp[j][1] - dl[r + 1]), q);
                 df[j / 2][(j & 1) * 2 + 1] = tc_pack(s[j][2] * (dp[j][2] - dl[r]), s[j][3] * (dp[j][3] - dl[r + 1]), q);
             }
+            if (ds != NULL) { /* dS^T as it is, for dq (tc_dq_ds_kernel): rows s of (b, h), tp apart */
+                T *dr = ds + (b * a.H + hk * group + i / nq) * a.S * tp;
+#pragma unroll
+                for (int j = 0; j < QT / 8; j++) {
+                    const int64_t t = t0 + j * 8 + c2; /* even, and tp a multiple of 8: t + 1 < tp */
+                    if (t >= a.T) continue;
+                    if (sa < a.S) *reinterpret_cast<uint32_t *>(dr + sa * tp + t) = df[j / 2][(j & 1) * 2];
+                    if (sb < a.S) *reinterpret_cast<uint32_t *>(dr + sb * tp + t) = df[j / 2][(j & 1) * 2 + 1];
+                }
+            }
 #pragma unroll
             for (int kk = 0; kk < QT / 16; kk++) {
 #pragma unroll
@@ -697,6 +729,88 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dkdv_kernel(const T *dy, const 
     }
 }
 
+/* ---- backward pass 3b: dq from the dS that dk, dv stored ---------------------------------- */
+
+/* u with its low half (the lower column) and high half kept or zeroed. */
+static __device__ __forceinline__ uint32_t tc_keep(uint32_t u, bool lo, bool hi)
+{
+    return u & ((lo ? 0xffffu : 0u) | (hi ? 0xffff0000u : 0u));
+}
+
+/* dQ = scale dS K for 64 query rows of a head a block: dS^T tiles (TC_DS_KT keys of the
+ * block's queries, from the dk/dv pass's store, rows tp apart) and K tiles stream through
+ * shared memory, two buffers each, and each warp multiplies its 16 rows, the keys in
+ * ascending order as pass 2 sums them. Elements the pass never stored are the hidden ones
+ * (a query past its visible keys, a row past T): they are masked to zero here, never read
+ * as values. */
+template <typename T, int D>
+__global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64_t tp, const T *k, T *dq, att_dims a,
+                                                              att_views w)
+{
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    typedef tc_dims<D> Dm;
+    constexpr int LD = Dm::LD, KT = TC_DS_KT, V = TC_BQ / 8;
+    T *St = (T *)tc_smem, *Kt = St + 2 * KT * TC_DS_LD; /* buffer j: St + j KT TC_DS_LD, Kt + j KT LD */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
+    const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
+        int64_t bh, qi;
+        tc_order(tile, a.B * a.H, qtiles, true, bh, qi);
+        const int64_t t0 = qi * TC_BQ, b = bh / a.H, h = bh % a.H;
+        const T *kb = tc_mat(k, w.k, b, h / group), *db = ds + bh * a.S * tp;
+        a.L = att_len(a, b);
+        const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
+        const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
+        const int64_t ta = t0 + warp * 16 + g, tb = ta + 8;
+        const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
+        const int64_t full = tc_warp_sees(a, t0 + warp * 16);
+        auto fetch = [&](int64_t it, int j) {
+            const int64_t kt = it * KT;
+            T *sd = St + j * KT * TC_DS_LD;
+            for (int i = threadIdx.x; i < KT * V; i += TC_THREADS) {
+                const int r = i / V, c = (i - r * V) * 8;
+                const bool in = kt + r < a.S && t0 + c < tp;
+                tc_cp16(sd + r * TC_DS_LD + c, in ? db + (kt + r) * tp + t0 + c : db, in ? 16 : 0);
+            }
+            tc_load<T, D, KT>(kb, w.k.t, kt, a.S, Kt + j * KT * LD, w.k.vec);
+        };
+        __syncthreads();
+        if (tiles > 0) fetch(0, 0);
+        tc_commit();
+        float acc[D / 8][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int64_t it = 0; it < tiles; it++) {
+            const int64_t kt = it * KT;
+            const T *Ss = St + (it & 1) * KT * TC_DS_LD, *Ks = Kt + (it & 1) * KT * LD;
+            __syncthreads();
+            if (it + 1 < tiles) fetch(it + 1, (int)((it + 1) & 1));
+            tc_commit();
+            tc_wait_prev();
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; kk++) {
+                uint32_t af[4];
+                tc_lda_t<T, TC_DS_LD>(af, Ss, warp * 16, kk * 16);
+                if (kt + KT > full) { /* keys hidden from some row of the warp: zeros there */
+                    const int64_t s0 = kt + kk * 16 + c2, s1 = s0 + 8;
+                    af[0] = tc_keep(af[0], s0 < na, s0 + 1 < na), af[1] = tc_keep(af[1], s0 < nb, s0 + 1 < nb);
+                    af[2] = tc_keep(af[2], s1 < na, s1 + 1 < na), af[3] = tc_keep(af[3], s1 < nb, s1 + 1 < nb);
+                }
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t kf[4];
+                    tc_ldb_cols<T, LD>(kf, Ks, kk * 16, np * 16);
+                    tc_mma(acc[2 * np], af, kf, k); /* dQ += dS K */
+                    tc_mma(acc[2 * np + 1], af, kf + 2, k);
+                }
+            }
+        }
+        tc_wait_all();
+        tc_store<T, D>(acc, a.scale, dq + att_dq_row(a, b, h, 0), t0 + warp * 16, a.T, a.grad_bthd ? a.H * D : D);
+    }
+}
+
 /* ---- host side ------------------------------------------------------------------------------ */
 
 /* A block per tile, so that blocks start in tc_order's order as others finish (the kernels
@@ -714,7 +828,17 @@ static size_t tc_need(int backward)
     size_t n = Dm::fwd_smem;
     if (backward && Dm::dq_smem > n) n = Dm::dq_smem;
     if (backward && Dm::dkdv_smem > n) n = Dm::dkdv_smem;
+    if (backward && Dm::dqs_smem > n) n = Dm::dqs_smem;
     return n;
+}
+
+/* The stored dS of a backward: B H S rows of T queries (rounded up to 16 bytes) of the input
+ * dtype, at most CU_ATTN_DS_MAX bytes; 0 beyond (long sequences recompute dS for dq instead). */
+size_t cu_attn_tc_ds_bytes(int32_t dtype, const att_dims &a)
+{
+    const int64_t tp = (a.T + 7) / 8 * 8;
+    const double bytes = (double)a.B * (double)a.H * (double)a.S * (double)tp * (double)gdp_dtype_size(dtype);
+    return bytes <= (double)CU_ATTN_DS_MAX ? (size_t)bytes : 0;
 }
 
 int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const gdp_tensor *const *in,
@@ -739,16 +863,20 @@ static void tc_fwd(cudaStream_t s, const void *q, const void *k, const void *v, 
 
 template <typename T, int D>
 static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
-                   const float *lse, const float *delta, void *dq, void *dk, void *dv, const att_dims &a,
+                   const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds, const att_dims &a,
                    const att_views &w)
 {
     int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BQ - 1) / TC_BQ);
-    if (qt > 0)
+    const int64_t tp = (a.T + 7) / 8 * 8;
+    if (ds == NULL && qt > 0) /* dq recomputes P and dP */
         tc_dq_kernel<T, D><<<tc_grid(qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);
     if (kt > 0)
         tc_dkdv_kernel<T, D><<<tc_grid(kt), TC_THREADS, tc_dims<D>::dkdv_smem, s>>>(
-            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, a, w);
+            (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, (T *)ds, tp, a, w);
+    if (ds != NULL && qt > 0) /* dq from the dS the pass above stored */
+        tc_dq_ds_kernel<T, D><<<tc_grid(qt), TC_THREADS, tc_dims<D>::dqs_smem, s>>>((const T *)ds, tp, (const T *)k,
+                                                                                    (T *)dq, a, w);
 }
 
 void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
@@ -765,15 +893,15 @@ void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k,
 }
 
 void cu_attn_tc_bwd(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
-                    const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv,
+                    const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds,
                     const att_dims &a, const att_views &w)
 {
     if (dtype == GDP_F16) {
-        if (a.D == 64) tc_bwd<__half, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
-        else tc_bwd<__half, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        if (a.D == 64) tc_bwd<__half, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+        else tc_bwd<__half, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
     } else {
-        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
-        else tc_bwd<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, a, w);
+        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+        else tc_bwd<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
     }
 }
 
@@ -784,6 +912,7 @@ static void tc_open_one(const cu_backend *be)
     cu_smem_opt_in(be, (const void *)tc_fwd_kernel<T, D>, tc_dims<D>::fwd_smem);
     cu_smem_opt_in(be, (const void *)tc_dq_kernel<T, D>, tc_dims<D>::dq_smem);
     cu_smem_opt_in(be, (const void *)tc_dkdv_kernel<T, D>, tc_dims<D>::dkdv_smem);
+    cu_smem_opt_in(be, (const void *)tc_dq_ds_kernel<T, D>, tc_dims<D>::dqs_smem);
 }
 
 void cu_attention_tc_open(cu_backend *be)

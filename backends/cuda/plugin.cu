@@ -10,6 +10,9 @@
  *   GRADUS_CUDA_FUSE=0     no graph pass (bias + activation stay separate nodes)
  *   GRADUS_CUDA_ATTN_LSE=0 the graph pass leaves attention and attention_grad as they are
  *                          (the backward runs the forward again for its statistics)
+ *   GRADUS_CUDA_ATTN_DS=0  the tensor-core attention backward recomputes dS for dq rather
+ *                          than storing it from the dk/dv pass (what problems too long for
+ *                          the stored dS do anyway)
  *   GRADUS_CUDA_GRAPHS=0   no CUDA graphs: the executor declines, the host launches node
  *                          by node (GRADUS_EXECUTOR=0 turns executors off host-side)
  *   GRADUS_CUDNN=0         convolutions as im2col + cuBLAS even where cuDNN was built in
@@ -197,6 +200,8 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     be->tc_attention = !(tc != NULL && strcmp(tc, "0") == 0);
     const char *lse = setting(host, "GRADUS_CUDA_ATTN_LSE");
     be->attn_lse = !(lse != NULL && strcmp(lse, "0") == 0);
+    const char *ds = setting(host, "GRADUS_CUDA_ATTN_DS");
+    be->attn_ds = !(ds != NULL && strcmp(ds, "0") == 0);
 
     gdp_status s = cu_check(cudaSetDevice(dev), "cudaSetDevice", err);
     cudaDeviceProp prop;
