@@ -54,13 +54,22 @@ check "plot of the LM metrics" 0 "wrote $T/m.svg"
 # ---- f16 with loss scaling: dynamic by default, stopped and resumed; a scale that overflows
 run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 4 --stop-at 2 \
     --ckpt-every 2 --dtype f16 --out "$T/run16"
-check "train lm --dtype f16: dynamic loss scaling" 0 "f16, dynamic loss scale" "scale 65536, 0 skipped" \
-    "loss scale 65536 at the end; 0 steps skipped"
+# (whether a step of this tiny model overflows at the first scale depends on the corpus, the
+# project's docs: the checks hold either way)
+check "train lm --dtype f16: dynamic loss scaling" 0 "f16, dynamic loss scale" "scale [0-9]+(, | \\(this step skipped\\), )[0-9]+ skipped" \
+    "loss scale [0-9]+ at the end; [0-9]+ steps skipped"
 run "$G" train lm --resume "$T/run16" --steps 4 --batch 2 --seq 32 --threads 2 --dtype f16
 check "train lm --dtype f16: resumed" 0 "resumed" "checkpoint: $T/run16/ckpt-0+4"
-must "f16 metrics carry the scale and the skipped steps" test "$(grep -c '"loss_scale":65536,"skipped_steps":0}' \
+must "f16 metrics carry the scale and the skipped steps" test "$(grep -c '"loss_scale":[0-9]*,"skipped_steps":[0-9]*}' \
     "$T/run16/metrics.jsonl")" -eq 4
-must "f16 checkpoint keeps the scaler" grep -q '"loss_scale":{"scale":65536,"good_steps":4,"skipped_steps":0}' \
+scale=$(tail -n 1 "$T/run16/metrics.jsonl" | sed -n 's/.*"loss_scale":\([0-9]*\),"skipped_steps":\([0-9]*\)}.*/\1/p')
+skipped=$(tail -n 1 "$T/run16/metrics.jsonl" | sed -n 's/.*"loss_scale":\([0-9]*\),"skipped_steps":\([0-9]*\)}.*/\2/p')
+must "f16: a skipped step for each null gradient norm, across the resume" \
+    test "$(grep -c '"grad_norm":null' "$T/run16/metrics.jsonl")" -eq "${skipped:--1}"
+must "f16: each skipped step halved the scale (from 65536; four steps are too few to grow it)" \
+    test "$((65536 >> ${skipped:-20}))" -eq "${scale:--1}"
+must "f16 checkpoint keeps the scaler of the last step" \
+    grep -q "\"loss_scale\":{\"scale\":${scale:-x},\"good_steps\":[0-9]*,\"skipped_steps\":${skipped:-x}}" \
     "$T/run16/ckpt-00000004/trainer.json"
 run "$G" train lm $small --data "$T/tok/data.tok" --tokenizer "$T/tok/tokenizer.json" --steps 2 --dtype f16 \
     --loss-scale 1e30 --out "$T/run16b"
