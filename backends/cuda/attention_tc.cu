@@ -7,9 +7,10 @@
  * holds, of a 16x8 f32 accumulator, rows g and g + 8 at columns 2c and 2c + 1; of a 16x16
  * operand A, the same rows at columns 2c, 2c + 1 and 2c + 8, 2c + 9. So the scores of two
  * adjacent 8-column blocks are, element for element, the A operand of the next product
- * (P V, dS K, ...): the probabilities never leave registers. Operands read from shared
- * memory come through ldmatrix (four 8x8 matrices a load), transposed on the way when the
- * product needs a tile's columns as its rows. Tiles in shared memory have rows of D + 8
+ * (P V, dS^T Q, ...): the probabilities never leave registers (dS does, for dq: pass 3
+ * below). Operands read from shared memory come through ldmatrix (four 8x8 matrices a
+ * load), transposed on the way when the product needs a tile's columns as its rows. Tiles
+ * in shared memory have rows of D + 8
  * halves, 16-byte aligned and with successive rows in different banks for ldmatrix.
  *
  * Forward. A block owns 64 MT query rows of one head, a warp 16 MT of them (MT = 2 for
@@ -81,7 +82,7 @@ template <int D> struct tc_dims {
     /* dk, dv: K and V (64 rows), two buffers of Q and dO (NB rows) and of lse, delta */
     static constexpr size_t dkdv_smem = 2 * TC_BQ * rows + 4 * NB * rows + 4 * NB * sizeof(float);
     /* dk, dv: blocks a multiprocessor holds. Heads of 64 fit three in the registers (168 a
-     * thread) without spilling, and GPT-2's step ran 0.9% faster than at two (245 a thread);
+     * thread) without spilling, and GPT-2's step ran 0.9% faster than at two (240 a thread);
      * heads of 128 would spill. */
     static constexpr int dkdv_blocks = D == 64 ? 3 : 1;
     /* dq from the stored dS: two buffers of a dS^T tile (TC_DS_KT keys of 64 queries) and of
@@ -519,7 +520,7 @@ static __device__ __forceinline__ void tc_two_abt(float (*s)[4], float (*d)[4], 
     }
 }
 
-/* ---- backward pass 2: dq ---------------------------------------------------------------- */
+/* ---- backward pass 3, recomputing: dq ------------------------------------------------------ */
 
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T *q, const T *k, const T *v,
@@ -609,7 +610,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
     }
 }
 
-/* ---- backward pass 3: dk and dv ------------------------------------------------------------ */
+/* ---- backward pass 2: dk and dv ------------------------------------------------------------ */
 
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v,
@@ -729,7 +730,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
     }
 }
 
-/* ---- backward pass 3b: dq from the dS that dk, dv stored ---------------------------------- */
+/* ---- backward pass 3: dq from the dS that dk, dv stored ------------------------------------ */
 
 /* u with its low half (the lower column) and high half kept or zeroed. */
 static __device__ __forceinline__ uint32_t tc_keep(uint32_t u, bool lo, bool hi)
@@ -740,9 +741,10 @@ static __device__ __forceinline__ uint32_t tc_keep(uint32_t u, bool lo, bool hi)
 /* dQ = scale dS K for 64 query rows of a head a block: dS^T tiles (TC_DS_KT keys of the
  * block's queries, from the dk/dv pass's store, rows tp apart) and K tiles stream through
  * shared memory, two buffers each, and each warp multiplies its 16 rows, the keys in
- * ascending order as pass 2 sums them. Elements the pass never stored are the hidden ones
- * (a query past its visible keys, a row past T): they are masked to zero here, never read
- * as values. */
+ * ascending order as the recomputing dq kernel sums them. Elements the dk/dv pass never
+ * stored are loaded but never count: a key hidden from its query is masked to zero before
+ * the product, and a query row past T (up to tp) feeds only its own row of dQ, which is not
+ * stored. */
 template <typename T, int D>
 __global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64_t tp, const T *k, T *dq, att_dims a,
                                                               att_views w)

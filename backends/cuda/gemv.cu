@@ -349,8 +349,9 @@ __global__ void __launch_bounds__(gw_threads(NORM, SPLIT)) gemv_kernel(gw_args a
     const W *wb = MODE == GW_SWIGLU ? (const W *)a.w2 + n * a.K : (const W *)a.w[seg] + rb * a.K;
     constexpr bool TWO = MODE == GW_SWIGLU || MODE == GW_ROPE; /* GW_ROPE: for q's and k's pairs */
     const bool two = TWO && (MODE != GW_ROPE || seg < 2);
-    /* the warp's rows of W (its slice's lines of them), and g, into L2 while the kernel in
-     * front runs: reads from memory at a decode step, they would otherwise start after it */
+    /* the warp's rows of W (a split column's warps taking the lines in turn), and g, into
+     * L2 while the kernel in front runs: reads from memory at a decode step, they would
+     * otherwise start after it */
     if (live) {
         const int64_t rowb = a.K * (int64_t)sizeof(W);
         cu_prefetch_l2(wa, rowb, lane, slice, SPLIT);
