@@ -3,6 +3,9 @@
  * CPUs), timed on one backend, one JSON object per line.
  *
  *     bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] [--max-n N]
+ *               [--match TEXT]
+ *
+ * --match keeps the attention rows whose name holds TEXT (one shape under a profiler).
  *
  * Method: inputs are written once; each program is run a few times to warm up, then
  * timed in samples of R back-to-back runs between two synchronizations (so launch cost
@@ -35,6 +38,7 @@ static int cmp_d(const void *a, const void *b)
 
 static gd_ctx *ctx;
 static int quick, warmups = 3, samples_wanted = 9, max_n = 4096;
+static const char *match; /* --match: attention rows whose name holds it */
 
 static void die(const char *what)
 {
@@ -165,6 +169,7 @@ static void mlp(const char *backend)
  * attention_grad_lse, the pair that keeps the statistics (what training runs). */
 static void attn_row(const char *backend, const char *name, int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t D)
 {
+    if (match != NULL && strstr(name, match) == NULL) return;
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *q = gd_input(g, "q", GD_BF16, 4, (int64_t[]){B, H, T, D});
     gd_tensor *k = gd_input(g, "k", GD_BF16, 4, (int64_t[]){B, Hkv, T, D});
@@ -272,9 +277,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--samples") == 0 && i + 1 < argc) samples_wanted = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) warmups = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--match") == 0 && i + 1 < argc) match = argv[++i];
         else {
             fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] "
-                            "[--max-n N] [--quick]\n");
+                            "[--max-n N] [--match TEXT] [--quick]\n");
             return 2;
         }
     }
