@@ -72,14 +72,14 @@ template <int D> struct tc_dims {
     static constexpr int LD = D + 8;                 /* halves between rows of a shared tile */
     static constexpr int NB = D == 128 ? 32 : 64;    /* dq's key rows per tile (recomputing dS) */
     /* dk, dv: query rows per tile. 64 for heads of 128 too, though its accumulators then
-     * spill 36 bytes: the Qwen3-shape backward ran 7% faster than at 32 (0.522 against
-     * 0.563 ms), half the rounds and barriers. */
+     * spill a few dozen bytes: the Qwen3-shape backward ran 7% faster than at 32 (0.522
+     * against 0.563 ms), half the rounds and barriers. */
     static constexpr int QT = 64;
     static constexpr size_t rows = (size_t)LD * 2;   /* bytes of one tile row */
     /* forward: a warp's two 16-row tiles share each key and value fragment it reads from
      * shared memory, which halves that traffic; the block's query rows. (With heads of 128
-     * the accumulators then spill 92 bytes, but the Qwen3-shape forward ran 16% faster
-     * than at one tile a warp, 0.179 against 0.214 ms.) */
+     * the accumulators then spill some 100 bytes, but the Qwen3-shape forward ran 16%
+     * faster than at one tile a warp, 0.179 against 0.214 ms.) */
     static constexpr int MT = 2, BQ = 64 * MT;
     /* forward: Q, then two buffers of K and V */
     static constexpr size_t fwd_smem = (BQ + 4 * TC_BK) * rows;
@@ -232,11 +232,18 @@ static __device__ __forceinline__ void tc_load(const T *src, int64_t rs, int64_t
 {
     constexpr int V = D / 8, LD = tc_dims<D>::LD;
     if (vec) {
+        static_assert(R * V % TC_THREADS == 0 && TC_THREADS % V == 0, "whole rounds of the block's threads");
+        /* thread x moves column chunk x % V of rows x / V, x / V + TC_THREADS / V, ...: the
+         * trip count is known, so the loop unrolls and the addresses step by a constant */
+        constexpr int step = TC_THREADS / V;
+        const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 8;
+        const int64_t row0 = first + r0;
+        const T *p = src + row0 * rs + c;
+        T *d = sh + r0 * LD + c;
 #pragma unroll
-        for (int i = threadIdx.x; i < R * V; i += TC_THREADS) {
-            const int r = i / V, c = (i - r * V) * 8;
-            const int64_t row = first + r;
-            tc_cp16(sh + r * LD + c, row < len ? src + row * rs + c : src, row < len ? 16 : 0);
+        for (int k = 0; k < R * V / TC_THREADS; k++) {
+            const bool in = row0 + k * step < len;
+            tc_cp16(d + k * step * LD, in ? p + k * step * rs : src, in ? 16 : 0);
         }
         return;
     }
@@ -643,9 +650,9 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
         __syncthreads();
         tc_load<T, D, TC_BQ>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks, w.k.vec);
         tc_load<T, D, TC_BQ>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs, w.v.vec);
-        /* the (head, query tile) of item i, and its loads into buffer j */
-        auto fetch = [&](int64_t i, int j) {
-            const int64_t h = hk * group + i / nq, t0 = (qt0 + i % nq) * QT, bh = b * a.H + h;
+        /* the loads of the item of head fh of the group, query tile ft, into buffer j */
+        auto fetch = [&](int64_t fh, int64_t ft, int j) {
+            const int64_t h = hk * group + fh, t0 = (qt0 + ft) * QT, bh = b * a.H + h;
             T *dst = QY + j * 2 * QT * LD;
             tc_load<T, D, QT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst, w.q.vec);
             tc_load<T, D, QT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + QT * LD, w.dy.vec);
@@ -657,7 +664,10 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
                 tc_cp4(stat + j * 2 * QT + QT + r, t < a.T ? delta + bh * a.T + t : delta, t < a.T ? 4 : 0);
             }
         };
-        if (items > 0) fetch(0, 0);
+        if (items > 0) fetch(0, 0, 0);
+        /* the item in hand (head ch of the group, query tile ct) and the next one, counted
+         * rather than divided out of i */
+        int64_t ch = 0, ct = 0, nh = nq == 1, nt = nq == 1 ? 0 : 1;
         tc_commit();
         float dK[D / 8][4], dV[D / 8][4];
 #pragma unroll
@@ -666,11 +676,11 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
             dV[n][0] = dV[n][1] = dV[n][2] = dV[n][3] = 0.0f;
         }
         for (int64_t i = 0; i < items; i++) {
-            const int64_t t0 = (qt0 + i % nq) * QT;
+            const int64_t t0 = (qt0 + ct) * QT;
             const T *Qs = QY + (i & 1) * 2 * QT * LD, *Ys = Qs + QT * LD;
             const float *ls = stat + (i & 1) * 2 * QT, *dl = ls + QT;
             __syncthreads();
-            if (i + 1 < items) fetch(i + 1, (int)((i + 1) & 1));
+            if (i + 1 < items) fetch(nh, nt, (int)((i + 1) & 1));
             tc_commit();
             tc_wait_prev();
             __syncthreads();
@@ -706,13 +716,15 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
                 df[j / 2][(j & 1) * 2 + 1] = tc_pack(s[j][2] * (dp[j][2] - dl[r]), s[j][3] * (dp[j][3] - dl[r + 1]), q);
             }
             if (ds != NULL) { /* dS^T as it is, for dq (tc_dq_ds_kernel): rows s of (b, h), tp apart */
-                T *dr = ds + (b * a.H + hk * group + i / nq) * a.S * tp;
+                T *dr = ds + (b * a.H + hk * group + ch) * a.S * tp;
+                T *dra = dr + sa * tp + t0 + c2, *drb = dr + sb * tp + t0 + c2;
+                const int64_t tl = a.T - t0 - c2; /* columns j * 8 of dra and drb are queries t0 + c2 + j * 8 */
 #pragma unroll
                 for (int j = 0; j < QT / 8; j++) {
-                    const int64_t t = t0 + j * 8 + c2; /* even, and tp a multiple of 8: t + 1 < tp */
-                    if (t >= a.T) continue;
-                    if (sa < a.S) *reinterpret_cast<uint32_t *>(dr + sa * tp + t) = df[j / 2][(j & 1) * 2];
-                    if (sb < a.S) *reinterpret_cast<uint32_t *>(dr + sb * tp + t) = df[j / 2][(j & 1) * 2 + 1];
+                    /* t even, and tp a multiple of 8: t + 1 < tp */
+                    if (j * 8 >= tl) continue;
+                    if (sa < a.S) *reinterpret_cast<uint32_t *>(dra + j * 8) = df[j / 2][(j & 1) * 2];
+                    if (sb < a.S) *reinterpret_cast<uint32_t *>(drb + j * 8) = df[j / 2][(j & 1) * 2 + 1];
                 }
             }
 #pragma unroll
@@ -728,6 +740,8 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
                     tc_mma(dK[2 * np + 1], df[kk], qf + 2, q);
                 }
             }
+            ch = nh, ct = nt;
+            if (++nt == nq) nt = 0, nh++;
         }
         tc_wait_all();
         const int64_t ld = a.grad_bthd ? a.Hkv * D : D;
