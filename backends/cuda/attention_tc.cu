@@ -17,12 +17,13 @@
  * fragment of K or V loaded from shared memory feeds two products). Keys and values
  * stream through shared memory in tiles of 64 rows, the next tile loading (cp.async)
  * while the current one is used. Per tile: S = Q K^T, masked (causal, kv_len) and scaled;
- * the running row maximum m and sum l the online-softmax way (exp2 of scores pre-scaled by
+ * the running row maximum m and sum l the online-softmax way (exp2 of scores scaled by
  * log2 e); P = exp(S - m) rounded to the input dtype, O rescaled and O += P V. Tiles past
  * the block's last visible key are skipped, and only a tile some of whose keys a warp's
  * rows do not see (the causal diagonal, kv_len) is masked: elsewhere a score costs its
- * scaling, its share of the maximum, one exponential (the special-function unit's, ex2)
- * and one conversion per pair.
+ * share of the maximum (taken of the raw scores), one FFMA that scales it and subtracts
+ * the maximum, one exponential (the special-function unit's, ex2) and one conversion per
+ * pair.
  *
  * Blocks take tiles heaviest first (tc_order): under a causal mask the last query tiles
  * see the most keys, and with them started first the machine's last wave is of light ones.
@@ -78,7 +79,7 @@ template <int D> struct tc_dims {
     static constexpr size_t rows = (size_t)LD * 2;   /* bytes of one tile row */
     /* forward: a warp's two 16-row tiles share each key and value fragment it reads from
      * shared memory, which halves that traffic; the block's query rows. (With heads of 128
-     * the accumulators then spill some 100 bytes, but the Qwen3-shape forward ran 16%
+     * the accumulators then spill some 200 bytes, but the Qwen3-shape forward ran 16%
      * faster than at one tile a warp, 0.179 against 0.214 ms.) */
     static constexpr int MT = 2, BQ = 64 * MT;
     /* forward: Q, then two buffers of K and V */
@@ -387,20 +388,19 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
             uint32_t pf[MT][KT / 16][4];
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                /* scale, and mask where some key of the tile is hidden from some row of the
-                 * warp; the rows' maxima over the quad of lanes sharing them */
-                if (kt + KT <= full) {
-#pragma unroll
-                    for (int j = 0; j < KT / 8; j++)
-                        s[i][j][0] *= sl, s[i][j][1] *= sl, s[i][j][2] *= sl, s[i][j][3] *= sl;
-                } else {
+                /* mask where some key of the tile is hidden from some row of the warp; the
+                 * rows' maxima of the raw scores over the quad of lanes sharing them. The
+                 * scale is applied inside the exponential's FFMA below: sl > 0 (the host
+                 * declines other scales) and rounding is monotonic, so max(s) sl rounds to
+                 * what the largest s sl does. */
+                if (kt + KT > full) {
 #pragma unroll
                     for (int j = 0; j < KT / 8; j++) {
                         const int64_t key = kt + j * 8 + c2;
-                        s[i][j][0] = key < seen[i][0] ? s[i][j][0] * sl : -INFINITY;
-                        s[i][j][1] = key + 1 < seen[i][0] ? s[i][j][1] * sl : -INFINITY;
-                        s[i][j][2] = key < seen[i][1] ? s[i][j][2] * sl : -INFINITY;
-                        s[i][j][3] = key + 1 < seen[i][1] ? s[i][j][3] * sl : -INFINITY;
+                        if (key >= seen[i][0]) s[i][j][0] = -INFINITY;
+                        if (key + 1 >= seen[i][0]) s[i][j][1] = -INFINITY;
+                        if (key >= seen[i][1]) s[i][j][2] = -INFINITY;
+                        if (key + 1 >= seen[i][1]) s[i][j][3] = -INFINITY;
                     }
                 }
                 float xa = -INFINITY, xb = -INFINITY;
@@ -413,20 +413,23 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
                 xa = fmaxf(xa, __shfl_xor_sync(CU_FULL_MASK, xa, 2));
                 xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 1));
                 xb = fmaxf(xb, __shfl_xor_sync(CU_FULL_MASK, xb, 2));
-                const float mna = fmaxf(m[i][0], xa), mnb = fmaxf(m[i][1], xb);
+                /* in log2 units; -inf while every key a row has met is hidden */
+                const float mna = fmaxf(m[i][0], xa * sl), mnb = fmaxf(m[i][1], xb * sl);
                 /* a row that has seen no key yet keeps m = -inf, l = 0, O = 0 */
                 const float alpha_a = mna == -INFINITY ? 1.0f : tc_exp2(m[i][0] - mna);
                 const float alpha_b = mnb == -INFINITY ? 1.0f : tc_exp2(m[i][1] - mnb);
                 m[i][0] = mna, m[i][1] = mnb;
                 /* P, rounded to T, as the A operand of P V; the sums are of what P V
-                 * multiplies. A masked score is -inf, and so is its difference from a finite
-                 * maximum: 2^-inf = 0. A row with no key yet subtracts 0, not its -inf. */
+                 * multiplies. A hidden score times sl is -inf, and so is its difference from a
+                 * finite maximum: 2^-inf = 0. A row with no key yet subtracts 0, not its -inf. */
                 const float ra = mna == -INFINITY ? 0.0f : mna, rb = mnb == -INFINITY ? 0.0f : mnb;
                 float sa = 0.0f, sb = 0.0f;
 #pragma unroll
                 for (int j = 0; j < KT / 8; j++) {
-                    const uint32_t ua = tc_pack(tc_exp2(s[i][j][0] - ra), tc_exp2(s[i][j][1] - ra), q);
-                    const uint32_t ub = tc_pack(tc_exp2(s[i][j][2] - rb), tc_exp2(s[i][j][3] - rb), q);
+                    const uint32_t ua =
+                        tc_pack(tc_exp2(fmaf(s[i][j][0], sl, -ra)), tc_exp2(fmaf(s[i][j][1], sl, -ra)), q);
+                    const uint32_t ub =
+                        tc_pack(tc_exp2(fmaf(s[i][j][2], sl, -rb)), tc_exp2(fmaf(s[i][j][3], sl, -rb)), q);
                     const float2 pa = tc_unpack(ua, q), pb = tc_unpack(ub, q);
                     sa += pa.x + pa.y;
                     sb += pb.x + pb.y;
@@ -788,11 +791,17 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64
         const int64_t full = tc_warp_sees(a, t0 + warp * 16);
         auto fetch = [&](int64_t it, int j) {
             const int64_t kt = it * KT;
-            T *sd = St + j * KT * TC_DS_LD;
-            for (int i = threadIdx.x; i < KT * V; i += TC_THREADS) {
-                const int r = i / V, c = (i - r * V) * 8;
-                const bool in = kt + r < a.S && t0 + c < tp;
-                tc_cp16(sd + r * TC_DS_LD + c, in ? db + (kt + r) * tp + t0 + c : db, in ? 16 : 0);
+            /* as tc_load: thread x moves chunk x % V of rows x / V + k (TC_THREADS / V) */
+            constexpr int step = TC_THREADS / V;
+            static_assert(KT * V % TC_THREADS == 0, "whole rounds of the block's threads");
+            const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 8;
+            const bool cin = t0 + c < tp;
+            const T *src = db + (kt + r0) * tp + t0 + c;
+            T *sd = St + j * KT * TC_DS_LD + r0 * TC_DS_LD + c;
+#pragma unroll
+            for (int i = 0; i < KT * V / TC_THREADS; i++) {
+                const bool in = cin && kt + r0 + i * step < a.S;
+                tc_cp16(sd + i * step * TC_DS_LD, in ? src + i * step * tp : db, in ? 16 : 0);
             }
             tc_load<T, D, KT>(kb, w.k.t, kt, a.S, Kt + j * KT * LD, w.k.vec);
         };
@@ -866,7 +875,9 @@ size_t cu_attn_tc_ds_bytes(int32_t dtype, const att_dims &a)
 int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int backward, const gdp_tensor *const *in,
                   int n_in)
 {
-    if (!be->tc_attention || (dtype != GDP_F16 && dtype != GDP_BF16) || (a.D != 64 && a.D != 128) || a.T < 16) return 0;
+    if (!be->tc_attention || (dtype != GDP_F16 && dtype != GDP_BF16) || (a.D != 64 && a.D != 128) || a.T < 16 ||
+        !(a.scale * TC_LOG2E > 0.0f)) /* the forward folds the scale into its exponentials */
+        return 0;
     for (int i = 0; i < n_in; i++)
         if (in[i]->ndim != 4 || in[i]->stride[3] != 1) return 0;
     size_t need = a.D == 64 ? tc_need<64>(backward) : tc_need<128>(backward);
