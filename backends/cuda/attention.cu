@@ -547,7 +547,7 @@ static gdp_status attention_run(cu_backend *be, const gdp_node *node, cudaStream
         return cu_attn_decode(be, s, node, a, w, bad, err);
     }
     if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
-        cu_attn_tc_fwd(s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, NULL, NULL, a, w,
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, NULL, NULL, a, w,
                        bad);
         return GDP_OK;
     }
@@ -603,8 +603,8 @@ static gdp_status attention_grad_run(cu_backend *be, const gdp_node *node, cudaS
     if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
         att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), att_strides_of(in[3])};
         float *lse = stats, *delta = stats + a.B * a.H * a.T;
-        cu_attn_tc_fwd(s, dt, in[0]->data, in[1]->data, in[2]->data, NULL, in[3]->data, lse, delta, a, w, bad);
-        cu_attn_tc_bwd(s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, NULL, in[3]->data, lse, delta, a, w, bad);
+        cu_attn_tc_bwd(be, s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
                        node->out[1]->data, node->out[2]->data, ds_bytes > 0 ? ws + attention_grad_stats(node) : NULL,
                        a, w);
         return GDP_OK;
@@ -626,7 +626,8 @@ static gdp_status attention_lse_run(cu_backend *be, const gdp_node *node, cudaSt
     float *lse = (float *)node->out[1]->data;
     if (cu_attn_tc_ok(be, dt, a, 0, in, 3)) {
         const att_views w = {att_strides_of(in[0]), att_strides_of(in[1]), att_strides_of(in[2]), {0, 0, 0, 0}};
-        cu_attn_tc_fwd(s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, lse, NULL, a, w, bad);
+        cu_attn_tc_fwd(be, s, dt, in[0]->data, in[1]->data, in[2]->data, node->out[0]->data, NULL, lse, NULL, a, w,
+                       bad);
         return GDP_OK;
     }
     gdp_status st = GDP_OK;
@@ -690,9 +691,9 @@ static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, c
                                (const T *)in[3]->data, w.dy, (const T *)node->in[4]->data, wy, delta, a.H, a.T, rows,
                                (int)a.D)));
     if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
-        cu_attn_tc_bwd(s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta, node->out[0]->data,
-                       node->out[1]->data, node->out[2]->data, ds_bytes > 0 ? ws + attention_grad_lse_stats(node) : NULL,
-                       a, w);
+        cu_attn_tc_bwd(be, s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta,
+                       node->out[0]->data, node->out[1]->data, node->out[2]->data,
+                       ds_bytes > 0 ? ws + attention_grad_lse_stats(node) : NULL, a, w);
         return GDP_OK;
     }
     cu_bad none; /* pass 1 (the only reader of kv_len) does not run */

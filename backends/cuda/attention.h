@@ -115,15 +115,15 @@ int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int ba
 /* Forward: y = attention(q, k, v), y contiguous, and with lse != NULL the log-sum-exp of
  * each query row's scaled scores (attention_lse); or, with dy != NULL and y NULL, the
  * backward's statistics per query row: lse and delta = dy . o. */
-void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
-                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
-                    cu_bad bad);
+void cu_attn_tc_fwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k,
+                    const void *v, void *y, const void *dy, float *lse, float *delta, const att_dims &a,
+                    const att_views &w, cu_bad bad);
 /* Backward from those statistics: dq, dk and dv (contiguous). With ds (cu_attn_tc_ds_bytes of
  * scratch) the dk/dv pass stores dS, from which dq is one product; with ds NULL dq recomputes
  * it. */
-void cu_attn_tc_bwd(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
-                    const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds,
-                    const att_dims &a, const att_views &w);
+void cu_attn_tc_bwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q,
+                    const void *k, const void *v, const float *lse, const float *delta, void *dq, void *dk,
+                    void *dv, void *ds, const att_dims &a, const att_views &w);
 /* The most scratch a backward's stored dS may take; longer problems recompute it. */
 #define CU_ATTN_DS_MAX ((size_t)1 << 30)
 /* Bytes of the stored dS of a backward of this problem, 0 when over CU_ATTN_DS_MAX. */

@@ -16,7 +16,7 @@
  * Forward. A block owns 64 MT query rows of one head, a warp 16 MT of them (MT = 2: each
  * fragment of K or V loaded from shared memory feeds two products). Keys and values
  * stream through shared memory in tiles of 64 rows, the next tile loading (cp.async)
- * while the current one is used. Per tile: S = Q K^T, masked (causal, kv_len) and scaled;
+ * while the current one is used. Per tile: S = Q K^T, masked (causal, kv_len);
  * the running row maximum m and sum l the online-softmax way (exp2 of scores scaled by
  * log2 e); P = exp(S - m) rounded to the input dtype, O rescaled and O += P V. Tiles past
  * the block's last visible key are skipped, and only a tile some of whose keys a warp's
@@ -69,19 +69,23 @@
 #define TC_DS_KT 64          /* keys per tile of dq from the stored dS */
 #define TC_DS_LD (TC_BQ + 8) /* halves between rows of a dS^T tile in shared memory */
 
-template <int D> struct tc_dims {
+/* W (wide): the forward's two 16-row tiles a warp and the dk/dv pass's query tiles of 64
+ * for heads of 128 as well, where the device grants the shared memory they need (102 and
+ * 103 KiB; some GPUs give a block 99). Heads of 64 are always wide. */
+template <int D, bool W = true> struct tc_dims {
+    static constexpr bool wide = W || D == 64;
     static constexpr int LD = D + 8;                 /* halves between rows of a shared tile */
     static constexpr int NB = D == 128 ? 32 : 64;    /* dq's key rows per tile (recomputing dS) */
     /* dk, dv: query rows per tile. 64 for heads of 128 too, though its accumulators then
      * spill a few dozen bytes: the Qwen3-shape backward ran 7% faster than at 32 (0.522
      * against 0.563 ms), half the rounds and barriers. */
-    static constexpr int QT = 64;
+    static constexpr int QT = wide ? 64 : 32;
     static constexpr size_t rows = (size_t)LD * 2;   /* bytes of one tile row */
     /* forward: a warp's two 16-row tiles share each key and value fragment it reads from
      * shared memory, which halves that traffic; the block's query rows. (With heads of 128
      * the accumulators then spill some 200 bytes, but the Qwen3-shape forward ran 16%
      * faster than at one tile a warp, 0.179 against 0.214 ms.) */
-    static constexpr int MT = 2, BQ = 64 * MT;
+    static constexpr int MT = wide ? 2 : 1, BQ = 64 * MT;
     /* forward: Q, then two buffers of K and V */
     static constexpr size_t fwd_smem = (BQ + 4 * TC_BK) * rows;
     /* dq: Q and dO (64 rows), two buffers of K and V (NB rows) */
@@ -90,7 +94,7 @@ template <int D> struct tc_dims {
     static constexpr size_t dkdv_smem = 2 * TC_BQ * rows + 4 * QT * rows + 4 * QT * sizeof(float);
     /* dk, dv: blocks a multiprocessor holds. Heads of 64 fit three in the registers (168 a
      * thread) without spilling, and GPT-2's step ran 0.9% faster than at two (240 a thread);
-     * heads of 128 would spill. */
+     * heads of 128 would spill more. */
     static constexpr int dkdv_blocks = D == 64 ? 3 : 1;
     /* dq from the stored dS: two buffers of a dS^T tile (TC_DS_KT keys of 64 queries) and of
      * the K tile beside it */
@@ -307,13 +311,13 @@ static __device__ __forceinline__ int64_t tc_warp_sees(const att_dims &a, int64_
 
 /* ---- forward (and backward pass 1) -------------------------------------------------------- */
 
-template <typename T, int D>
+template <typename T, int D, bool W>
 __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T *k, const T *v, T *y, const T *dy,
                                                             float *lse, float *delta, att_dims a, att_views w,
                                                             cu_bad bad)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
-    typedef tc_dims<D> Dm;
+    typedef tc_dims<D, W> Dm;
     constexpr int LD = Dm::LD, KT = TC_BK, MT = Dm::MT, BQ = Dm::BQ; /* MT: a warp's 16-row tiles */
     att_check_len(a, bad);
     T *Qs = (T *)tc_smem, *KV = Qs + BQ * LD; /* buffer j: K at KV + 2 j KT LD, V after it */
@@ -421,7 +425,10 @@ __global__ void __launch_bounds__(TC_THREADS) tc_fwd_kernel(const T *q, const T 
                 m[i][0] = mna, m[i][1] = mnb;
                 /* P, rounded to T, as the A operand of P V; the sums are of what P V
                  * multiplies. A hidden score times sl is -inf, and so is its difference from a
-                 * finite maximum: 2^-inf = 0. A row with no key yet subtracts 0, not its -inf. */
+                 * finite maximum: 2^-inf = 0. A row with no key yet subtracts 0, not its -inf.
+                 * (A finite score whose scaled value overflows, possible only with a scale
+                 * above ln 2 and a score near FLT_MAX, makes the maximum +inf and the row's
+                 * probabilities zeros, where scaling first gave NaN.) */
                 const float ra = mna == -INFINITY ? 0.0f : mna, rb = mnb == -INFINITY ? 0.0f : mnb;
                 float sa = 0.0f, sb = 0.0f;
 #pragma unroll
@@ -628,13 +635,13 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_kernel(const T *dy, const T 
 
 /* ---- backward pass 2: dk and dv ------------------------------------------------------------ */
 
-template <typename T, int D>
+template <typename T, int D, bool W>
 __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v,
                                                              const float *lse, const float *delta, T *dk, T *dv,
                                                              T *ds, int64_t tp, att_dims a, att_views w)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
-    typedef tc_dims<D> Dm;
+    typedef tc_dims<D, W> Dm;
     constexpr int LD = Dm::LD, QT = Dm::QT; /* query rows per tile */
     T *Ks = (T *)tc_smem, *Vs = Ks + TC_BQ * LD, *QY = Vs + TC_BQ * LD; /* buffer j: Q at QY + 2 j QT LD, dO after */
     float *stat = (float *)(QY + 4 * QT * LD);                          /* buffer j: lse at stat + 2 j QT, delta after */
@@ -670,7 +677,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
         if (items > 0) fetch(0, 0, 0);
         /* the item in hand (head ch of the group, query tile ct) and the next one, counted
          * rather than divided out of i */
-        int64_t ch = 0, ct = 0, nh = nq == 1, nt = nq == 1 ? 0 : 1;
+        int64_t ch = 0, ct = 0, nh = nq == 1 ? 1 : 0, nt = nq == 1 ? 0 : 1;
         tc_commit();
         float dK[D / 8][4], dV[D / 8][4];
 #pragma unroll
@@ -724,7 +731,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
                 const int64_t tl = a.T - t0 - c2; /* columns j * 8 of dra and drb are queries t0 + c2 + j * 8 */
 #pragma unroll
                 for (int j = 0; j < QT / 8; j++) {
-                    /* t even, and tp a multiple of 8: t + 1 < tp */
+                    /* the query t0 + c2 + 8 j is even, and tp a multiple of 8: its pair is below tp */
                     if (j * 8 >= tl) continue;
                     if (sa < a.S) *reinterpret_cast<uint32_t *>(dra + j * 8) = df[j / 2][(j & 1) * 2];
                     if (sb < a.S) *reinterpret_cast<uint32_t *>(drb + j * 8) = df[j / 2][(j & 1) * 2 + 1];
@@ -793,7 +800,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64
             const int64_t kt = it * KT;
             /* as tc_load: thread x moves chunk x % V of rows x / V + k (TC_THREADS / V) */
             constexpr int step = TC_THREADS / V;
-            static_assert(KT * V % TC_THREADS == 0, "whole rounds of the block's threads");
+            static_assert(KT * V % TC_THREADS == 0 && TC_THREADS % V == 0, "whole rounds of the block's threads");
             const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 8;
             const bool cin = t0 + c < tp;
             const T *src = db + (kt + r0) * tp + t0 + c;
@@ -852,10 +859,10 @@ static unsigned tc_grid(int64_t tiles)
     return (unsigned)(tiles < cap ? tiles : cap);
 }
 
-template <int D>
+template <int D, bool W>
 static size_t tc_need(int backward)
 {
-    typedef tc_dims<D> Dm;
+    typedef tc_dims<D, W> Dm;
     size_t n = Dm::fwd_smem;
     if (backward && Dm::dq_smem > n) n = Dm::dq_smem;
     if (backward && Dm::dkdv_smem > n) n = Dm::dkdv_smem;
@@ -880,78 +887,99 @@ int cu_attn_tc_ok(const cu_backend *be, int32_t dtype, const att_dims &a, int ba
         return 0;
     for (int i = 0; i < n_in; i++)
         if (in[i]->ndim != 4 || in[i]->stride[3] != 1) return 0;
-    size_t need = a.D == 64 ? tc_need<64>(backward) : tc_need<128>(backward);
+    size_t need = a.D == 64 ? tc_need<64, true>(backward)
+                  : be->tc_attn_wide ? tc_need<128, true>(backward)
+                                     : tc_need<128, false>(backward);
     return need <= be->smem_optin;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool W>
 static void tc_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *y,
                    const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w, cu_bad bad)
 {
-    int64_t tiles = a.B * a.H * ((a.T + tc_dims<D>::BQ - 1) / tc_dims<D>::BQ);
+    typedef tc_dims<D, W> Dm;
+    int64_t tiles = a.B * a.H * ((a.T + Dm::BQ - 1) / Dm::BQ);
     if (tiles == 0) return;
-    tc_fwd_kernel<T, D><<<tc_grid(tiles), TC_THREADS, tc_dims<D>::fwd_smem, s>>>(
+    tc_fwd_kernel<T, D, W><<<tc_grid(tiles), TC_THREADS, Dm::fwd_smem, s>>>(
         (const T *)q, (const T *)k, (const T *)v, (T *)y, (const T *)dy, lse, delta, a, w, bad);
 }
 
-template <typename T, int D>
+template <typename T, int D, bool W>
 static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
                    const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds, const att_dims &a,
                    const att_views &w)
 {
+    typedef tc_dims<D, W> Dm;
     int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BQ - 1) / TC_BQ);
     const int64_t tp = (a.T + 7) / 8 * 8;
     if (ds == NULL && qt > 0) /* dq recomputes P and dP */
-        tc_dq_kernel<T, D><<<tc_grid(qt), TC_THREADS, tc_dims<D>::dq_smem, s>>>(
+        tc_dq_kernel<T, D><<<tc_grid(qt), TC_THREADS, Dm::dq_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);
     if (kt > 0)
-        tc_dkdv_kernel<T, D><<<tc_grid(kt), TC_THREADS, tc_dims<D>::dkdv_smem, s>>>(
+        tc_dkdv_kernel<T, D, W><<<tc_grid(kt), TC_THREADS, Dm::dkdv_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, (T *)ds, tp, a, w);
     if (ds != NULL && qt > 0) /* dq from the dS the pass above stored */
-        tc_dq_ds_kernel<T, D><<<tc_grid(qt), TC_THREADS, tc_dims<D>::dqs_smem, s>>>((const T *)ds, tp, (const T *)k,
-                                                                                    (T *)dq, a, w);
+        tc_dq_ds_kernel<T, D><<<tc_grid(qt), TC_THREADS, Dm::dqs_smem, s>>>((const T *)ds, tp, (const T *)k,
+                                                                             (T *)dq, a, w);
 }
 
-void cu_attn_tc_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v,
-                    void *y, const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w,
-                    cu_bad bad)
+template <typename T>
+static void tc_fwd_any(const cu_backend *be, cudaStream_t s, const void *q, const void *k, const void *v, void *y,
+                       const void *dy, float *lse, float *delta, const att_dims &a, const att_views &w, cu_bad bad)
 {
-    if (dtype == GDP_F16) {
-        if (a.D == 64) tc_fwd<__half, 64>(s, q, k, v, y, dy, lse, delta, a, w, bad);
-        else tc_fwd<__half, 128>(s, q, k, v, y, dy, lse, delta, a, w, bad);
-    } else {
-        if (a.D == 64) tc_fwd<__nv_bfloat16, 64>(s, q, k, v, y, dy, lse, delta, a, w, bad);
-        else tc_fwd<__nv_bfloat16, 128>(s, q, k, v, y, dy, lse, delta, a, w, bad);
-    }
+    if (a.D == 64) tc_fwd<T, 64, true>(s, q, k, v, y, dy, lse, delta, a, w, bad);
+    else if (be->tc_attn_wide) tc_fwd<T, 128, true>(s, q, k, v, y, dy, lse, delta, a, w, bad);
+    else tc_fwd<T, 128, false>(s, q, k, v, y, dy, lse, delta, a, w, bad);
 }
 
-void cu_attn_tc_bwd(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k,
-                    const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds,
-                    const att_dims &a, const att_views &w)
+void cu_attn_tc_fwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const void *q, const void *k,
+                    const void *v, void *y, const void *dy, float *lse, float *delta, const att_dims &a,
+                    const att_views &w, cu_bad bad)
 {
-    if (dtype == GDP_F16) {
-        if (a.D == 64) tc_bwd<__half, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-        else tc_bwd<__half, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-    } else {
-        if (a.D == 64) tc_bwd<__nv_bfloat16, 64>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-        else tc_bwd<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-    }
+    if (dtype == GDP_F16) tc_fwd_any<__half>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+    else tc_fwd_any<__nv_bfloat16>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
+}
+
+template <typename T>
+static void tc_bwd_any(const cu_backend *be, cudaStream_t s, const void *dy, const void *q, const void *k,
+                       const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds,
+                       const att_dims &a, const att_views &w)
+{
+    if (a.D == 64) tc_bwd<T, 64, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+    else if (be->tc_attn_wide) tc_bwd<T, 128, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+    else tc_bwd<T, 128, false>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+}
+
+void cu_attn_tc_bwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q,
+                    const void *k, const void *v, const float *lse, const float *delta, void *dq, void *dk,
+                    void *dv, void *ds, const att_dims &a, const att_views &w)
+{
+    if (dtype == GDP_F16) tc_bwd_any<__half>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+    else tc_bwd_any<__nv_bfloat16>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
 }
 
 /* cu_attn_tc_ok declines what was not granted */
-template <typename T, int D>
+template <typename T, int D, bool W>
 static void tc_open_one(const cu_backend *be)
 {
-    cu_smem_opt_in(be, (const void *)tc_fwd_kernel<T, D>, tc_dims<D>::fwd_smem);
-    cu_smem_opt_in(be, (const void *)tc_dq_kernel<T, D>, tc_dims<D>::dq_smem);
-    cu_smem_opt_in(be, (const void *)tc_dkdv_kernel<T, D>, tc_dims<D>::dkdv_smem);
-    cu_smem_opt_in(be, (const void *)tc_dq_ds_kernel<T, D>, tc_dims<D>::dqs_smem);
+    typedef tc_dims<D, W> Dm;
+    cu_smem_opt_in(be, (const void *)tc_fwd_kernel<T, D, W>, Dm::fwd_smem);
+    cu_smem_opt_in(be, (const void *)tc_dq_kernel<T, D>, Dm::dq_smem);
+    cu_smem_opt_in(be, (const void *)tc_dkdv_kernel<T, D, W>, Dm::dkdv_smem);
+    cu_smem_opt_in(be, (const void *)tc_dq_ds_kernel<T, D>, Dm::dqs_smem);
 }
 
 void cu_attention_tc_open(cu_backend *be)
 {
-    tc_open_one<__half, 64>(be);
-    tc_open_one<__half, 128>(be);
-    tc_open_one<__nv_bfloat16, 64>(be);
-    tc_open_one<__nv_bfloat16, 128>(be);
+    /* wide unless GRADUS_CUDA_ATTN_WIDE=0 asked for the narrow tiles or the device cannot grant them */
+    be->tc_attn_wide = be->tc_attn_wide && tc_need<128, true>(1) <= be->smem_optin;
+    tc_open_one<__half, 64, true>(be);
+    tc_open_one<__nv_bfloat16, 64, true>(be);
+    if (be->tc_attn_wide) {
+        tc_open_one<__half, 128, true>(be);
+        tc_open_one<__nv_bfloat16, 128, true>(be);
+    } else {
+        tc_open_one<__half, 128, false>(be);
+        tc_open_one<__nv_bfloat16, 128, false>(be);
+    }
 }

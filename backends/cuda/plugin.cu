@@ -198,6 +198,8 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     be->graphs = !(graphs != NULL && strcmp(graphs, "0") == 0);
     const char *tc = setting(host, "GRADUS_CUDA_TC_ATTENTION");
     be->tc_attention = !(tc != NULL && strcmp(tc, "0") == 0);
+    const char *wide = setting(host, "GRADUS_CUDA_ATTN_WIDE"); /* 0: heads of 128 on the narrow tiles */
+    be->tc_attn_wide = !(wide != NULL && strcmp(wide, "0") == 0);
     const char *lse = setting(host, "GRADUS_CUDA_ATTN_LSE");
     be->attn_lse = !(lse != NULL && strcmp(lse, "0") == 0);
     const char *ds = setting(host, "GRADUS_CUDA_ATTN_DS");
