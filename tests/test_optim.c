@@ -203,6 +203,65 @@ static void test_adamw_half_grads(void)
     gd_graph_free(g);
 }
 
+/* The program's node lines in order: the first `cap` ops' names. */
+typedef struct node_order {
+    char op[8][24];
+    int n;
+} node_order;
+
+static void order_line(void *user, const char *s)
+{
+    node_order *o = user;
+    if (strncmp(s, "node", 4) != 0 || o->n == 8) return;
+    const char *p = s + 4;
+    while (*p == ' ' || (*p >= '0' && *p <= '9')) p++;
+    while (*p != ' ' && *p != '\0') p++; /* the backend */
+    while (*p == ' ') p++;
+    size_t k = strcspn(p, "(");
+    snprintf(o->op[o->n++], sizeof o->op[0], "%.*s", (int)(k < 23 ? k : 23), p);
+}
+
+/* A training step makes its parameters' bf16 copies first, together (where a backend runs
+ * them as one launch); a program without the updates keeps graph order, each cast where
+ * it is used. */
+static void test_param_copies_first(void)
+{
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *w1 = gd_param(g, "w1", GD_F32, 1, (int64_t[]){8}), *w2 = gd_param(g, "w2", GD_F32, 1, (int64_t[]){8});
+    gd_tensor *x = gd_input(g, "x", GD_BF16, 1, (int64_t[]){8});
+    gd_tensor *h = gd_mul(x, gd_cast(w1, GD_BF16));
+    gd_tensor *loss = gd_sum_as(gd_mul(gd_mul(h, h), gd_cast(w2, GD_BF16)), 0, NULL, 0, GD_F32);
+    gd_status st = loss != NULL ? gd_backward(g, loss) : GD_ERR_INVALID;
+    if (st == GD_OK) st = gd_optimizer_adamw(g, &(gd_adamw_config){.lr = 0.05});
+    gd_program *step = st == GD_OK ? gd_compile(g, 1, &loss, GD_COMPILE_UPDATES) : NULL;
+    gd_program *fwd = st == GD_OK ? gd_compile(g, 1, &loss, 0) : NULL;
+    CHECK(step != NULL && fwd != NULL, "compiling: %s", gd_ctx_error(ctx));
+    if (step != NULL && fwd != NULL) {
+        node_order a = {0}, b = {0};
+        gd_program_describe(step, order_line, &a);
+        gd_program_describe(fwd, order_line, &b);
+        CHECK(a.n >= 3 && strcmp(a.op[0], "cast") == 0 && strcmp(a.op[1], "cast") == 0 && strcmp(a.op[2], "mul") == 0,
+              "training step: first ops %s, %s, %s (want cast, cast, mul)", a.op[0], a.op[1], a.op[2]);
+        CHECK(b.n >= 3 && strcmp(b.op[0], "cast") == 0 && strcmp(b.op[1], "mul") == 0 && strcmp(b.op[2], "cast") == 0,
+              "forward: first ops %s, %s, %s (want cast, mul, cast)", b.op[0], b.op[1], b.op[2]);
+        const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1}, xv[8] = {1, 2, 3, 4, -1, -2, -3, -4};
+        float before = 0, after = 0;
+        st = gd_tensor_write(w1, one, sizeof one);
+        if (st == GD_OK) st = gd_tensor_write(w2, one, sizeof one);
+        if (st == GD_OK) st = gd_tensor_write_as(x, GD_F32, xv, sizeof xv);
+        if (st == GD_OK) st = gd_program_run(step);
+        if (st == GD_OK) st = gd_tensor_read(loss, &before, sizeof before);
+        if (st == GD_OK) st = gd_program_run(fwd);
+        if (st == GD_OK) st = gd_tensor_read(loss, &after, sizeof after);
+        /* the step read w before its update (the loss of all ones: 60); the forward after */
+        CHECK(st == GD_OK && before == 60.0f && after < before, "losses %g then %g (want 60, then less): %s", before, after,
+              gd_ctx_error(ctx));
+    }
+    gd_program_free(step);
+    gd_program_free(fwd);
+    gd_graph_free(g);
+}
+
 /* SGD lr 0.1, momentum 0.9, weight decay 0.1, g = (0.5, 2), p0 = (1, -1):
  *   step 1: g' = g + 0.1 p = (0.6, 1.9); buf = g'; p = (0.94, -1.19)
  *   step 2: g' = (0.594, 1.881); buf = 0.9*(0.6, 1.9) + g' = (1.134, 3.591); p = (0.8266, -1.5491)
@@ -398,6 +457,7 @@ int main(void)
     test_adamw_steps();
     test_adamw_clip();
     test_adamw_half_grads();
+    test_param_copies_first();
     test_sgd_steps(0);
     test_sgd_steps(1);
     test_clip_and_lr();

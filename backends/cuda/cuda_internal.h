@@ -406,6 +406,17 @@ void cu_device_close(cu_backend *be);
  * (one optimizer step over many parameters) as one kernel; answers how many nodes it
  * launched, 0 when node i is to be launched alone. *st is the launch's status. */
 int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err);
+/* layout.cu: the same for a run of float-to-float casts (a training step's master
+ * weights to the compute dtype). */
+int cu_casts_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err);
+
+/* Whether two tensors' buffers share a byte. */
+static inline int cu_overlaps(const gdp_tensor *a, const gdp_tensor *b)
+{
+    const char *pa = (const char *)a->data, *pb = (const char *)b->data;
+    size_t na = (size_t)gdp_numel(a) * gdp_dtype_size(a->dtype), nb = (size_t)gdp_numel(b) * gdp_dtype_size(b->dtype);
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
 
 /* Profiler hooks used by cu_run and the executor. */
 void cu_prof_begin(cu_backend *be, cudaStream_t s, cudaEvent_t *start);

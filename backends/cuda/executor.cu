@@ -17,7 +17,8 @@
  * and answers GDP_ERR_UNSUPPORTED: the host then launches that segment node by node.
  *
  * The optimizer's updates, one node per parameter, are captured as batched launches of a
- * few parameters each (cu_updates_batch in optim.cu): the replay saves their launches.
+ * few parameters each (cu_updates_batch in optim.cu), and a training step's casts of its
+ * master weights likewise (cu_casts_batch in layout.cu): the replay saves their launches.
  *
  * Profiling: a replayed graph is timed as a whole, one span per segment run (node_id -1,
  * named after its first and last nodes); GRADUS_CUDA_GRAPHS=0 gives a span per node.
@@ -80,6 +81,7 @@ static gdp_status exec_prepare(void *backend, const gdp_segment *seg, void **han
     for (int i = 0; i < seg->n_nodes; i++) {
         gdp_status bst = GDP_OK;
         int batched = cu_updates_batch(be, seg, i, s, &bst, &lerr);
+        if (batched == 0 && bst == GDP_OK) batched = cu_casts_batch(be, seg, i, s, &bst, &lerr);
         if (batched > 0 && bst == GDP_OK) {
             i += batched - 1;
             continue;

@@ -458,6 +458,108 @@ static gdp_status cast_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
 }
 CU_LAUNCHER(cast_run)
 
+/* ---- a training step's casts, batched into one launch ---------------------------------------------------
+ * A training step casts each f32 master weight to the compute dtype; the program puts
+ * those casts first (compile.c), one node per parameter, many of them biases and norm
+ * weights whose launch costs more than their work. When the executor captures a segment,
+ * a run of float-to-float casts of one dtype pair goes to cu_casts_batch: the tensors'
+ * 8-element vectors are numbered one after the other and a grid-stride loop walks them,
+ * so blocks are spent on work, not on small tensors' empty tails. Each element is rounded
+ * by cu_st16 / cu_st as in cast_vec_kernel, so the bits are those of the single launches. */
+
+#define CAST_MAX 128 /* a table of 3 KiB stays inside the 4 KiB of kernel arguments */
+
+typedef struct cast_part {
+    const void *x;
+    void *y;
+    int64_t n;     /* elements */
+    int64_t end;   /* one past this tensor's last vector, counted over the table */
+} cast_part;
+typedef struct cast_table {
+    cast_part t[CAST_MAX];
+} cast_table;
+
+template <typename X, typename Y>
+__global__ void cast_batch_kernel(const cast_table tab, int count)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, total = tab.t[count - 1].end;
+    int k = 0;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < total; v += stride) {
+        while (v >= tab.t[k].end) k++; /* v only grows: a thread walks the table once */
+        const X *x = (const X *)tab.t[k].x;
+        Y *y = (Y *)tab.t[k].y;
+        const int64_t n = tab.t[k].n, i = (v - (tab.t[k].end - (n + 7) / 8)) * 8;
+        if (i + 8 <= n) {
+            float f[8];
+            cast_ld8(x, i, f);
+#pragma unroll
+            for (int j = 0; j < 8; j += cu_vec<Y>::N) cu_st16(y, i + j, f + j);
+        } else {
+            for (int64_t j = i; j < n; j++) cu_st(y, j, cu_ld(x, j));
+        }
+    }
+}
+
+template <typename X>
+static void cast_batch_launch(int32_t ydt, unsigned blocks, cudaStream_t s, const cast_table &tab, int count)
+{
+    switch (ydt) {
+    case GDP_F32: cast_batch_kernel<X, float><<<blocks, THREADS, 0, s>>>(tab, count); break;
+    case GDP_F16: cast_batch_kernel<X, __half><<<blocks, THREADS, 0, s>>>(tab, count); break;
+    default: cast_batch_kernel<X, __nv_bfloat16><<<blocks, THREADS, 0, s>>>(tab, count); break;
+    }
+}
+
+/* A cast the batch takes: between float dtypes, non-empty, both buffers 16-byte aligned. */
+static int batch_cast(const gdp_node *n)
+{
+    return cu_gpu_float(n->in[0]->dtype) && cu_gpu_float(n->out[0]->dtype) && gdp_numel(n->out[0]) > 0 &&
+           cu_aligned16(n->in[0]->data) && cu_aligned16(n->out[0]->data);
+}
+
+int cu_casts_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err)
+{
+    *st = GDP_OK;
+    if (seg->launch[i] != cast_run_launch || !batch_cast(seg->nodes[i])) return 0;
+    const gdp_node *n0 = seg->nodes[i];
+    const int32_t xdt = n0->in[0]->dtype, ydt = n0->out[0]->dtype;
+    int count = 1;
+    while (i + count < seg->n_nodes && count < CAST_MAX && seg->launch[i + count] == cast_run_launch) {
+        const gdp_node *n = seg->nodes[i + count];
+        int ok = batch_cast(n) && n->in[0]->dtype == xdt && n->out[0]->dtype == ydt;
+        /* the elements of one launch run in no particular order: no cast may read or
+         * write what another one writes */
+        for (int j = 0; ok && j < count; j++) {
+            const gdp_node *m = seg->nodes[i + j];
+            ok = !cu_overlaps(n->out[0], m->in[0]) && !cu_overlaps(n->out[0], m->out[0]) &&
+                 !cu_overlaps(n->in[0], m->out[0]);
+        }
+        if (!ok) break;
+        count++;
+    }
+    if (count < 2) return 0;
+    cast_table tab;
+    memset(&tab, 0, sizeof tab);
+    int64_t total = 0;
+    for (int j = 0; j < count; j++) {
+        const gdp_node *n = seg->nodes[i + j];
+        const int64_t ne = gdp_numel(n->out[0]);
+        total += (ne + 7) / 8;
+        tab.t[j] = {n->in[0]->data, n->out[0]->data, ne, total};
+    }
+    const unsigned blocks = cu_blocks(be, total, THREADS);
+    switch (xdt) {
+    case GDP_F32: cast_batch_launch<float>(ydt, blocks, s, tab, count); break;
+    case GDP_F16: cast_batch_launch<__half>(ydt, blocks, s, tab, count); break;
+    default: cast_batch_launch<__nv_bfloat16>(ydt, blocks, s, tab, count); break;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        *st = gdp_fail(err, GDP_ERR_DEVICE, "cuda: %d batched casts failed: %s (%s)", count, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+    return count;
+}
+
 static const char *const slice_attrs[] = {"axis", "start", "end", NULL};
 static const char *const axis_attrs[] = {"axis", NULL};
 static const char *const dtype_attrs[] = {"dtype", NULL};

@@ -43,35 +43,45 @@ __global__ void sgd_kernel(const float *p_in, const float *g_in, const float *bu
         sgd_elem(p_in, g_in, buf_in, p_out, buf_out, i, lr, m, wd, nesterov);
 }
 
-// One element of p, g, m, v (n) -> p', m', v' [, copy' = p' rounded to C] : PyTorch AdamW,
-// with the bias corrections bc1, bc2 of the step (1-based).
-template <typename G, typename C>
-__device__ __forceinline__ void adamw_elem(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
-                                           float *p_out, float *m_out, float *v_out, C *copy, int64_t i, double lr,
-                                           double bc1, double bc2, double b1, double b2, double eps, double wd,
-                                           double gs)
+// One element's AdamW, PyTorch's, in double with the bias corrections bc1, bc2 of the step
+// (1-based): p, g (already scaled), m, v -> p', m', v' as stored (f32).
+__device__ __forceinline__ void adamw_math(double p, double g, double m, double v, float &po, float &mo, float &vo,
+                                           double lr, double bc1, double bc2, double b1, double b2, double eps, double wd)
 {
-    double p = p_in[i], g = (double)cu_ld(g_in, i) * gs, m = m_in[i], v = v_in[i];
     p -= lr * wd * p;
     m = b1 * m + (1.0 - b1) * g;
     v = b2 * v + (1.0 - b2) * g * g;
     p -= lr * (m / bc1) / (sqrt(v / bc2) + eps);
-    const float p32 = (float)p;
-    p_out[i] = p32;
-    m_out[i] = (float)m;
-    v_out[i] = (float)v;
-    if (copy != NULL) cu_st(copy, i, p32);
+    po = (float)p;
+    mo = (float)m;
+    vo = (float)v;
 }
 
-template <typename G, typename C>
-__global__ void adamw_kernel(const float *p_in, const G *g_in, const float *m_in, const float *v_in,
-                             const float *step_p, const float *lr_p, const float *gs_p, float *p_out, float *m_out,
-                             float *v_out, C *copy, int64_t n, double b1, double b2, double eps, double wd)
+/* Four elements of a gradient or a copy at i (aligned to four elements): one 16- or
+ * 8-byte access. */
+template <typename T> static __device__ __forceinline__ void ld4(const T *p, int64_t i, float *f)
 {
-    double t = (double)step_p[0], lr = (double)lr_p[0], gs = gs_p != NULL ? (double)gs_p[0] : 1.0;
-    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        adamw_elem(p_in, g_in, m_in, v_in, p_out, m_out, v_out, copy, i, lr, bc1, bc2, b1, b2, eps, wd, gs);
+    if (sizeof(T) == 4) {
+        const float4 u = *reinterpret_cast<const float4 *>(p + i);
+        f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w;
+    } else {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p + i);
+        const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int k = 0; k < 4; k++) f[k] = cu_ld(e, k);
+    }
+}
+template <typename T> static __device__ __forceinline__ void st4(T *p, int64_t i, const float *f)
+{
+    if (sizeof(T) == 4) {
+        *reinterpret_cast<float4 *>(p + i) = make_float4(f[0], f[1], f[2], f[3]);
+    } else {
+        uint2 u;
+        T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+        for (int k = 0; k < 4; k++) cu_st(e, k, f[k]);
+        *reinterpret_cast<uint2 *>(p + i) = u;
+    }
 }
 
 /* adamw_update's optional inputs: the copy (f16/bf16, 7th) and the gradient scale (f32
@@ -132,31 +142,109 @@ static int adamw_supports(void *b, const gdp_node *n)
     return f32_scalar(n->in[4]) && f32_scalar(n->in[5]);
 }
 
+#define MT_MAX 32 /* a table stays well inside the 4 KiB of kernel arguments */
+
+/* AdamW's table: its updates' 4-element groups are numbered one after the other (`end`,
+ * one past a tensor's last group) and a grid-stride loop walks them, so that blocks go to
+ * work, not to the empty tails of small tensors (the biases and norms of a layer beside
+ * its matrices). A single update is a table of one. */
+typedef struct mt_adamw {
+    const float *p, *m, *v;
+    const void *g;
+    float *po, *mo, *vo;
+    void *copy;
+    int64_t n, end;
+    int vec; /* every buffer aligned to four elements: the groups move as vectors */
+} mt_adamw;
+typedef struct mt_adamw_table {
+    mt_adamw t[MT_MAX];
+} mt_adamw_table;
+
 template <typename G, typename C>
-static void adamw_launch(cu_backend *be, cudaStream_t s, const gdp_node *node, int64_t n)
+__global__ void adamw_table_kernel(const mt_adamw_table tab, int count, const float *step_p, const float *lr_p,
+                                   const float *gs_p, double b1, double b2, double eps, double wd)
 {
-    adamw_kernel<G, C><<<cu_blocks(be, n, THREADS), THREADS, 0, s>>>(
-        (const float *)node->in[0]->data, (const G *)node->in[1]->data, (const float *)node->in[2]->data,
-        (const float *)node->in[3]->data, (const float *)node->in[4]->data, (const float *)node->in[5]->data,
-        adamw_gscale(node) >= 0 ? (const float *)node->in[adamw_gscale(node)]->data : (const float *)NULL,
-        (float *)node->out[0]->data, (float *)node->out[1]->data, (float *)node->out[2]->data,
-        node->n_out > 3 ? (C *)node->out[3]->data : (C *)NULL, n, gdp_attr_float(&node->attrs, "beta1", 0.9),
-        gdp_attr_float(&node->attrs, "beta2", 0.999), gdp_attr_float(&node->attrs, "eps", 1e-8),
-        gdp_attr_float(&node->attrs, "weight_decay", 0.0));
+    const double t = (double)step_p[0], lr = (double)lr_p[0], gs = gs_p != NULL ? (double)gs_p[0] : 1.0;
+    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, total = tab.t[count - 1].end;
+    int k = 0;
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < total; q += stride) {
+        while (q >= tab.t[k].end) k++; /* q only grows: a thread walks the table once */
+        const mt_adamw &e = tab.t[k];
+        const int64_t n = e.n, i = (q - (e.end - (n + 3) / 4)) * 4;
+        const G *g = (const G *)e.g;
+        C *copy = (C *)e.copy;
+        if (e.vec && i + 4 <= n) {
+            const float4 p = *reinterpret_cast<const float4 *>(e.p + i), m = *reinterpret_cast<const float4 *>(e.m + i),
+                         v = *reinterpret_cast<const float4 *>(e.v + i);
+            float gf[4], po[4], mo[4], vo[4];
+            ld4(g, i, gf);
+            const float pa[4] = {p.x, p.y, p.z, p.w}, ma[4] = {m.x, m.y, m.z, m.w}, va[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                adamw_math(pa[j], (double)gf[j] * gs, ma[j], va[j], po[j], mo[j], vo[j], lr, bc1, bc2, b1, b2, eps, wd);
+            st4(e.po, i, po);
+            st4(e.mo, i, mo);
+            st4(e.vo, i, vo);
+            if (copy != NULL) st4(copy, i, po);
+        } else {
+            for (int64_t j = i; j < n && j < i + 4; j++) {
+                float po, mo, vo;
+                adamw_math(e.p[j], (double)cu_ld(g, j) * gs, e.m[j], e.v[j], po, mo, vo, lr, bc1, bc2, b1, b2, eps, wd);
+                e.po[j] = po, e.mo[j] = mo, e.vo[j] = vo;
+                if (copy != NULL) cu_st(copy, j, po);
+            }
+        }
+    }
+}
+
+/* Node k's row of an AdamW table whose groups so far end at `end`. */
+static mt_adamw adamw_row(const gdp_node *n, int64_t end)
+{
+    const int64_t ne = gdp_numel(n->in[0]);
+    const void *copy = n->n_out > 3 ? n->out[3]->data : NULL;
+    const size_t gs = gdp_dtype_size(n->in[1]->dtype), cs = copy != NULL ? gdp_dtype_size(n->out[3]->dtype) : 4;
+    const uintptr_t f32s = (uintptr_t)n->in[0]->data | (uintptr_t)n->in[2]->data | (uintptr_t)n->in[3]->data |
+                           (uintptr_t)n->out[0]->data | (uintptr_t)n->out[1]->data | (uintptr_t)n->out[2]->data;
+    const int vec = (f32s & 15u) == 0 && ((uintptr_t)n->in[1]->data & (4 * gs - 1)) == 0 &&
+                    ((uintptr_t)copy & (4 * cs - 1)) == 0;
+    return {(const float *)n->in[0]->data, (const float *)n->in[2]->data, (const float *)n->in[3]->data,
+            n->in[1]->data, (float *)n->out[0]->data, (float *)n->out[1]->data, (float *)n->out[2]->data,
+            (void *)copy, ne, end + (ne + 3) / 4, vec};
+}
+
+template <typename G, typename C>
+static void adamw_launch(cu_backend *be, cudaStream_t s, const mt_adamw_table &tab, int count, const gdp_node *n)
+{
+    const int ig = adamw_gscale(n);
+    adamw_table_kernel<G, C><<<cu_blocks(be, tab.t[count - 1].end, THREADS), THREADS, 0, s>>>(
+        tab, count, (const float *)n->in[4]->data, (const float *)n->in[5]->data,
+        ig >= 0 ? (const float *)n->in[ig]->data : (const float *)NULL, gdp_attr_float(&n->attrs, "beta1", 0.9),
+        gdp_attr_float(&n->attrs, "beta2", 0.999), gdp_attr_float(&n->attrs, "eps", 1e-8),
+        gdp_attr_float(&n->attrs, "weight_decay", 0.0));
+}
+
+/* The nodes of a table, alike but for their tensors, in one launch (n: the first). */
+static gdp_status adamw_table_run(cu_backend *be, cudaStream_t s, const mt_adamw_table &tab, int count,
+                                  const gdp_node *node, gdp_err *err)
+{
+    int32_t cdt = adamw_copy(node) >= 0 ? node->in[adamw_copy(node)]->dtype : GDP_F32;
+    switch (node->in[1]->dtype) {
+    case GDP_F32: CU_FLOAT_SWITCH(cdt, C, adamw_launch<float, C>(be, s, tab, count, node)); break;
+    case GDP_F16: CU_FLOAT_SWITCH(cdt, C, adamw_launch<__half, C>(be, s, tab, count, node)); break;
+    case GDP_BF16: CU_FLOAT_SWITCH(cdt, C, adamw_launch<__nv_bfloat16, C>(be, s, tab, count, node)); break;
+    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda adamw_update: gradient dtype %d", (int)node->in[1]->dtype);
+    }
+    return GDP_OK;
 }
 
 static gdp_status adamw_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    int64_t n = gdp_numel(node->in[0]);
-    if (n == 0) return GDP_OK;
-    int32_t cdt = adamw_copy(node) >= 0 ? node->in[adamw_copy(node)]->dtype : GDP_F32;
-    switch (node->in[1]->dtype) {
-    case GDP_F32: CU_FLOAT_SWITCH(cdt, C, adamw_launch<float, C>(be, s, node, n)); break;
-    case GDP_F16: CU_FLOAT_SWITCH(cdt, C, adamw_launch<__half, C>(be, s, node, n)); break;
-    case GDP_BF16: CU_FLOAT_SWITCH(cdt, C, adamw_launch<__nv_bfloat16, C>(be, s, node, n)); break;
-    default: return gdp_fail(err, GDP_ERR_UNSUPPORTED, "cuda adamw_update: gradient dtype %d", (int)node->in[1]->dtype);
-    }
-    return GDP_OK;
+    if (gdp_numel(node->in[0]) == 0) return GDP_OK;
+    mt_adamw_table tab;
+    memset(&tab, 0, sizeof tab);
+    tab.t[0] = adamw_row(node, 0);
+    return adamw_table_run(be, s, tab, 1, node, err);
 }
 CU_LAUNCHER(adamw_run)
 
@@ -210,11 +298,10 @@ CU_LAUNCHER(clip_coef_run)
  * (and the biases and norms of any model) each launch costs more than its work. When the
  * executor captures a segment, it hands a run of like updates (same kernel, dtypes,
  * attributes, learning rate and step) to cu_updates_batch, which launches them together:
- * a table of up to MT_MAX tensors goes as the kernel's argument, blockIdx.y picks the
- * tensor. Each element goes through the same function as in the single kernels, so the
- * bits are the same (test_cuda_device compares a step with CUDA graphs on and off). */
-
-#define MT_MAX 32 /* a table stays well inside the 4 KiB of kernel arguments */
+ * a table of up to MT_MAX tensors goes as the kernel's argument (SGD's: blockIdx.y picks
+ * the tensor; AdamW's: the table kernel a single update runs too). Each element goes
+ * through the same function as in the single kernels, so the bits are the same
+ * (test_cuda_device compares a step with CUDA graphs on and off). */
 
 typedef struct mt_sgd {
     const float *p, *g, *b;
@@ -225,34 +312,12 @@ typedef struct mt_sgd_table {
     mt_sgd t[MT_MAX];
 } mt_sgd_table;
 
-typedef struct mt_adamw {
-    const float *p, *m, *v;
-    const void *g;
-    float *po, *mo, *vo;
-    void *copy;
-    int64_t n;
-} mt_adamw;
-typedef struct mt_adamw_table {
-    mt_adamw t[MT_MAX];
-} mt_adamw_table;
-
 __global__ void sgd_batch_kernel(const mt_sgd_table tab, const float *lr_p, double m, double wd, int nesterov)
 {
     const mt_sgd e = tab.t[blockIdx.y];
     double lr = (double)lr_p[0];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x)
         sgd_elem(e.p, e.g, e.b, e.po, e.bo, i, lr, m, wd, nesterov);
-}
-
-template <typename G, typename C>
-__global__ void adamw_batch_kernel(const mt_adamw_table tab, const float *step_p, const float *lr_p,
-                                   const float *gs_p, double b1, double b2, double eps, double wd)
-{
-    const mt_adamw e = tab.t[blockIdx.y];
-    double t = (double)step_p[0], lr = (double)lr_p[0], gs = gs_p != NULL ? (double)gs_p[0] : 1.0;
-    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < e.n; i += (int64_t)gridDim.x * blockDim.x)
-        adamw_elem(e.p, (const G *)e.g, e.m, e.v, e.po, e.mo, e.vo, (C *)e.copy, i, lr, bc1, bc2, b1, b2, eps, wd, gs);
 }
 
 static int same_attrs(const gdp_node *a, const gdp_node *b)
@@ -265,13 +330,6 @@ static int same_attrs(const gdp_node *a, const gdp_node *b)
             return 0;
     }
     return 1;
-}
-
-static int overlaps(const gdp_tensor *a, const gdp_tensor *b)
-{
-    const char *pa = (const char *)a->data, *pb = (const char *)b->data;
-    size_t na = (size_t)gdp_numel(a) * gdp_dtype_size(a->dtype), nb = (size_t)gdp_numel(b) * gdp_dtype_size(b->dtype);
-    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
 /* The inputs of an update that are scalars read by every element: sgd's lr; adamw's step,
@@ -294,45 +352,10 @@ static int batchable(const gdp_node *a, const gdp_node *b, int sgd)
         const gdp_tensor *x = i < a->n_in ? a->in[i] : a->out[i - a->n_in];
         for (int j = 0; j < b->n_in + b->n_out; j++) {
             if (j < b->n_in && scalar_input(b, sgd, j)) continue;
-            if (overlaps(x, j < b->n_in ? b->in[j] : b->out[j - b->n_in])) return 0;
+            if (cu_overlaps(x, j < b->n_in ? b->in[j] : b->out[j - b->n_in])) return 0;
         }
     }
     return 1;
-}
-
-template <typename G, typename C>
-static void adamw_batch_launch(cudaStream_t s, dim3 grid, const mt_adamw_table &tab, const gdp_node *n)
-{
-    adamw_batch_kernel<G, C><<<grid, THREADS, 0, s>>>(
-        tab, (const float *)n->in[4]->data, (const float *)n->in[5]->data,
-        adamw_gscale(n) >= 0 ? (const float *)n->in[adamw_gscale(n)]->data : (const float *)NULL,
-        gdp_attr_float(&n->attrs, "beta1", 0.9),
-        gdp_attr_float(&n->attrs, "beta2", 0.999), gdp_attr_float(&n->attrs, "eps", 1e-8),
-        gdp_attr_float(&n->attrs, "weight_decay", 0.0));
-}
-
-template <typename G>
-static int adamw_batch_dispatch_c(int32_t cdt, cudaStream_t s, dim3 grid, const mt_adamw_table &tab, const gdp_node *n)
-{
-    switch (cdt) {
-    case GDP_F32: adamw_batch_launch<G, float>(s, grid, tab, n); return 1;
-    case GDP_F16: adamw_batch_launch<G, __half>(s, grid, tab, n); return 1;
-    case GDP_BF16: adamw_batch_launch<G, __nv_bfloat16>(s, grid, tab, n); return 1;
-    default: return 0;
-    }
-}
-
-/* Launches the batched kernel for gradient dtype gdt and copy dtype cdt; 0 for dtypes it
- * has no form for (those nodes are launched one by one). */
-static int adamw_batch_dispatch(int32_t gdt, int32_t cdt, cudaStream_t s, dim3 grid, const mt_adamw_table &tab,
-                                const gdp_node *n)
-{
-    switch (gdt) {
-    case GDP_F32: return adamw_batch_dispatch_c<float>(cdt, s, grid, tab, n);
-    case GDP_F16: return adamw_batch_dispatch_c<__half>(cdt, s, grid, tab, n);
-    case GDP_BF16: return adamw_batch_dispatch_c<__nv_bfloat16>(cdt, s, grid, tab, n);
-    default: return 0;
-    }
 }
 
 int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t s, gdp_status *st, gdp_err *err)
@@ -349,14 +372,14 @@ int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t
         count++;
     }
     if (count < 2) return 0;
-    unsigned gx = 1;
-    for (int j = 0; j < count; j++) {
-        unsigned b = cu_blocks(be, gdp_numel(seg->nodes[i + j]->in[0]), THREADS);
-        if (b > gx) gx = b;
-    }
-    dim3 grid(gx, (unsigned)count);
     const gdp_node *n0 = seg->nodes[i];
     if (sgd) {
+        unsigned gx = 1;
+        for (int j = 0; j < count; j++) {
+            unsigned b = cu_blocks(be, gdp_numel(seg->nodes[i + j]->in[0]), THREADS);
+            if (b > gx) gx = b;
+        }
+        dim3 grid(gx, (unsigned)count);
         mt_sgd_table tab;
         memset(&tab, 0, sizeof tab);
         for (int j = 0; j < count; j++) {
@@ -371,14 +394,8 @@ int cu_updates_batch(cu_backend *be, const gdp_segment *seg, int i, cudaStream_t
     } else {
         mt_adamw_table tab;
         memset(&tab, 0, sizeof tab);
-        for (int j = 0; j < count; j++) {
-            const gdp_node *n = seg->nodes[i + j];
-            tab.t[j] = {(const float *)n->in[0]->data, (const float *)n->in[2]->data, (const float *)n->in[3]->data,
-                        n->in[1]->data, (float *)n->out[0]->data, (float *)n->out[1]->data, (float *)n->out[2]->data,
-                        n->n_out > 3 ? n->out[3]->data : NULL, gdp_numel(n->in[0])};
-        }
-        int32_t cdt = adamw_copy(n0) >= 0 ? n0->in[adamw_copy(n0)]->dtype : GDP_F32;
-        if (!adamw_batch_dispatch(n0->in[1]->dtype, cdt, s, grid, tab, n0)) return 0;
+        for (int j = 0; j < count; j++) tab.t[j] = adamw_row(seg->nodes[i + j], j > 0 ? tab.t[j - 1].end : 0);
+        if ((*st = adamw_table_run(be, s, tab, count, n0, err)) != GDP_OK) return count;
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)

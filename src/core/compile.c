@@ -1,6 +1,7 @@
 /* compile.c — a graph into a program, in named phases:
  *
- *   select    the nodes the targets need (and every update, with GD_COMPILE_UPDATES)
+ *   select    the nodes the targets need (and every update, with GD_COMPILE_UPDATES);
+ *             a training step's copies of its parameters first
  *   passes    each backend's graph pass rewrites the program's node list (pass.c)
  *   layout    views become aliases; each node is placed on the highest-priority backend
  *             whose kernel accepts it, contiguous copies go in front of kernels that need
@@ -81,6 +82,9 @@ int gd_program_fallbacks(const gd_program *p)
 
 /* ---- phase: select ------------------------------------------------------------------- */
 
+/* A parameter in another form (a master weight in the compute dtype), made each step. */
+static int param_copy(const gd_node *n) { return n->op->param_copy && n->n_in == 1 && n->in[0]->kind == GD_V_PARAM; }
+
 gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets)
 {
     gd_graph *g = p->g;
@@ -111,6 +115,20 @@ gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets
         run[i] = 1;
         for (int k = 0; k < n->n_in; k++) need[n->in[k]->id] = 1;
     }
+    /* A training step first makes every parameter's copy it reads (param_copy: f32
+     * master weights cast to the compute dtype), then runs the rest in graph order: the
+     * copies of one step stand together, where a backend may run them as one launch, and
+     * each is kept to its use in the backward anyway. Only copies before the first update
+     * move, so none of them reads a parameter an update has already written. */
+    if (p->flags & GD_COMPILE_UPDATES)
+        for (int i = 0; i < g->n_nodes && st == GD_OK; i++) {
+            gd_node *n = g->nodes[i];
+            if (!run[i]) continue;
+            if (n->is_update) break;
+            if (!param_copy(n)) continue;
+            if (gd_prog_add_pnode(p, n, 0) < 0) st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");
+            run[i] = 0;
+        }
     for (int i = 0; i < g->n_nodes && st == GD_OK; i++) {
         if (!run[i]) continue;
         if (gd_prog_add_pnode(p, g->nodes[i], 0) < 0) st = gd_fail(ctx, GD_ERR_NOMEM, "compile: out of memory");

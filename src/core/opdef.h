@@ -123,6 +123,10 @@ typedef struct gd_op_def {
     int ref_strided;
     /* The output dtype is an attribute (cast): outputs do not count in the uniform key. */
     int any_out_dtype;
+    /* Over a parameter, the node is that parameter in another form (cast: a master weight
+     * in the compute dtype). A training program runs all such nodes first, one after the
+     * other (compile.c), where a backend may batch them. */
+    int param_copy;
     /* Mixed-precision forms, NULL-terminated signatures "bf16,bf16->f32" (every operand,
      * inputs then outputs), each a kernel key and a sweep row of its own, with its cases
      * (explicit dtypes) in mixed_cases. */

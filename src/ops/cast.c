@@ -172,7 +172,7 @@ GD_FAMILY(cast)
 {
     static const gd_op_def def = {
         .name = "cast", .min_in = 1, .max_in = 1, .n_out = 1, .attrs = "dtype:int", .dtypes = GD_FLOATS, .any_out_dtype = 1,
-        .infer = infer_cast, .grad = grad_cast, .ref = ref_cast, .ref_dtypes = ALL_DTYPES, .cases = cast_cases,
+        .param_copy = 1, .infer = infer_cast, .grad = grad_cast, .ref = ref_cast, .ref_dtypes = ALL_DTYPES, .cases = cast_cases,
         .tol = 0, .ref_strided = 1,
         .doc = "to another dtype: floats round to nearest even, float->int truncates and saturates, int->int wraps, "
                "->bool is x != 0",
