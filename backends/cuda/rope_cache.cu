@@ -77,19 +77,21 @@ __global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int
  * pieces at i and i + D / 2; the table's N / 2 or N entries for them are adjacent too. The
  * scalar kernel made two 2-byte loads and stores and a 16-byte table load per pair. Rows
  * must be whole pieces (D * size a multiple of 16 for IL, of 32 otherwise), x and y
- * 16-byte aligned. The same products, in the same order, as rope_store. */
-template <typename T, int IL>
-__global__ void rope_table_apply_vec_kernel(const T *x, T *y, const double2 *cs, int per_row, int64_t pieces,
-                                            int64_t T_, int64_t H, int64_t D)
+ * 16-byte aligned. The same products, in the same order, as rope_store. The index type I
+ * is 32-bit whenever the pieces fit: a 64-bit division by a runtime value is some eighty
+ * instructions, three of them a piece had cost more than the piece's arithmetic. */
+template <typename T, int IL, typename I>
+__global__ void rope_table_apply_vec_kernel(const T *x, T *y, const double2 *cs, int per_row, I pieces, I T_, I H,
+                                            I D)
 {
     cu_pdl_wait();
     constexpr int N = cu_vec<T>::N, P = IL ? N / 2 : N; /* pairs a piece */
-    const int64_t half = D / 2, per = half / P;           /* pieces a row (IL), or a half-row */
-    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < pieces; g += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = g / per, i0 = (g % per) * P, bt = row / H;
-        const double2 *c = cs + (per_row ? bt : bt % T_) * half + i0;
-        const T *xr = x + row * D;
-        T *yr = y + row * D;
+    const I half = D / 2, per = half / P;                 /* pieces a row (IL), or a half-row */
+    for (I g = blockIdx.x * (I)blockDim.x + threadIdx.x; g < pieces; g += (I)gridDim.x * blockDim.x) {
+        const I row = g / per, i0 = (g - row * per) * P, bt = row / H;
+        const double2 *c = cs + (int64_t)(per_row ? bt : bt % T_) * half + i0;
+        const T *xr = x + (int64_t)row * D;
+        T *yr = y + (int64_t)row * D;
         if (IL) {
             float v[N];
             cu_ld16(xr, 2 * i0, v);
@@ -126,6 +128,28 @@ static int rope_vec_ok(const gdp_tensor *x, const gdp_tensor *y, int interleaved
     const int64_t D = x->shape[3], es = (int64_t)gdp_dtype_size(x->dtype);
     return cu_aligned16(x->data) && cu_aligned16(y->data) && gdp_is_contiguous(x) && gdp_is_contiguous(y) &&
            (D * es) % (interleaved ? 16 : 32) == 0;
+}
+
+template <typename E, int IL, typename I>
+static void rope_vec_launch_i(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y,
+                              const double2 *cs, int per_row, int64_t pieces)
+{
+    cu_launch(be, rope_table_apply_vec_kernel<E, IL, I>, cu_blocks(be, pieces, 256), 256, 0, s, (const E *)x->data,
+              (E *)y->data, cs, per_row, (I)pieces, (I)x->shape[1], (I)x->shape[2], (I)x->shape[3]);
+}
+
+/* The vector kernel over `pieces` pieces, with 32-bit indices when every index fits. */
+template <typename E>
+static gdp_status rope_vec_launch(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y,
+                                  const double2 *cs, int per_row, int64_t pieces, int interleaved)
+{
+    /* g + the grid's stride must not wrap either */
+    const int small = pieces + (int64_t)cu_blocks(be, pieces, 256) * 256 < ((int64_t)1 << 32);
+    if (interleaved && small) rope_vec_launch_i<E, 1, uint32_t>(be, s, x, y, cs, per_row, pieces);
+    else if (interleaved) rope_vec_launch_i<E, 1, int64_t>(be, s, x, y, cs, per_row, pieces);
+    else if (small) rope_vec_launch_i<E, 0, uint32_t>(be, s, x, y, cs, per_row, pieces);
+    else rope_vec_launch_i<E, 0, int64_t>(be, s, x, y, cs, per_row, pieces);
+    return GDP_OK;
 }
 
 #define ROPE_INLINE_T 4
@@ -184,15 +208,7 @@ static gdp_status rope_run(cu_backend *be, const gdp_node *node, cudaStream_t s,
     const int per_row = step != 0;
     if (rope_vec_ok(x, y, interleaved)) {
         const int64_t pieces = gdp_numel(x) * (int64_t)gdp_dtype_size(x->dtype) / 16 / (interleaved ? 1 : 2);
-        if (interleaved) {
-            CU_FLOAT_SWITCH(x->dtype, E,
-                            cu_launch(be, rope_table_apply_vec_kernel<E, 1>, cu_blocks(be, pieces, 256), 256, 0, s,
-                                      (const E *)x->data, (E *)y->data, cs, per_row, pieces, T, H, D));
-        } else {
-            CU_FLOAT_SWITCH(x->dtype, E,
-                            cu_launch(be, rope_table_apply_vec_kernel<E, 0>, cu_blocks(be, pieces, 256), 256, 0, s,
-                                      (const E *)x->data, (E *)y->data, cs, per_row, pieces, T, H, D));
-        }
+        CU_FLOAT_SWITCH(x->dtype, E, return rope_vec_launch<E>(be, s, x, y, cs, per_row, pieces, interleaved));
         return GDP_OK;
     }
     CU_FLOAT_SWITCH(x->dtype, E,
