@@ -555,6 +555,7 @@ typedef struct attn_ops {
     int copy_bthd; /* copies of (B, T, H, D) views: dq, dk, dv transposed back, when not written so */
     int norm_grad, norm_grad_add; /* norm backward ops, plain and with the residual's gradient added */
     int ce, ce_grad, ce_with_grad; /* the loss, its gradient, and the two in one node */
+    int acc, add; /* products with an addend (sums of gradients), and plain adds */
 } attn_ops;
 
 static void attn_line(void *user, const char *s)
@@ -579,6 +580,8 @@ static void attn_line(void *user, const char *s)
     c->ce += strstr(s, " cross_entropy(") != NULL;
     c->ce_grad += strstr(s, " cross_entropy_grad(") != NULL;
     c->ce_with_grad += strstr(s, " cross_entropy_with_grad(") != NULL;
+    c->acc += strstr(s, " matmul_acc(") != NULL;
+    c->add += strstr(s, " add(") != NULL;
 }
 
 /* The loss and every parameter's gradient of a training step of cfg (B sequences of T
@@ -620,7 +623,10 @@ static gd_status run_lm_grads(gd_ctx *ctx, int bi, const gd_lm_config *cfg, gd_d
  * and dv as the projections take them back (grad_bthd): no copy of a transposed view; and
  * the two norms' backward of each layer add the residual stream's gradient as they write dx
  * (*_norm_grad_add: 4), the final norm's alone has no add after it; and the loss comes out of
- * its gradient's pass over the logits (cross_entropy_with_grad). */
+ * its gradient's pass over the logits (cross_entropy_with_grad). The sums of gradients are
+ * products with an addend (matmul_acc): Llama's dx of q, k, v and of gate and up, three a
+ * layer; GPT-2 has none (one product makes q, k, v; its tied embedding's two gradients are
+ * summed in f32, the head's cast from bf16). */
 static int run_lm_train_plans(gd_ctx *ctx, int bi)
 {
     const gd_dtype dts[3] = {GD_F32, GD_BF16, GD_BF16};
@@ -647,22 +653,23 @@ static int run_lm_train_plans(gd_ctx *ctx, int bi)
                 num += d * d, den += (double)ref[k] * ref[k];
             }
             const double e = num / den, tol = dts[i] == GD_F32 ? 1e-7 : 1e-3;
-            const int want_keep = gpt2 ? 2 : 0;
+            const int want_keep = gpt2 ? 2 : 0, want_acc = gpt2 ? 0 : 6;
             const int ok = e <= tol && ops.fallback == 0 && ops.attention_lse == 2 && ops.attention_grad_lse == 2 &&
                            ops.attention == 0 && ops.attention_grad == 0 && ops.y_bthd == 2 && ops.gelu == 0 &&
                            ops.gelu_grad == 0 && ops.keep == want_keep && ops.act_grad == want_keep &&
                            ops.copy_bthd == 0 && ops.norm_grad_add == 4 && ops.norm_grad == 1 && ops.ce == 0 &&
-                           ops.ce_grad == 0 && ops.ce_with_grad == 1;
+                           ops.ce_grad == 0 && ops.ce_with_grad == 1 && ops.acc == want_acc;
             printf("%s training plan %s %s: loss and %lld gradient values nmse %.3g (tol %.3g), %d nodes: "
                    "attention_lse %d, attention_grad_lse %d (want 2, 2), of them with y (B, T, H, D) %d (want 2), "
                    "attention %d, attention_grad %d (want 0, 0), linear_act_keep %d, matmul_act_grad %d (want %d, %d), "
                    "gelu %d, gelu_grad %d (want 0, 0), copies of (B, T, H, D) views %d (want 0), norm backward with "
                    "the residual added %d, without %d (want 4, 1), cross_entropy %d, cross_entropy_grad %d, "
-                   "cross_entropy_with_grad %d (want 0, 0, 1), %d fallback\n",
+                   "cross_entropy_with_grad %d (want 0, 0, 1), matmul_acc %d (want %d), add %d, %d fallback\n",
                    ok ? "ok  " : "FAIL", gpt2 ? "gpt2" : "llama", gd_dtype_name(dts[i]), (long long)n_ref, e, tol,
                    ops.nodes, ops.attention_lse, ops.attention_grad_lse, ops.y_bthd, ops.attention, ops.attention_grad,
                    ops.keep, ops.act_grad, want_keep, want_keep, ops.gelu, ops.gelu_grad, ops.copy_bthd,
-                   ops.norm_grad_add, ops.norm_grad, ops.ce, ops.ce_grad, ops.ce_with_grad, ops.fallback);
+                   ops.norm_grad_add, ops.norm_grad, ops.ce, ops.ce_grad, ops.ce_with_grad, ops.acc, want_acc, ops.add,
+                   ops.fallback);
             fails += !ok;
         }
         free(ref);

@@ -36,6 +36,8 @@
  *   cross_entropy(x, t) and cross_entropy_grad(dl, x, t)
  *                                              -> cross_entropy_with_grad(dl, x, t) (the
  *                                                 gradient and the loss, one kernel)
+ *   add(matmul(a, b) [reshaped], r)            -> matmul_acc(a, b, r) (training: sums of
+ *                                                 gradients, r the GEMM's addend)
  *
  * With them a Llama layer's decode step is five nodes: linear_qkv_rope with the input norm
  * in front, attention, linear_add (the output projection and the residual),
@@ -701,6 +703,38 @@ static gdp_status fuse_norm_grad_add(gdp_graph_view *g, int32_t add, gdp_err *er
     return GDP_OK;
 }
 
+/* add(matmul(a, b) [reshaped], r), either order, the product read by the add alone ->
+ * matmul_acc(a, b, r): the backward's sums of gradients (dx of the q, k, v projections, of
+ * the gate and up ones; a tied embedding's two) as GEMMs with an addend, in the add's
+ * place, instead of a product and an add's pass over three tensors. Uniform dtypes, 2-D
+ * operands; r and the add's output shaped alike (no broadcast). */
+static gdp_status fuse_grad_acc(gdp_graph_view *g, int32_t add, gdp_err *err)
+{
+    if (!op_is(g, add, "add") || g->node_n_inputs(g->graph, add) != 2) return GDP_OK;
+    for (int32_t side = 0; side < 2; side++) {
+        int32_t mm = sole_producer(g, add, side);
+        if (mm >= 0 && op_is(g, mm, "reshape")) mm = sole_producer(g, mm, 0);
+        if (mm < 0 || !op_is(g, mm, "matmul") || g->node_n_inputs(g->graph, mm) != 2) continue;
+        const gdp_attrs *ma = g->node_attrs(g->graph, mm);
+        gdp_tensor a, b, p, r, y;
+        if (g->node_input_desc(g->graph, mm, 0, &a) != GDP_OK || g->node_input_desc(g->graph, mm, 1, &b) != GDP_OK ||
+            g->node_output_desc(g->graph, mm, 0, &p) != GDP_OK || g->node_input_desc(g->graph, add, 1 - side, &r) != GDP_OK ||
+            g->node_output_desc(g->graph, add, 0, &y) != GDP_OK)
+            continue;
+        if (!cu_gpu_float(a.dtype) || b.dtype != a.dtype || p.dtype != a.dtype || r.dtype != a.dtype ||
+            y.dtype != a.dtype || a.ndim != 2 || b.ndim != 2 || p.ndim != 2 || !same_dims(&r, &y) ||
+            gdp_numel(&r) != gdp_numel(&p) || r.shape[r.ndim - 1] != p.shape[1])
+            continue;
+        const int32_t in_nodes[3] = {-1, -1, -2 - add}, in_outs[3] = {0, 1, 1 - side};
+        gdp_attr at[2];
+        memset(at, 0, sizeof at);
+        at[0].name = "transpose_a", at[0].kind = GDP_ATTR_INT, at[0].i = gdp_attr_int(ma, "transpose_a", 0) != 0;
+        at[1].name = "transpose_b", at[1].kind = GDP_ATTR_INT, at[1].i = gdp_attr_int(ma, "transpose_b", 0) != 0;
+        return g->replace_chain(g->graph, mm, add, "matmul_acc", 3, in_nodes, in_outs, at, 2, 0, NULL, NULL, err);
+    }
+    return GDP_OK;
+}
+
 /* cross_entropy(logits, targets) and cross_entropy_grad(dloss, logits, targets) of the same
  * logits, targets and attributes, the loss read by nothing between the two ->
  * cross_entropy_with_grad(dloss, logits, targets) (the gradient and the loss) in the
@@ -770,6 +804,7 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
         if (s == GDP_OK) s = fuse_gelu_grad(g, id, err);
         if (s == GDP_OK) s = fuse_norm_grad_add(g, id, err);
         if (s == GDP_OK) s = fuse_cross_entropy(g, id, err);
+        if (s == GDP_OK) s = fuse_grad_acc(g, id, err);
         if (s != GDP_OK) return s;
     }
     return GDP_OK;
@@ -778,5 +813,5 @@ static gdp_status fuse_run(void *backend, gdp_graph_view *g, gdp_err *err)
 extern const gdp_graph_pass cu_fuse_pass = {
     sizeof(gdp_graph_pass), "fuse linear_act, linear_add, add_*_norm, linear_swiglu, linear_qkv (norms in front), rope_cache_write, "
     "linear_qkv_rope, attention_lse + attention_grad_lse, linear_act_keep, matmul_act_grad, *_norm_grad_add, "
-    "cross_entropy_with_grad",
+    "cross_entropy_with_grad, matmul_acc",
     fuse_run};

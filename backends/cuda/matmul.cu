@@ -48,18 +48,20 @@ gdp_status cu_gemv_linear(cu_backend *be, const gdp_node *node, cudaStream_t s, 
 typedef struct mm_key {
     int32_t in_type, out_type, trans_a, trans_b, epilogue, _pad;
     int64_t m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d;
-    int32_t align_a, align_b, align_d, align_bias;
+    int32_t align_a, align_b, align_c, align_d, align_bias, _pad2;
     int64_t workspace, aux_ld;
 } mm_key;
 
 /* What follows the product in cuBLASLt's epilogue: a bias (broadcast over the columns of
  * the column-major D), then relu; or GELU (the tanh form) with its input kept in aux; or
- * the product times GELU's derivative at aux (the backward). aux is laid out like D. */
+ * the product times GELU's derivative at aux (the backward). aux is laid out like D. An
+ * addend C, laid out like D too (it may be D), is added to the product (beta = 1). */
 typedef struct mm_epi {
     const void *bias;
     int relu, gelu_keep, dgelu;
     void *aux;
     int64_t aux_ld;
+    const void *addend;
 } mm_epi;
 
 static cublasLtEpilogue_t epilogue_of(const mm_epi *e)
@@ -214,7 +216,7 @@ static gdp_status plan_build(cu_backend *be, mm_plan *p, const void *bias, gdp_e
     cublasLtMatmulPreference_t pref = NULL;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = (uint64_t)k->workspace;
-    uint32_t al[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_d, (uint32_t)k->align_d};
+    uint32_t al[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_c, (uint32_t)k->align_d};
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     const cublasLtMatmulPreferenceAttributes_t which[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -277,6 +279,7 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int
     key.align_a = alignment(A->p, batch > 1 ? A->stride * (int64_t)ei : 0);
     key.align_b = alignment(B->p, batch > 1 ? B->stride * (int64_t)ei : 0);
     key.align_d = alignment(D, batch > 1 ? sd * (int64_t)eo : 0);
+    key.align_c = e->addend != NULL ? alignment(e->addend, batch > 1 ? sd * (int64_t)eo : 0) : key.align_d;
     key.align_bias = bias != NULL ? alignment(bias, 0) : 0;
     key.workspace = (int64_t)ws->bytes;
 
@@ -300,8 +303,9 @@ static gdp_status gemm_locked(cu_backend *be, cudaStream_t s, int32_t in_dt, int
     if (e->aux != NULL)
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux));
     const float one = 1.0f, zero = 0.0f;
-    LT_TRY(cublasLtMatmul((cublasLtHandle_t)be->lt, p->op, &one, A->p, p->la, B->p, p->lb, &zero, D, p->ld, D, p->ld,
-                          &p->algo, ws->p, ws->bytes, s));
+    const void *C = e->addend != NULL ? e->addend : D;
+    LT_TRY(cublasLtMatmul((cublasLtHandle_t)be->lt, p->op, &one, A->p, p->la, B->p, p->lb, e->addend != NULL ? &one : &zero,
+                          C, p->ld, D, p->ld, &p->algo, ws->p, ws->bytes, s));
     return GDP_OK;
 }
 
@@ -458,7 +462,7 @@ static gdp_status matmul_run(cu_backend *be, const gdp_node *node, cudaStream_t 
         }
         A.p = (const char *)a->data + (size_t)oa * ei;
         B.p = (const char *)b->data + (size_t)ob * ei;
-        const mm_epi none = {NULL, 0, 0, 0, NULL, 0};
+        const mm_epi none = {NULL, 0, 0, 0, NULL, 0, NULL};
         gdp_status r = gemm_rowmajor(be, s, a->dtype, c->dtype, M, N, K, &A, &B, (char *)c->data + (size_t)oc * eo,
                                      sc, batch, &none, &ws, err);
         if (r != GDP_OK) return r;
@@ -501,7 +505,7 @@ static gdp_status linear_run(cu_backend *be, const gdp_node *node, cudaStream_t 
     gdp_status st = mm_workspace(node, &ws, err);
     if (st != GDP_OK) return st;
     mm_operand A = {x->data, 0, in, 0}, B = {w->data, !wio, wio ? out : in, 0};
-    const mm_epi e = {bias, act == GDP_ACT_RELU, 0, 0, NULL, 0};
+    const mm_epi e = {bias, act == GDP_ACT_RELU, 0, 0, NULL, 0, NULL};
     st = gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, &e, &ws, err);
     if (st != GDP_OK || act == GDP_ACT_NONE || act == GDP_ACT_RELU) return st;
     return cu_act_inplace(be, s, y->dtype, y->data, R * out, act, err);
@@ -544,7 +548,7 @@ static gdp_status linear_keep_run(cu_backend *be, const gdp_node *node, cudaStre
     gdp_status st = mm_workspace(node, &ws, err);
     if (st != GDP_OK) return st;
     mm_operand A = {x->data, 0, in, 0}, B = {w->data, !wio, wio ? out : in, 0};
-    const mm_epi e = {node->n_in > 2 ? node->in[2]->data : NULL, 0, 1, 0, z->data, out};
+    const mm_epi e = {node->n_in > 2 ? node->in[2]->data : NULL, 0, 1, 0, z->data, out, NULL};
     return gemm_rowmajor(be, s, x->dtype, y->dtype, R, out, in, &A, &B, y->data, 0, 1, &e, &ws, err);
 }
 CU_LAUNCHER(linear_keep_run)
@@ -578,10 +582,48 @@ static gdp_status matmul_grad_run(cu_backend *be, const gdp_node *node, cudaStre
     int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
     A.trans = ta ^ (la == 2), B.trans = tb ^ (lb == 2);
     A.p = a->data, B.p = b->data, A.stride = B.stride = 0;
-    const mm_epi e = {NULL, 0, 0, 1, z->data, N};
+    const mm_epi e = {NULL, 0, 0, 1, z->data, N, NULL};
     return gemm_rowmajor(be, s, a->dtype, dz->dtype, M, N, K, &A, &B, dz->data, 0, 1, &e, &ws, err);
 }
 CU_LAUNCHER(matmul_grad_run)
+
+/* ---- matmul_acc: a product added to r, one GEMM with r as cuBLASLt's C (beta = 1) ---------
+ * The sum comes out of the f32 accumulator rounded once, where the pair it replaces rounds
+ * the product first: within the dtype's last place of the reference. */
+static int matmul_acc_supports(void *b, const gdp_node *n)
+{
+    if (n->n_in != 3 || n->n_out != 1) return 0;
+    const gdp_tensor *a = n->in[0], *bb = n->in[1], *r = n->in[2], *y = n->out[0];
+    if (!cu_gpu_float(a->dtype) || a->ndim != 2 || bb->ndim != 2 || bb->dtype != a->dtype || r->dtype != a->dtype ||
+        y->dtype != a->dtype)
+        return 0;
+    int64_t lda, ldb;
+    if (!matrix_layout(a, &lda) || !matrix_layout(bb, &ldb)) return 0;
+    int ta = gdp_attr_int(&n->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&n->attrs, "transpose_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? bb->shape[0] : bb->shape[1];
+    (void)b;
+    /* r and y are the contiguous (M, N) C and D whatever their dims */
+    return K >= 1 && M <= MM_LIMIT && N <= MM_LIMIT && K <= MM_LIMIT && gdp_is_contiguous(r) && gdp_is_contiguous(y);
+}
+
+// y (M, N) = op(a) @ op(b) + r
+static gdp_status matmul_acc_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *r = node->in[2], *y = node->out[0];
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
+    if (M == 0 || N == 0) return GDP_OK;
+    mm_ws ws;
+    gdp_status st = mm_workspace(node, &ws, err);
+    if (st != GDP_OK) return st;
+    mm_operand A, B;
+    int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
+    A.trans = ta ^ (la == 2), B.trans = tb ^ (lb == 2);
+    A.p = a->data, B.p = b->data, A.stride = B.stride = 0;
+    const mm_epi e = {NULL, 0, 0, 0, NULL, 0, r->data};
+    return gemm_rowmajor(be, s, a->dtype, y->dtype, M, N, K, &A, &B, y->data, 0, 1, &e, &ws, err);
+}
+CU_LAUNCHER(matmul_acc_run)
 
 #define MM(op, dt, flags, sup, fn, attrs) CU_KX(op, dt, flags, sup, fn, attrs, mm_workspace_bytes)
 
@@ -604,5 +646,8 @@ static const gdp_kernel kernels[] = {
     MM("linear_act_keep", GDP_BF16, 0, linear_keep_supports, linear_keep_run_launch, linear_act_attrs),
     MM("matmul_act_grad", GDP_F16, 0, matmul_grad_supports, matmul_grad_run_launch, linear_act_attrs),
     MM("matmul_act_grad", GDP_BF16, 0, matmul_grad_supports, matmul_grad_run_launch, linear_act_attrs),
+    MM("matmul_acc", GDP_F32, 0, matmul_acc_supports, matmul_acc_run_launch, NULL),
+    MM("matmul_acc", GDP_F16, 0, matmul_acc_supports, matmul_acc_run_launch, NULL),
+    MM("matmul_acc", GDP_BF16, 0, matmul_acc_supports, matmul_acc_run_launch, NULL),
 };
 CU_FAMILY(matmul, kernels);

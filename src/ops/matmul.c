@@ -557,6 +557,71 @@ static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *str
     return GDP_OK;
 }
 
+/* ---- matmul_acc: a product added to what is there (a backward's sums of gradients) ----------
+ * A value used by several products gets the sum of their gradients: in a Llama layer's
+ * backward, dx = dy_q Wq + dy_k Wk + dy_v Wv and the gate's and up's two. A graph pass puts
+ * each add(matmul(a, b), r) into one node that a backend runs as one GEMM with r as its
+ * addend (cuBLASLt's beta = 1), in place over r where nothing reads r after. The product
+ * is rounded to the dtype before the add, as the pair stores it. */
+static int matmul_acc_infer(gd_infer *c)
+{
+    const gd_shape *a = &c->in[0], *b = &c->in[1], *r = &c->in[2];
+    int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
+    char sa[160], sb[160], sr[160];
+    gd_shape_str(a, sa, sizeof sa);
+    gd_shape_str(b, sb, sizeof sb);
+    gd_shape_str(r, sr, sizeof sr);
+    if (!gdp_is_float(a->dtype) || b->dtype != a->dtype || r->dtype != a->dtype)
+        return gd_infer_fail(c, "a %s, b %s and r %s must share one float dtype", sa, sb, sr);
+    if (a->ndim != 2 || b->ndim != 2) return gd_infer_fail(c, "a %s and b %s must be 2-D", sa, sb);
+    int64_t M = ta ? a->dim[1] : a->dim[0], K = ta ? a->dim[0] : a->dim[1];
+    int64_t Kb = tb ? b->dim[1] : b->dim[0], N = tb ? b->dim[0] : b->dim[1], nr = 1;
+    for (int d = 0; d < r->ndim; d++) nr *= r->dim[d];
+    if (K != Kb) return gd_infer_fail(c, "a %s and b %s: inner dims %lld and %lld differ", sa, sb, (long long)K, (long long)Kb);
+    if (r->ndim < 1 || r->dim[r->ndim - 1] != N || nr != M * N)
+        return gd_infer_fail(c, "r %s must hold the (%lld, %lld) product, its last dim %lld", sr, (long long)M,
+                             (long long)N, (long long)N);
+    c->out[0] = *r;
+    return 0;
+}
+
+/* The product rounded to the dtype, as matmul stores it, plus r, rounded again. Row i of r
+ * is read before row i of the output is written, so the output may be r itself. */
+static gdp_status matmul_acc_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *r = node->in[2], *y = node->out[0];
+    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
+    char *ws = rw_workspace(node, ws_matmul_grad(node), err);
+    if (ws == NULL) return GDP_ERR_INVALID;
+    double *bt = (double *)ws, *ar = (double *)(ws + rw_doubles(K * N)), *acc = ar + (rw_doubles(K) / sizeof(double));
+    pack(b, 0, b->stride[0], b->stride[1], tb, K, N, bt);
+    rw_walk rr;
+    const gdp_tensor *rt[1] = {r};
+    rw_rows(&rr, r, r->ndim - 1, 1, rt);
+    const int64_t rc = r->stride[r->ndim - 1];
+    for (int64_t i = 0; i < M; i++, rw_next(&rr)) {
+        pack(a, i * a->stride[ta ? 1 : 0], 0, a->stride[ta ? 0 : 1], 0, 1, K, ar);
+        for (int64_t j = 0; j < N; j++) acc[j] = 0;
+        gemm_row(K, N, ar, bt, acc);
+        for (int64_t j = 0; j < N; j++) acc[j] = stored_as(y->dtype, acc[j]) + rw_ld(r, rr.off[0] + j * rc);
+        store_row(y, i * N, N, acc);
+    }
+    return GDP_OK;
+}
+
+static const char *const matmul_acc_cases[] = {
+    "f[6,8] f[8,8] f[6,8]",
+    "f[6,16] f[8,16] f[2,3,8] | transpose_b=1",
+    "f[8,16] f[8,16] f[16,16] | transpose_a=1",
+    "f[6,5] f[5,8] f[6,8]",
+    "f[4,7] f[7,3] f[4,3]", /* rows of 3: not in whole 16-byte pieces */
+    "f[40,64] f[64,24] n[5,8,24]",
+    NULL,
+};
+
 static const char *const linear_keep_cases[] = {
     "n[4,8] f[16,8] f[16] | act=2",
     "n[2,3,8] f[8,16] f[16] | act=2 weight_in_out=1",
@@ -985,9 +1050,21 @@ GD_FAMILY(matmul)
                "like z, the product stored in the dtype first: gelu_grad of a product (act 2 gelu tanh, 3 gelu; "
                "fused by graph passes)",
     };
+    static const gd_op_def matmul_acc = {
+        .name = "matmul_acc", .min_in = 3, .max_in = 3, .n_out = 1,
+        .attrs = "transpose_a:int transpose_b:int",
+        .dtypes = GD_FLOATS,
+        .infer = matmul_acc_infer, .ref = matmul_acc_ref,
+        .ref_dtypes = GD_FLOATS64,
+        .cases = matmul_acc_cases, .inplace = {-1, -1, -1, -1}, .reuse = 3, .tol = 1e-7,
+        .ref_workspace = ws_matmul_grad, .ref_strided = 1, .cost = cost_matmul,
+        .doc = "a (M, K), b (K, N) (each may be transposed), r (..., N) of M*N elements -> a b + r shaped like r, the "
+               "product stored in the dtype first: a sum of gradients (fused by graph passes; may write over r)",
+    };
     gd_register_op(r, &matmul);
     gd_register_op(r, &linear_act_keep);
     gd_register_op(r, &matmul_act_grad);
+    gd_register_op(r, &matmul_acc);
     gd_register_op(r, &linear);
     gd_register_op(r, &linear_act);
     gd_register_op(r, &linear_add);
