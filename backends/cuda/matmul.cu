@@ -568,10 +568,11 @@ static int matmul_grad_supports(void *b, const gdp_node *n)
            gdp_is_contiguous(z);
 }
 
-// dz (M, N) = (op(a) @ op(b)) * gelu'(z): the product in front of gelu_grad, DGELU
-static gdp_status matmul_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+/* y (M, N) = op(a) @ op(b) of a node's 2-D inputs 0 and 1 (its transpose attributes), then
+ * the epilogue e; an aux matrix of e is laid out like y (its ld is N). */
+static gdp_status gemm_2d(cu_backend *be, const gdp_node *node, cudaStream_t s, mm_epi e, gdp_err *err)
 {
-    const gdp_tensor *a = node->in[0], *b = node->in[1], *z = node->in[2], *dz = node->out[0];
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *y = node->out[0];
     int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
     int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
     if (M == 0 || N == 0) return GDP_OK;
@@ -582,8 +583,14 @@ static gdp_status matmul_grad_run(cu_backend *be, const gdp_node *node, cudaStre
     int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
     A.trans = ta ^ (la == 2), B.trans = tb ^ (lb == 2);
     A.p = a->data, B.p = b->data, A.stride = B.stride = 0;
-    const mm_epi e = {NULL, 0, 0, 1, z->data, N, NULL};
-    return gemm_rowmajor(be, s, a->dtype, dz->dtype, M, N, K, &A, &B, dz->data, 0, 1, &e, &ws, err);
+    if (e.aux != NULL) e.aux_ld = N;
+    return gemm_rowmajor(be, s, a->dtype, y->dtype, M, N, K, &A, &B, y->data, 0, 1, &e, &ws, err);
+}
+
+// dz (M, N) = (op(a) @ op(b)) * gelu'(z): the product in front of gelu_grad, DGELU
+static gdp_status matmul_grad_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    return gemm_2d(be, node, s, {NULL, 0, 0, 1, node->in[2]->data, 0, NULL}, err);
 }
 CU_LAUNCHER(matmul_grad_run)
 
@@ -609,19 +616,7 @@ static int matmul_acc_supports(void *b, const gdp_node *n)
 // y (M, N) = op(a) @ op(b) + r
 static gdp_status matmul_acc_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
 {
-    const gdp_tensor *a = node->in[0], *b = node->in[1], *r = node->in[2], *y = node->out[0];
-    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
-    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
-    if (M == 0 || N == 0) return GDP_OK;
-    mm_ws ws;
-    gdp_status st = mm_workspace(node, &ws, err);
-    if (st != GDP_OK) return st;
-    mm_operand A, B;
-    int la = matrix_layout(a, &A.ld), lb = matrix_layout(b, &B.ld);
-    A.trans = ta ^ (la == 2), B.trans = tb ^ (lb == 2);
-    A.p = a->data, B.p = b->data, A.stride = B.stride = 0;
-    const mm_epi e = {NULL, 0, 0, 0, NULL, 0, r->data};
-    return gemm_rowmajor(be, s, a->dtype, y->dtype, M, N, K, &A, &B, y->data, 0, 1, &e, &ws, err);
+    return gemm_2d(be, node, s, {NULL, 0, 0, 0, NULL, 0, node->in[2]->data}, err);
 }
 CU_LAUNCHER(matmul_acc_run)
 

@@ -497,28 +497,35 @@ static gdp_status linear_keep_ref(void *backend, const gdp_node *node, void *str
 
 /* a (M, K) or, transposed, (K, M); b (K, N) or (N, K); z of M*N elements whose last dim is
  * N -> dz shaped like z. act: a gelu form. */
-static int matmul_grad_infer(gd_infer *c)
+/* a (M, K) and b (K, N), 2-D, each maybe transposed, and input 2 (named `z`) of one float
+ * dtype holding the (M, N) product along its last dim: the output is shaped like input 2. */
+static int product_shaped_infer(gd_infer *c, const char *z_name)
 {
     const gd_shape *a = &c->in[0], *b = &c->in[1], *z = &c->in[2];
     int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
-    int64_t act = gdp_attr_int(c->attrs, "act", 0);
     char sa[160], sb[160], sz[160];
     gd_shape_str(a, sa, sizeof sa);
     gd_shape_str(b, sb, sizeof sb);
     gd_shape_str(z, sz, sizeof sz);
-    if (act != ACT_GELU_TANH && act != ACT_GELU) return gd_infer_fail(c, "act=%lld: 2 (gelu tanh) or 3 (gelu)", (long long)act);
     if (!gdp_is_float(a->dtype) || b->dtype != a->dtype || z->dtype != a->dtype)
-        return gd_infer_fail(c, "a %s, b %s and z %s must share one float dtype", sa, sb, sz);
+        return gd_infer_fail(c, "a %s, b %s and %s %s must share one float dtype", sa, sb, z_name, sz);
     if (a->ndim != 2 || b->ndim != 2) return gd_infer_fail(c, "a %s and b %s must be 2-D", sa, sb);
     int64_t M = ta ? a->dim[1] : a->dim[0], K = ta ? a->dim[0] : a->dim[1];
     int64_t Kb = tb ? b->dim[1] : b->dim[0], N = tb ? b->dim[0] : b->dim[1], nz = 1;
     for (int d = 0; d < z->ndim; d++) nz *= z->dim[d];
     if (K != Kb) return gd_infer_fail(c, "a %s and b %s: inner dims %lld and %lld differ", sa, sb, (long long)K, (long long)Kb);
     if (z->ndim < 1 || z->dim[z->ndim - 1] != N || nz != M * N)
-        return gd_infer_fail(c, "z %s must hold the (%lld, %lld) product, its last dim %lld", sz, (long long)M,
+        return gd_infer_fail(c, "%s %s must hold the (%lld, %lld) product, its last dim %lld", z_name, sz, (long long)M,
                              (long long)N, (long long)N);
     c->out[0] = *z;
     return 0;
+}
+
+static int matmul_grad_infer(gd_infer *c)
+{
+    int64_t act = gdp_attr_int(c->attrs, "act", 0);
+    if (act != ACT_GELU_TANH && act != ACT_GELU) return gd_infer_fail(c, "act=%lld: 2 (gelu tanh) or 3 (gelu)", (long long)act);
+    return product_shaped_infer(c, "z");
 }
 
 /* Scratch: op(b) (K, N), one row of op(a), one output row. */
@@ -529,20 +536,20 @@ static size_t ws_matmul_grad(const gdp_node *node)
     return rw_doubles(K * N) + rw_doubles(K) + rw_doubles(N);
 }
 
-/* The product rounded to the dtype, as matmul stores it, times act'(z), rounded again. */
-static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+/* For each row i of the node's (M, N) product op(a) op(b) (2-D inputs 0 and 1, its
+ * transpose attributes): the row in double, each element rounded to the output's dtype as
+ * matmul stores it, then f(node, that, the element of input 2 at the same place) stored.
+ * Input 2 holds the product's rows along its last dim, whatever its strides; its row i is
+ * read before output row i is written. */
+static gdp_status product_rows(const gdp_node *node, double (*f)(const gdp_node *, double, double), gdp_err *err)
 {
-    (void)backend;
-    (void)stream;
-    const gdp_tensor *a = node->in[0], *b = node->in[1], *z = node->in[2], *dz = node->out[0];
+    const gdp_tensor *a = node->in[0], *b = node->in[1], *z = node->in[2], *y = node->out[0];
     int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
-    int act = (int)gdp_attr_int(&node->attrs, "act", 0);
     int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
     char *ws = rw_workspace(node, ws_matmul_grad(node), err);
     if (ws == NULL) return GDP_ERR_INVALID;
     double *bt = (double *)ws, *ar = (double *)(ws + rw_doubles(K * N)), *acc = ar + (rw_doubles(K) / sizeof(double));
     pack(b, 0, b->stride[0], b->stride[1], tb, K, N, bt);
-    /* z's rows along its last dim, whatever its strides: row i holds the product's row i */
     rw_walk zr;
     const gdp_tensor *zt[1] = {z};
     rw_rows(&zr, z, z->ndim - 1, 1, zt);
@@ -551,10 +558,23 @@ static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *str
         pack(a, i * a->stride[ta ? 1 : 0], 0, a->stride[ta ? 0 : 1], 0, 1, K, ar);
         for (int64_t j = 0; j < N; j++) acc[j] = 0;
         gemm_row(K, N, ar, bt, acc);
-        for (int64_t j = 0; j < N; j++) acc[j] = stored_as(dz->dtype, acc[j]) * act_deriv(act, rw_ld(z, zr.off[0] + j * zc));
-        store_row(dz, i * N, N, acc);
+        for (int64_t j = 0; j < N; j++) acc[j] = f(node, stored_as(y->dtype, acc[j]), rw_ld(z, zr.off[0] + j * zc));
+        store_row(y, i * N, N, acc);
     }
     return GDP_OK;
+}
+
+static double times_act_deriv(const gdp_node *node, double p, double z)
+{
+    return p * act_deriv((int)gdp_attr_int(&node->attrs, "act", 0), z);
+}
+
+/* The product rounded to the dtype, as matmul stores it, times act'(z), rounded again. */
+static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend;
+    (void)stream;
+    return product_rows(node, times_act_deriv, err);
 }
 
 /* ---- matmul_acc: a product added to what is there (a backward's sums of gradients) ----------
@@ -563,26 +583,12 @@ static gdp_status matmul_grad_ref(void *backend, const gdp_node *node, void *str
  * each add(matmul(a, b), r) into one node that a backend runs as one GEMM with r as its
  * addend (cuBLASLt's beta = 1), in place over r where nothing reads r after. The product
  * is rounded to the dtype before the add, as the pair stores it. */
-static int matmul_acc_infer(gd_infer *c)
+static int matmul_acc_infer(gd_infer *c) { return product_shaped_infer(c, "r"); }
+
+static double plus(const gdp_node *node, double p, double r)
 {
-    const gd_shape *a = &c->in[0], *b = &c->in[1], *r = &c->in[2];
-    int ta = gdp_attr_int(c->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(c->attrs, "transpose_b", 0) != 0;
-    char sa[160], sb[160], sr[160];
-    gd_shape_str(a, sa, sizeof sa);
-    gd_shape_str(b, sb, sizeof sb);
-    gd_shape_str(r, sr, sizeof sr);
-    if (!gdp_is_float(a->dtype) || b->dtype != a->dtype || r->dtype != a->dtype)
-        return gd_infer_fail(c, "a %s, b %s and r %s must share one float dtype", sa, sb, sr);
-    if (a->ndim != 2 || b->ndim != 2) return gd_infer_fail(c, "a %s and b %s must be 2-D", sa, sb);
-    int64_t M = ta ? a->dim[1] : a->dim[0], K = ta ? a->dim[0] : a->dim[1];
-    int64_t Kb = tb ? b->dim[1] : b->dim[0], N = tb ? b->dim[0] : b->dim[1], nr = 1;
-    for (int d = 0; d < r->ndim; d++) nr *= r->dim[d];
-    if (K != Kb) return gd_infer_fail(c, "a %s and b %s: inner dims %lld and %lld differ", sa, sb, (long long)K, (long long)Kb);
-    if (r->ndim < 1 || r->dim[r->ndim - 1] != N || nr != M * N)
-        return gd_infer_fail(c, "r %s must hold the (%lld, %lld) product, its last dim %lld", sr, (long long)M,
-                             (long long)N, (long long)N);
-    c->out[0] = *r;
-    return 0;
+    (void)node;
+    return p + r;
 }
 
 /* The product rounded to the dtype, as matmul stores it, plus r, rounded again. Row i of r
@@ -591,25 +597,7 @@ static gdp_status matmul_acc_ref(void *backend, const gdp_node *node, void *stre
 {
     (void)backend;
     (void)stream;
-    const gdp_tensor *a = node->in[0], *b = node->in[1], *r = node->in[2], *y = node->out[0];
-    int ta = gdp_attr_int(&node->attrs, "transpose_a", 0) != 0, tb = gdp_attr_int(&node->attrs, "transpose_b", 0) != 0;
-    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1], N = tb ? b->shape[0] : b->shape[1];
-    char *ws = rw_workspace(node, ws_matmul_grad(node), err);
-    if (ws == NULL) return GDP_ERR_INVALID;
-    double *bt = (double *)ws, *ar = (double *)(ws + rw_doubles(K * N)), *acc = ar + (rw_doubles(K) / sizeof(double));
-    pack(b, 0, b->stride[0], b->stride[1], tb, K, N, bt);
-    rw_walk rr;
-    const gdp_tensor *rt[1] = {r};
-    rw_rows(&rr, r, r->ndim - 1, 1, rt);
-    const int64_t rc = r->stride[r->ndim - 1];
-    for (int64_t i = 0; i < M; i++, rw_next(&rr)) {
-        pack(a, i * a->stride[ta ? 1 : 0], 0, a->stride[ta ? 0 : 1], 0, 1, K, ar);
-        for (int64_t j = 0; j < N; j++) acc[j] = 0;
-        gemm_row(K, N, ar, bt, acc);
-        for (int64_t j = 0; j < N; j++) acc[j] = stored_as(y->dtype, acc[j]) + rw_ld(r, rr.off[0] + j * rc);
-        store_row(y, i * N, N, acc);
-    }
-    return GDP_OK;
+    return product_rows(node, plus, err);
 }
 
 static const char *const matmul_acc_cases[] = {
