@@ -117,8 +117,9 @@ gd_status gd_prog_select(gd_program *p, int n_targets, gd_tensor *const *targets
     }
     /* A training step first makes every parameter's copy it reads (param_copy: f32
      * master weights cast to the compute dtype), then runs the rest in graph order: the
-     * copies of one step stand together, where a backend may run them as one launch, and
-     * each is kept to its use in the backward anyway. Only copies before the first update
+     * copies of one step stand together, where a backend may run them as one launch. The
+     * memory is mostly held anyway: a weight's copy is read again by the backward's product
+     * for dx (a bias's copy, which is not, is small). Only copies before the first update
      * move, so none of them reads a parameter an update has already written. */
     if (p->flags & GD_COMPILE_UPDATES)
         for (int i = 0; i < g->n_nodes && st == GD_OK; i++) {
