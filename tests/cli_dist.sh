@@ -172,7 +172,7 @@ if [ -e "$2/plugins-test/libgradus_testdev.so" ]; then
         "rank 0 of 2: .*(waited 3 s for the other ranks|no answer from (the other ranks|rank 1) within 3 s)"
     must "test device: ... within the timeout (took ${took} s)" test "$took" -le 30
     run "$G" generate --model "$T/tdf" --prompt-ids 1,2 --max-tokens 2
-    check "test device: the checkpoint written before the fault loads" 0 "decode: 2 tokens"
+    check "test device: the checkpoint written before the fault loads" 0 "prefill: 2 tokens"
     unset GRADUS_PLUGIN_PATH
 fi
 
@@ -255,7 +255,7 @@ elif "$G" train lm --help | grep -q "mpirun" && ! OMPI_COMM_WORLD_SIZE=2 "$G" tr
     check "MPI: a rank that hangs stops the job" 1 "rank 0 of 2: the [a-z ]+( of step [0-9]+)?: no answer from the other ranks within 5 s"
     must "MPI: ... within the timeout (took ${took} s)" test "$took" -le 30
     run "$G" generate --model "$T/f" --prompt-ids 1,2 --max-tokens 2
-    check "MPI: the checkpoint written before the fault loads" 0 "decode: 2 tokens"
+    check "MPI: the checkpoint written before the fault loads" 0 "prefill: 2 tokens"
 else
     skipped="gradus built without MPI"
 fi
