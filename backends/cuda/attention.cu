@@ -357,6 +357,7 @@ void cu_attention_open(cu_backend *be)
     opt_in_type<__half>(be);
     opt_in_type<__nv_bfloat16>(be);
     cu_attention_tc_open(be);
+    cu_attention_wg_open(be);
     cu_attn_decode_open(be);
 }
 

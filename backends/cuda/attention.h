@@ -131,6 +131,20 @@ size_t cu_attn_tc_ds_bytes(int32_t dtype, const att_dims &a);
 /* Opts the kernels into the shared memory they need (once, at open). */
 void cu_attention_tc_open(cu_backend *be);
 
+/* ---- attention_wg.cu ---- */
+
+/* Whether the warpgroup (wgmma) forward takes a problem cu_attn_tc_ok took: a device of
+ * compute capability 9.0 running sm_90a code, rows 16-byte aligned, its shared memory granted. */
+int cu_attn_wg_ok(const cu_backend *be, const att_dims &a, const att_views &w, int backward);
+/* y = attention(q, k, v) and, with lse != NULL, the rows' log-sum-exp, as cu_attn_tc_fwd. */
+void cu_attn_wg_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v, void *y, float *lse,
+                    const att_dims &a, const att_views &w, cu_bad bad);
+/* The backward's dk/dv pass (and the stored dS for dq), as attention_tc.cu's. */
+void cu_attn_wg_dkdv(cudaStream_t s, int32_t dtype, const void *dy, const void *q, const void *k, const void *v,
+                     const float *lse, const float *delta, void *dk, void *dv, void *ds, int64_t tp, const att_dims &a,
+                     const att_views &w);
+void cu_attention_wg_open(cu_backend *be);
+
 /* ---- attention.cu ---- */
 
 /* Whether attention_lse and attention_grad_lse run here for q, k, v of these shapes and

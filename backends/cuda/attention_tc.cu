@@ -56,16 +56,11 @@
  * Everything else (f32, other head sizes, a handful of query rows as in decoding) stays
  * with attention.cu's CUDA-core kernels, on contiguous inputs.
  */
-#include "attention.h"
-#include "cu_vec.h"
-
-#include <stdint.h>
+#include "attention_tc.h"
 
 #define TC_BQ 64       /* query rows per block (forward, dq) and key rows per block (dk, dv) */
 #define TC_BK 64       /* key rows per tile of the forward */
 #define TC_THREADS 128 /* 4 warps of 16 rows */
-#define TC_LOG2E 1.4426950408889634f
-#define TC_LN2 0.6931471805599453f
 #define TC_DS_KT 64          /* keys per tile of dq from the stored dS */
 #define TC_DS_LD (TC_BQ + 8) /* halves between rows of a dS^T tile in shared memory */
 
@@ -103,11 +98,6 @@ template <int D, bool W = true> struct tc_dims {
 
 /* ---- the matrix instructions ---------------------------------------------------------------- */
 
-static __device__ __forceinline__ uint32_t tc_smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* Four 8x8 matrices of 16-bit elements; thread l gives the address of row l % 8 of matrix
  * l / 8 and gets, of matrix j, row l / 4 at columns 2 (l % 4), +1 in r[j] (transposed: the
  * matrix's column l / 4 at rows 2 (l % 4), +1). */
@@ -140,39 +130,6 @@ static __device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, const
                  "{%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Two floats rounded to T, the first in the low half (the lower column). */
-static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi, const __nv_bfloat16 *)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi, const __half *)
-{
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-/* The two floats of a tc_pack, widened back (exact): the probabilities' sums are of the
- * rounded values P V multiplies, at one conversion a pair rather than three. */
-static __device__ __forceinline__ float2 tc_unpack(uint32_t u, const __nv_bfloat16 *)
-{
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-static __device__ __forceinline__ float2 tc_unpack(uint32_t u, const __half *)
-{
-    return __half22float2(*reinterpret_cast<__half2 *>(&u));
-}
-
-/* 2^x by the special-function unit alone, subnormal results flushed to zero (exp2f adds a
- * rescaling around it for them): 2^-inf = 0, which the masked scores rely on. The
- * probabilities are rounded to 16 bits next, so the flushed values are below anything
- * their products could tell apart. */
-static __device__ __forceinline__ float tc_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 /* A operand: rows [r0, r0 + 16) and columns [c0, c0 + 16) of a tile (rows LD apart). */
@@ -210,24 +167,6 @@ static __device__ __forceinline__ void tc_ldb_cols(uint32_t *b, const T *X, int 
 
 /* ---- loads ------------------------------------------------------------------------------------ */
 
-static __device__ __forceinline__ void tc_cp16(void *dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
-}
-/* One float, zero-filled when bytes is 0. */
-static __device__ __forceinline__ void tc_cp4(float *dst, const float *src, int bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* Waits for every group but the last one committed. */
-static __device__ __forceinline__ void tc_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-/* Waits for all: before a block's next tile reuses the buffers (a tile with nothing to
- * visit never waited for its first loads). */
-static __device__ __forceinline__ void tc_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 /* Rows [first, first + R) of a (len, D) matrix whose rows start `rs` elements apart into a
  * shared tile (rows LD apart); rows past len are zeros. With `vec` (every row 16-byte
  * aligned: the host checked the view's base and strides) 16 bytes at a time, in flight
@@ -259,55 +198,7 @@ static __device__ __forceinline__ void tc_load(const T *src, int64_t rs, int64_t
     }
 }
 
-/* Where matrix (b, h) of a (B, H, rows, D) view starts. */
-template <typename T>
-static __device__ __forceinline__ const T *tc_mat(const T *base, const att_strides &st, int64_t b, int64_t h)
-{
-    return base + b * st.b + h * st.h;
-}
-
-/* Rows g and g + 8 of a warp's 16 of out (rows ld elements apart; rows `rows` and past are
- * not written) from accumulators acc[D / 8][4] times mul. */
-template <typename T, int D>
-static __device__ __forceinline__ void tc_store(const float (*acc)[4], float mul, T *out, int64_t row0, int64_t rows,
-                                                int64_t ld = D)
-{
-    const int l = threadIdx.x & 31, g = l >> 2, c = (l & 3) * 2;
-    const int64_t ra = row0 + g, rb = ra + 8;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        if (ra < rows) *reinterpret_cast<uint32_t *>(out + ra * ld + n * 8 + c) = tc_pack(acc[n][0] * mul, acc[n][1] * mul, out);
-        if (rb < rows) *reinterpret_cast<uint32_t *>(out + rb * ld + n * 8 + c) = tc_pack(acc[n][2] * mul, acc[n][3] * mul, out);
-    }
-}
-
 /* ---- work order ------------------------------------------------------------------------------ */
-
-#define TC_GROUP 32 /* matrices whose tiles are handed out together */
-
-/* Work item `item` of `mats` matrices of `tiles` row tiles each: matrix m, tile i. With a
- * causal mask a query tile's work grows with its position and a key tile's shrinks, so
- * the items go out heaviest first (`reverse`: the last tile is the heaviest) and the blocks
- * that finish last hold the lightest. Not over all matrices at once: TC_GROUP matrices at a
- * time, so that the keys and values the running blocks read stay few enough for L2. */
-static __device__ __forceinline__ void tc_order(int64_t item, int64_t mats, int64_t tiles, bool reverse, int64_t &m,
-                                                int64_t &i)
-{
-    const int64_t per = TC_GROUP * tiles, first = item / per * TC_GROUP, r = item % per;
-    const int64_t in = mats - first < TC_GROUP ? mats - first : TC_GROUP;
-    m = first + r % in;
-    i = r / in;
-    if (reverse) i = tiles - 1 - i;
-}
-
-/* Keys seen by every row of a warp's rows from row t on (its 16 or 32): t's own count, the
- * fewest, since att_visible never decreases with the row; rows past T see none. A tile of
- * keys below it needs no mask. The warp's rows past T then go unmasked too: their q and dy
- * are zeros and nothing of theirs is stored. */
-static __device__ __forceinline__ int64_t tc_warp_sees(const att_dims &a, int64_t t)
-{
-    return t < a.T ? att_visible(a, t) : 0;
-}
 
 /* ---- forward (and backward pass 1) -------------------------------------------------------- */
 
@@ -907,7 +798,7 @@ static void tc_fwd(cudaStream_t s, const void *q, const void *k, const void *v, 
 template <typename T, int D, bool W>
 static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k, const void *v,
                    const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds, const att_dims &a,
-                   const att_views &w)
+                   const att_views &w, int32_t dtype, bool wg)
 {
     typedef tc_dims<D, W> Dm;
     int64_t qt = a.B * a.H * ((a.T + TC_BQ - 1) / TC_BQ), kt = a.B * a.Hkv * ((a.S + TC_BQ - 1) / TC_BQ);
@@ -915,7 +806,9 @@ static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k,
     if (ds == NULL && qt > 0) /* dq recomputes P and dP */
         tc_dq_kernel<T, D><<<tc_grid(qt), TC_THREADS, Dm::dq_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dq, a, w);
-    if (kt > 0)
+    if (wg) /* the dk/dv pass on wgmma */
+        cu_attn_wg_dkdv(s, dtype, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+    else if (kt > 0)
         tc_dkdv_kernel<T, D, W><<<tc_grid(kt), TC_THREADS, Dm::dkdv_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, (T *)ds, tp, a, w);
     if (ds != NULL && qt > 0) /* dq from the dS the pass above stored */
@@ -936,6 +829,10 @@ void cu_attn_tc_fwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const v
                     const void *v, void *y, const void *dy, float *lse, float *delta, const att_dims &a,
                     const att_views &w, cu_bad bad)
 {
+    if (y != NULL && dy == NULL && cu_attn_wg_ok(be, a, w, 0)) { /* the forward on wgmma */
+        cu_attn_wg_fwd(s, dtype, q, k, v, y, lse, a, w, bad);
+        return;
+    }
     if (dtype == GDP_F16) tc_fwd_any<__half>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
     else tc_fwd_any<__nv_bfloat16>(be, s, q, k, v, y, dy, lse, delta, a, w, bad);
 }
@@ -943,19 +840,20 @@ void cu_attn_tc_fwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const v
 template <typename T>
 static void tc_bwd_any(const cu_backend *be, cudaStream_t s, const void *dy, const void *q, const void *k,
                        const void *v, const float *lse, const float *delta, void *dq, void *dk, void *dv, void *ds,
-                       const att_dims &a, const att_views &w)
+                       const att_dims &a, const att_views &w, int32_t dtype)
 {
-    if (a.D == 64) tc_bwd<T, 64, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-    else if (be->tc_attn_wide) tc_bwd<T, 128, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-    else tc_bwd<T, 128, false>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+    const bool wg = cu_attn_wg_ok(be, a, w, 1) != 0;
+    if (a.D == 64) tc_bwd<T, 64, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w, dtype, wg);
+    else if (be->tc_attn_wide) tc_bwd<T, 128, true>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w, dtype, wg);
+    else tc_bwd<T, 128, false>(s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w, dtype, wg);
 }
 
 void cu_attn_tc_bwd(const cu_backend *be, cudaStream_t s, int32_t dtype, const void *dy, const void *q,
                     const void *k, const void *v, const float *lse, const float *delta, void *dq, void *dk,
                     void *dv, void *ds, const att_dims &a, const att_views &w)
 {
-    if (dtype == GDP_F16) tc_bwd_any<__half>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
-    else tc_bwd_any<__nv_bfloat16>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w);
+    if (dtype == GDP_F16) tc_bwd_any<__half>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w, dtype);
+    else tc_bwd_any<__nv_bfloat16>(be, s, dy, q, k, v, lse, delta, dq, dk, dv, ds, a, w, dtype);
 }
 
 /* cu_attn_tc_ok declines what was not granted */

@@ -95,6 +95,7 @@ typedef struct cu_backend {
     int graphs;              /* the executor captures segments (GRADUS_CUDA_GRAPHS != 0) */
     int capturing;           /* a segment is being captured: no profiling, no waiting */
     int tc_attention;        /* f16/bf16 attention on tensor cores (GRADUS_CUDA_TC_ATTENTION=0: off) */
+    int wgmma;               /* attention's forward on wgmma (sm_90a code on a 9.0 device; GRADUS_CUDA_WGMMA=0: off) */
     int tc_attn_wide;        /* heads of 128 on attention_tc.cu's wide tiles (GRADUS_CUDA_ATTN_WIDE=0: narrow) */
     int attn_lse;            /* the graph pass keeps attention's lse for its backward (GRADUS_CUDA_ATTN_LSE=0: off) */
     int attn_ds;             /* the tensor-core backward stores dS for dq (GRADUS_CUDA_ATTN_DS=0: off) */

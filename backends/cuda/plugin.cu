@@ -221,6 +221,14 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
         be->sm90 = prop.major >= 9 && cudaFuncGetAttributes(&fa, (const void *)cu_pdl_probe) == cudaSuccess &&
                    fa.ptxVersion >= 90;
         be->pdl = be->sm90 && !(pdl != NULL && strcmp(pdl, "0") == 0);
+        /* wgmma is in sm_90a code only: the build says whether it made some, the device
+         * whether it runs it (a 9.0 device; newer ones run the compute_80 PTX) */
+        const char *wg = setting(host, "GRADUS_CUDA_WGMMA");
+#ifdef GRADUS_CUDA_SM90A
+        be->wgmma = be->sm90 && prop.major == 9 && prop.minor == 0 && !(wg != NULL && strcmp(wg, "0") == 0);
+#else
+        (void)wg;
+#endif
         const char *cl = setting(host, "GRADUS_CUDA_CLUSTERS");
         be->clusters = be->sm90 && !(cl != NULL && strcmp(cl, "0") == 0);
         (void)cudaGetLastError();
