@@ -1,18 +1,16 @@
 /* attention_wg.cu — attention's forward and the backward's dk/dv pass on Hopper's warpgroup
- * matrix instructions (wgmma.mma_async), for f16 and bf16 q, k, v with heads of 128 on a
- * device of compute capability 9.0 with code built for sm_90a. attention_tc.cu's mma.sync
- * kernels stay for everything else: other devices, rows that are not 16-byte aligned, the
- * backward's dq pass (from the stored dS it is bound by reading dS, not by its products) and
- * heads of 64, where these kernels ran slower than the mma.sync ones (GPT-2's shape: forward
- * 0.148 against 0.143 ms, backward 0.478 against 0.470), their one block of 8 warps an SM
- * (172 and 204 registers a thread) hiding less than the mma.sync kernels' 2 to 3 blocks of 4.
+ * matrix instructions (wgmma.mma_async), for f16 and bf16 q, k, v with heads of 64 or 128 on
+ * a device of compute capability 9.0 with code built for sm_90a. attention_tc.cu's mma.sync
+ * kernels stay for everything else: other devices, rows that are not 16-byte aligned, and
+ * the backward's dq pass (from the stored dS it is bound by reading dS, not by its products).
  *
  * Why. mma.sync gives each warp a 16x8x16 product whose operands every thread first loads
  * from shared memory into registers (ldmatrix), and its register-bound occupancy left the
  * tensor pipe idle most cycles. wgmma gives a warpgroup (4 warps, 128 threads) a 64xNx16
  * product whose B operand (and A, for S = Q K^T) the tensor cores read from shared memory
  * themselves. At Qwen3's shape (8 x 16 heads, 8 kv heads, 1024 x 128, causal, bf16) the
- * forward went from 0.172 to 0.141 ms and the backward from 0.482 to 0.392.
+ * forward went from 0.172 to 0.142 ms and the backward from 0.484 to 0.381; at GPT-2's (16 x
+ * 12 heads, 1024 x 64) from 0.142 to 0.136 and from 0.471 to 0.427 (wg_nw below).
  *
  * Tried and not kept: the forward software-pipelined as FlashAttention-3 does it (the next
  * tile's S = Q K^T issued with this tile's P V, its softmax run while P V does, three stages
@@ -20,9 +18,10 @@
  * operands defined while it runs) and it ran slower, 0.148 ms.
  *
  * The design, FlashAttention-2's with wgmma:
- *   - a block of two warpgroups owns 128 query rows of one head (64 a warpgroup, 16 a warp);
+ *   - a block of NW warpgroups owns 64 NW query rows of one head (64 a warpgroup, 16 a
+ *     warp; NW is 2 at heads of 128, 1 at heads of 64: wg_nw);
  *   - keys and values stream through shared memory in tiles of 128 rows, double-buffered
- *     with cp.async by all 256 threads (no producer warps);
+ *     with cp.async by all the block's threads (no producer warps);
  *   - per tile, S = Q K^T is D/16 wgmmas of m64n128k16 with both operands in shared memory;
  *     the online softmax runs on S in registers (the accumulator's layout is mma.sync's, a
  *     warp's 16 rows per 8-column block), P is rounded to T in registers and O += P V is 8
@@ -45,14 +44,12 @@
 #define WG_ON 1
 #endif
 
-#define WG_THREADS 256 /* two warpgroups */
-#define WG_BQ 128      /* query rows a block */
-#define WG_BK 128      /* key rows a tile */
+#define WG_BK 128   /* key rows a tile of the forward */
 
 #define WG_STAGES 2 /* buffers of K and V in the forward */
 
-template <int D> struct wg_dims {
-    static constexpr uint32_t qbytes = WG_BQ * D * 2, kbytes = WG_BK * D * 2;
+template <int D, int NW> struct wg_dims {
+    static constexpr uint32_t qbytes = NW * 64 * D * 2, kbytes = WG_BK * D * 2;
     /* Q, then the stages of K and V; 1 KiB of slack to align the base to the swizzle's 1024 */
     static constexpr size_t smem = qbytes + 2 * WG_STAGES * (size_t)kbytes + 1024;
 };
@@ -80,10 +77,10 @@ static __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, in
 
 /* Rows [first, first + R) of a (len, D) matrix whose rows start `rs` elements apart (each
  * 16-byte aligned) into the swizzled tile at `sh`; rows past len are zeros. */
-template <typename T, int D, int R>
+template <typename T, int D, int R, int NT>
 static __device__ __forceinline__ void wg_load(const T *src, int64_t rs, int64_t first, int64_t len, uint32_t sh)
 {
-    constexpr int V = D / 8, step = WG_THREADS / V;
+    constexpr int V = D / 8, step = NT / V;
     static_assert(R % step == 0, "whole rounds of the block's threads");
     const int r0 = threadIdx.x / V, c = threadIdx.x % V;
     const int64_t row0 = first + r0;
@@ -192,35 +189,36 @@ static __device__ __forceinline__ void wg_rs(float *d, const uint32_t *a, uint64
 
 /* ---- the kernel ------------------------------------------------------------------------------ */
 
-template <typename T, int D>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+template <typename T, int D, int NW>
+__global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
     wg_fwd_kernel(const T *q, const T *k, const T *v, T *y, float *lse, att_dims a, att_views w, cu_bad bad)
 {
 #ifdef WG_ON
     extern __shared__ __align__(1024) unsigned char wg_smem[];
-    typedef wg_dims<D> Dm;
+    typedef wg_dims<D, NW> Dm;
+    constexpr int NT = NW * 128, BQ = NW * 64; /* threads; query rows a block */
     att_check_len(a, bad);
     /* stage j (of WG_STAGES): K at KV + 2 j kbytes, V after it */
     const uint32_t Qs = (tc_smem_addr(wg_smem) + 1023) & ~1023u, KV = Qs + Dm::qbytes;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               c2 = (lane & 3) * 2;
-    const int64_t qtiles = (a.T + WG_BQ - 1) / WG_BQ, group = a.H / a.Hkv;
+    const int64_t qtiles = (a.T + BQ - 1) / BQ, group = a.H / a.Hkv;
     const float sl = a.scale * TC_LOG2E; /* scores in log2 units */
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         int64_t bh, qi;
         tc_order(tile, a.B * a.H, qtiles, true, bh, qi);
-        const int64_t t0 = qi * WG_BQ, b = bh / a.H, h = bh % a.H, w0 = t0 + wg * 64 + warp * 16;
+        const int64_t t0 = qi * BQ, b = bh / a.H, h = bh % a.H, w0 = t0 + wg * 64 + warp * 16;
         const T *kb = tc_mat(k, w.k, b, h / group), *vb = tc_mat(v, w.v, b, h / group);
         a.L = att_len(a, b);
-        const int64_t t_last = (t0 + WG_BQ < a.T ? t0 + WG_BQ : a.T) - 1;
+        const int64_t t_last = (t0 + BQ < a.T ? t0 + BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last), tiles = (n_max + WG_BK - 1) / WG_BK;
         const int64_t ra = w0 + g, rb = ra + 8; /* the thread's two rows */
         const int64_t seen_a = ra < a.T ? att_visible(a, ra) : 0, seen_b = rb < a.T ? att_visible(a, rb) : 0;
         const int64_t full = tc_warp_sees(a, w0);
         auto stage = [&](int64_t j) { return KV + (uint32_t)(j % WG_STAGES) * 2 * Dm::kbytes; };
         auto fetch = [&](int64_t j) {
-            wg_load<T, D, WG_BK>(kb, w.k.t, j * WG_BK, a.S, stage(j));
-            wg_load<T, D, WG_BK>(vb, w.v.t, j * WG_BK, a.S, stage(j) + Dm::kbytes);
+            wg_load<T, D, WG_BK, NT>(kb, w.k.t, j * WG_BK, a.S, stage(j));
+            wg_load<T, D, WG_BK, NT>(vb, w.v.t, j * WG_BK, a.S, stage(j) + Dm::kbytes);
         };
         /* S = Q K^T for tile j, issued: the warpgroup's 64 rows of Q, 128 keys, over D in steps of 16 */
         float o[D / 2], s[64], m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
@@ -229,7 +227,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t in = (uint32_t)(kk & 3) * 32; /* the step inside the swizzle's 128 bytes */
-                const uint64_t da = wg_desc(Qs + (uint32_t)(kk >> 2) * WG_BQ * 128 + (uint32_t)wg * 64 * 128 + in, 16, 1024);
+                const uint64_t da = wg_desc(Qs + (uint32_t)(kk >> 2) * BQ * 128 + (uint32_t)wg * 64 * 128 + in, 16, 1024);
                 const uint64_t db = wg_desc(Ks + (uint32_t)(kk >> 2) * WG_BK * 128 + in, 16, 1024);
                 wg_ss128(s, da, db, kk > 0, q);
             }
@@ -294,7 +292,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 wg_rs<D>(o, pf[kk], wg_desc(Vs + (uint32_t)kk * 16 * 128, WG_BK * 128, 1024), q);
         };
         __syncthreads(); /* the previous tile's readers are done */
-        wg_load<T, D, WG_BQ>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs);
+        wg_load<T, D, BQ, NT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, Qs);
         if (tiles > 0) fetch(0);
         tc_commit();
 #pragma unroll
@@ -353,38 +351,39 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 #define WG_QT 64 /* query rows a tile of the dk/dv pass */
 
-template <int D> struct wg_bwd_dims {
-    static constexpr uint32_t kbytes = WG_BK * D * 2, qbytes = WG_QT * D * 2;
+template <int D, int NW> struct wg_bwd_dims {
+    static constexpr uint32_t kbytes = NW * 64 * D * 2, qbytes = WG_QT * D * 2;
     /* K and V (128 rows), two buffers of Q and dO (64 rows), then two of lse and delta; 1 KiB
      * of slack for the alignment */
     static constexpr size_t smem = 2 * (size_t)kbytes + 4 * (size_t)qbytes + 4 * WG_QT * sizeof(float) + 1024;
 };
 
-/* attention_tc.cu's tc_dkdv_kernel on wgmma: a block of two warpgroups owns 128 key rows of
+/* attention_tc.cu's tc_dkdv_kernel on wgmma: a block of NW warpgroups owns 64 NW key rows of
  * one kv head (64 a warpgroup) and walks the query tiles of every query head of its group.
  * Per tile and warpgroup: S^T = K Q^T and dP^T = V dO^T (m64n64, K and V the A operands, Q
  * and dO the B, all from shared memory), P^T and dS^T in registers as tc_dkdv_kernel makes
  * them (and dS^T stored for dq), then dV += P^T dO and dK += dS^T Q (m64nD, P^T and dS^T the
  * register A operands, dO and Q read transposed). */
-template <typename T, int D>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+template <typename T, int D, int NW>
+__global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
     wg_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v, const float *lse, const float *delta, T *dk, T *dv,
                    T *ds, int64_t tp, att_dims a, att_views w)
 {
 #ifdef WG_ON
     extern __shared__ __align__(1024) unsigned char wg_smem[];
-    typedef wg_bwd_dims<D> Dm;
+    typedef wg_bwd_dims<D, NW> Dm;
+    constexpr int NT = NW * 128, BS = NW * 64; /* threads; key rows a block */
     const uint32_t Ks = (tc_smem_addr(wg_smem) + 1023) & ~1023u, Vs = Ks + Dm::kbytes, QY = Vs + Dm::kbytes;
     /* buffer j: Q at QY + 2 j qbytes, dO after; lse and delta at stat + 2 j WG_QT */
     float *stat = (float *)(wg_smem + (QY + 4 * Dm::qbytes - tc_smem_addr(wg_smem)));
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               c2 = (lane & 3) * 2;
-    const int64_t stiles = (a.S + WG_BK - 1) / WG_BK, group = a.H / a.Hkv;
+    const int64_t stiles = (a.S + BS - 1) / BS, group = a.H / a.Hkv;
     const float sl = a.scale * TC_LOG2E;
     for (int64_t tile = blockIdx.x; tile < a.B * a.Hkv * stiles; tile += gridDim.x) {
         int64_t bk, si; /* bk = b * Hkv + kv head */
         tc_order(tile, a.B * a.Hkv, stiles, false, bk, si);
-        const int64_t s0 = si * WG_BK, b = bk / a.Hkv, hk = bk % a.Hkv;
+        const int64_t s0 = si * BS, b = bk / a.Hkv, hk = bk % a.Hkv;
         a.L = att_len(a, b);
         const int64_t w0 = s0 + wg * 64 + warp * 16, sa = w0 + g, sb = sa + 8; /* the thread's two key rows */
         /* keys past kv_len are seen by no query: their gradients stay zero */
@@ -392,14 +391,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int64_t qt0 = t_first / WG_QT, nq = t_first < a.T ? (a.T + WG_QT - 1) / WG_QT - qt0 : 0,
                       items = group * nq;
         __syncthreads();
-        wg_load<T, D, WG_BK>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks);
-        wg_load<T, D, WG_BK>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs);
+        wg_load<T, D, BS, NT>(tc_mat(k, w.k, b, hk), w.k.t, s0, a.S, Ks);
+        wg_load<T, D, BS, NT>(tc_mat(v, w.v, b, hk), w.v.t, s0, a.S, Vs);
         auto fetch = [&](int64_t fh, int64_t ft, int j) {
             const int64_t h = hk * group + fh, t0 = (qt0 + ft) * WG_QT, bh = b * a.H + h;
             const uint32_t dst = QY + (uint32_t)j * 2 * Dm::qbytes;
-            wg_load<T, D, WG_QT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst);
-            wg_load<T, D, WG_QT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + Dm::qbytes);
-            for (int r = threadIdx.x; r < WG_QT; r += WG_THREADS) {
+            wg_load<T, D, WG_QT, NT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst);
+            wg_load<T, D, WG_QT, NT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + Dm::qbytes);
+            for (int r = threadIdx.x; r < WG_QT; r += NT) {
                 const int64_t t = t0 + r;
                 tc_cp4(stat + j * 2 * WG_QT + r, t < a.T ? lse + bh * a.T + t : lse, t < a.T ? 4 : 0);
                 tc_cp4(stat + j * 2 * WG_QT + WG_QT + r, t < a.T ? delta + bh * a.T + t : delta, t < a.T ? 4 : 0);
@@ -429,7 +428,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t in = (uint32_t)(kk & 3) * 32, ca = (uint32_t)(kk >> 2) * WG_BK * 128 + wg * 64 * 128 + in,
+                const uint32_t in = (uint32_t)(kk & 3) * 32, ca = (uint32_t)(kk >> 2) * BS * 128 + wg * 64 * 128 + in,
                                cb = (uint32_t)(kk >> 2) * WG_QT * 128 + in;
                 wg_ss64(s, wg_desc(Ks + ca, 16, 1024), wg_desc(Qs + cb, 16, 1024), kk > 0, q);
                 wg_ss64(dp, wg_desc(Vs + ca, 16, 1024), wg_desc(Ys + cb, 16, 1024), kk > 0, q);
@@ -509,38 +508,58 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 /* ---- host side ------------------------------------------------------------------------------ */
 
+/* Warpgroups a block. The forward at heads of 128 takes two (a block of 128 query rows,
+ * 200 registers a thread, 161 KiB of shared memory: one block an SM); at heads of 64 one
+ * (64 query rows, two blocks an SM). The dk/dv pass takes one (64 key rows, two blocks an
+ * SM) at both sizes. Measured at GPT-2's and Qwen3's shapes (bf16, causal, ms):
+ *   heads of 64,  forward: 0.150 with two, 0.136 with one (mma.sync: 0.142);
+ *   heads of 64,  dk/dv + dq: 0.479 with two, 0.427 with one (mma.sync: 0.471);
+ *   heads of 128, forward: 0.142 with two, 0.211 with one (mma.sync: 0.172);
+ *   heads of 128, dk/dv + dq: 0.394 with two, 0.381 with one (mma.sync: 0.484). */
+template <int D> struct wg_nw {
+    static constexpr int fwd = D == 128 ? 2 : 1, dkdv = 1;
+};
+
 int cu_attn_wg_ok(const cu_backend *be, const att_dims &a, const att_views &w, int backward)
 {
-    return be->wgmma && a.D == 128 && w.q.vec && w.k.vec && w.v.vec && (!backward || w.dy.vec) &&
-           wg_dims<128>::smem <= be->smem_optin && wg_bwd_dims<128>::smem <= be->smem_optin;
+    return be->wgmma && (a.D == 64 || a.D == 128) && w.q.vec && w.k.vec && w.v.vec && (!backward || w.dy.vec) &&
+           wg_dims<128, wg_nw<128>::fwd>::smem <= be->smem_optin &&
+           wg_bwd_dims<128, wg_nw<128>::dkdv>::smem <= be->smem_optin;
 }
 
 template <typename T, int D>
 static void wg_fwd(cudaStream_t s, const void *q, const void *k, const void *v, void *y, float *lse,
                    const att_dims &a, const att_views &w, cu_bad bad)
 {
-    const int64_t tiles = a.B * a.H * ((a.T + WG_BQ - 1) / WG_BQ);
+    constexpr int NW = wg_nw<D>::fwd;
+    const int64_t tiles = a.B * a.H * ((a.T + NW * 64 - 1) / (NW * 64));
     if (tiles == 0) return;
     const unsigned grid = (unsigned)(tiles < ((int64_t)1 << 30) ? tiles : ((int64_t)1 << 30));
-    wg_fwd_kernel<T, D><<<grid, WG_THREADS, wg_dims<D>::smem, s>>>((const T *)q, (const T *)k, (const T *)v,
-                                                                    (T *)y, lse, a, w, bad);
+    wg_fwd_kernel<T, D, NW><<<grid, NW * 128, wg_dims<D, NW>::smem, s>>>((const T *)q, (const T *)k, (const T *)v,
+                                                                          (T *)y, lse, a, w, bad);
 }
 
 void cu_attn_wg_fwd(cudaStream_t s, int32_t dtype, const void *q, const void *k, const void *v, void *y, float *lse,
                     const att_dims &a, const att_views &w, cu_bad bad)
 {
-    if (dtype == GDP_F16) wg_fwd<__half, 128>(s, q, k, v, y, lse, a, w, bad);
-    else wg_fwd<__nv_bfloat16, 128>(s, q, k, v, y, lse, a, w, bad);
+    if (dtype == GDP_F16) {
+        if (a.D == 64) wg_fwd<__half, 64>(s, q, k, v, y, lse, a, w, bad);
+        else wg_fwd<__half, 128>(s, q, k, v, y, lse, a, w, bad);
+    } else {
+        if (a.D == 64) wg_fwd<__nv_bfloat16, 64>(s, q, k, v, y, lse, a, w, bad);
+        else wg_fwd<__nv_bfloat16, 128>(s, q, k, v, y, lse, a, w, bad);
+    }
 }
 
 template <typename T, int D>
 static void wg_dkdv(cudaStream_t s, const void *dy, const void *q, const void *k, const void *v, const float *lse,
                     const float *delta, void *dk, void *dv, void *ds, int64_t tp, const att_dims &a, const att_views &w)
 {
-    const int64_t tiles = a.B * a.Hkv * ((a.S + WG_BK - 1) / WG_BK);
+    constexpr int NW = wg_nw<D>::dkdv;
+    const int64_t tiles = a.B * a.Hkv * ((a.S + NW * 64 - 1) / (NW * 64));
     if (tiles == 0) return;
     const unsigned grid = (unsigned)(tiles < ((int64_t)1 << 30) ? tiles : ((int64_t)1 << 30));
-    wg_dkdv_kernel<T, D><<<grid, WG_THREADS, wg_bwd_dims<D>::smem, s>>>(
+    wg_dkdv_kernel<T, D, NW><<<grid, NW * 128, wg_bwd_dims<D, NW>::smem, s>>>(
         (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, (T *)ds, tp, a, w);
 }
 
@@ -548,16 +567,30 @@ void cu_attn_wg_dkdv(cudaStream_t s, int32_t dtype, const void *dy, const void *
                      const float *lse, const float *delta, void *dk, void *dv, void *ds, int64_t tp, const att_dims &a,
                      const att_views &w)
 {
-    if (dtype == GDP_F16) wg_dkdv<__half, 128>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
-    else wg_dkdv<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+    if (dtype == GDP_F16) {
+        if (a.D == 64) wg_dkdv<__half, 64>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+        else wg_dkdv<__half, 128>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+    } else {
+        if (a.D == 64) wg_dkdv<__nv_bfloat16, 64>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+        else wg_dkdv<__nv_bfloat16, 128>(s, dy, q, k, v, lse, delta, dk, dv, ds, tp, a, w);
+    }
+}
+
+template <typename T, int D>
+static void wg_open_one(const cu_backend *be)
+{
+    cu_smem_opt_in(be, (const void *)wg_fwd_kernel<T, D, wg_nw<D>::fwd>, wg_dims<D, wg_nw<D>::fwd>::smem);
+    cu_smem_opt_in(be, (const void *)wg_dkdv_kernel<T, D, wg_nw<D>::dkdv>, wg_bwd_dims<D, wg_nw<D>::dkdv>::smem);
 }
 
 void cu_attention_wg_open(cu_backend *be)
 {
     /* cu_attn_wg_ok declines what was not granted */
-    if (!be->wgmma || wg_dims<128>::smem > be->smem_optin || wg_bwd_dims<128>::smem > be->smem_optin) return;
-    cu_smem_opt_in(be, (const void *)wg_dkdv_kernel<__half, 128>, wg_bwd_dims<128>::smem);
-    cu_smem_opt_in(be, (const void *)wg_dkdv_kernel<__nv_bfloat16, 128>, wg_bwd_dims<128>::smem);
-    cu_smem_opt_in(be, (const void *)wg_fwd_kernel<__half, 128>, wg_dims<128>::smem);
-    cu_smem_opt_in(be, (const void *)wg_fwd_kernel<__nv_bfloat16, 128>, wg_dims<128>::smem);
+    if (!be->wgmma || wg_dims<128, wg_nw<128>::fwd>::smem > be->smem_optin ||
+        wg_bwd_dims<128, wg_nw<128>::dkdv>::smem > be->smem_optin)
+        return;
+    wg_open_one<__half, 64>(be);
+    wg_open_one<__half, 128>(be);
+    wg_open_one<__nv_bfloat16, 64>(be);
+    wg_open_one<__nv_bfloat16, 128>(be);
 }
