@@ -2,7 +2,8 @@
  * matrix instructions (wgmma.mma_async), for f16 and bf16 q, k, v with heads of 64 or 128 on
  * a device of compute capability 9.0 with code built for sm_90a. attention_tc.cu's mma.sync
  * kernels stay for everything else: other devices, rows that are not 16-byte aligned, and
- * the backward's dq pass (from the stored dS it is bound by reading dS, not by its products).
+ * the backward's dq pass (one product over the stored dS, whose reading from memory takes
+ * about as long as the product: some 50 us each at GPT-2's shape, by their bytes and FLOPs).
  *
  * Why. mma.sync gives each warp a 16x8x16 product whose operands every thread first loads
  * from shared memory into registers (ldmatrix), and its register-bound occupancy left the
@@ -15,7 +16,8 @@
  * Tried and not kept: the forward software-pipelined as FlashAttention-3 does it (the next
  * tile's S = Q K^T issued with this tile's P V, its softmax run while P V does, three stages
  * of K and V). ptxas serialized its bf16 products (warning C7513: registers of a product's
- * operands defined while it runs) and it ran slower, 0.148 ms. What sets the warning off is
+ * operands defined while it runs) and it ran slower (Qwen3's shape: 0.148 against 0.141
+ * ms). What sets the warning off is
  * the row sums of the rounded P (tc_unpack of the packed pairs) in that loop: with the sums
  * taken of P before its rounding, ptxas compiles it unserialized (234 registers, no spills),
  * a form not yet timed.
