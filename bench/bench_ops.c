@@ -2,10 +2,12 @@
  * peer benchmarks (torch_peer.py ops/cnn on the GPU machine, bench/torch_cpu_peer.py on
  * CPUs), timed on one backend, one JSON object per line.
  *
- *     bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] [--max-n N]
+ *     bench_ops [--backend NAME] [--only ops|cnn|mlp|attn|rows] [--samples N] [--warmup N] [--max-n N]
  *               [--match TEXT]
  *
- * --match keeps the attention rows whose name holds TEXT (one shape under a profiler).
+ * --match keeps the attention and row-op rows whose name holds TEXT (one shape under a
+ * profiler). `rows` times the memory-bound row ops of a transformer step (the loss with its
+ * gradient, RoPE) at the presets' shapes, with the bandwidth they reach.
  *
  * Method: inputs are written once; each program is run a few times to warm up, then
  * timed in samples of R back-to-back runs between two synchronizations (so launch cost
@@ -85,6 +87,23 @@ static void fill(gd_tensor *t, uint64_t seed)
     }
     if (gd_tensor_write(t, v, sizeof(float) * (size_t)n) != GD_OK) die("write");
     free(v);
+}
+
+/* As fill, the values rounded down to bf16 (their top 16 bits). */
+static void fill_bf16(gd_tensor *t, uint64_t seed)
+{
+    int64_t n = gd_tensor_numel(t);
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+    for (int64_t j = 0; j < n; j++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        h[j] = (uint16_t)(u >> 16);
+    }
+    if (gd_tensor_write(t, h, sizeof(uint16_t) * (size_t)n) != GD_OK) die("write");
+    free(h);
 }
 
 static void op_row(const char *name, gd_graph *g, gd_tensor *out, const char *backend)
@@ -176,20 +195,7 @@ static void attn_row(const char *backend, const char *name, int64_t B, int64_t H
     gd_tensor *v = gd_input(g, "v", GD_BF16, 4, (int64_t[]){B, Hkv, T, D});
     gd_tensor *dy = gd_input(g, "dy", GD_BF16, 4, (int64_t[]){B, H, T, D});
     gd_tensor *xs[4] = {q, k, v, dy};
-    for (int i = 0; i < 4; i++) {
-        int64_t n = gd_tensor_numel(xs[i]);
-        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
-        uint64_t x = (uint64_t)(i + 11) * 0x9E3779B97F4A7C15ull;
-        for (int64_t j = 0; j < n; j++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            h[j] = (uint16_t)(u >> 16);
-        }
-        if (gd_tensor_write(xs[i], h, sizeof(uint16_t) * (size_t)n) != GD_OK) die("write");
-        free(h);
-    }
+    for (int i = 0; i < 4; i++) fill_bf16(xs[i], (uint64_t)(i + 11));
     gd_tensor *y = gd_attention(q, k, v, 1, 0.0, NULL);
     gd_tensor *in[4] = {dy, q, k, v}, *grads[3];
     gd_attr causal = gd_attr_i("causal", 1);
@@ -226,6 +232,66 @@ static void attn_row(const char *backend, const char *name, int64_t B, int64_t H
     gd_program_free(lfwd);
     gd_program_free(lbwd);
     gd_graph_free(g);
+}
+
+/* RoPE over a bf16 (B, T, H, D) tensor in the rotate-half layout, as a Llama layer's q or k:
+ * one run is the table of angles and the rotation. GB/s counts one read and one write. */
+static void rope_row(const char *backend, const char *name, int64_t B, int64_t T, int64_t H, int64_t D, double theta)
+{
+    if (match != NULL && strstr(name, match) == NULL) return;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *x = gd_input(g, "x", GD_BF16, 4, (int64_t[]){B, T, H, D});
+    fill_bf16(x, 3);
+    gd_tensor *y = gd_rope(x, theta, 0, NULL);
+    gd_program *p = y != NULL ? gd_compile(g, 1, &y, 0) : NULL;
+    if (p == NULL) die("rope");
+    double t = time_prog(p), bytes = 2.0 * 2.0 * (double)gd_tensor_numel(x);
+    printf("{\"kind\": \"rope\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n", name,
+           backend, t, bytes / t * 1e-6);
+    fflush(stdout);
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
+/* The loss over bf16 logits (N, V) and its gradient, as a training step runs them (one node
+ * on a backend that fuses the pair). GB/s counts one read and one write of the logits. */
+static void ce_row(const char *backend, const char *name, int64_t N, int64_t V)
+{
+    if (match != NULL && strstr(name, match) == NULL) return;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *x = gd_input(g, "logits", GD_BF16, 2, (int64_t[]){N, V});
+    gd_tensor *t = gd_input(g, "targets", GD_I32, 1, (int64_t[]){N});
+    gd_tensor *dl = gd_input(g, "dloss", GD_F32, 0, NULL);
+    fill_bf16(x, 5);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)N);
+    for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919) % V);
+    float one = 1.0f;
+    if (gd_tensor_write(t, ids, sizeof(int32_t) * (size_t)N) != GD_OK || gd_tensor_write(dl, &one, sizeof one) != GD_OK)
+        die("write");
+    free(ids);
+    gd_attr a[2] = {gd_attr_i("ignore_index", -1), gd_attr_i("out_dtype", GD_F32)};
+    gd_tensor *loss = gd_op(g, "cross_entropy", 2, (gd_tensor *[]){x, t}, 2, a);
+    gd_tensor *dx = gd_op(g, "cross_entropy_grad", 3, (gd_tensor *[]){dl, x, t}, 1, a);
+    gd_tensor *outs[2] = {loss, dx};
+    gd_program *p = loss != NULL && dx != NULL ? gd_compile(g, 2, outs, 0) : NULL;
+    if (p == NULL) die("cross_entropy");
+    double ms = time_prog(p), bytes = 2.0 * 2.0 * (double)N * (double)V;
+    printf("{\"kind\": \"cross_entropy\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n",
+           name, backend, ms, bytes / ms * 1e-6);
+    fflush(stdout);
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
+/* The memory-bound row ops of a transformer's step at the presets' shapes. */
+static void rows(const char *backend)
+{
+    ce_row(backend, "ce gpt2 16384x50304", quick ? 64 : 16384, 50304);
+    ce_row(backend, "ce stories110m 16384x32000", quick ? 64 : 16384, 32000);
+    ce_row(backend, "ce qwen3 8192x151936", quick ? 16 : 8192, 151936);
+    rope_row(backend, "rope stories110m q b16 t1024 h12 d64", quick ? 1 : 16, quick ? 128 : 1024, 12, 64, 1e4);
+    rope_row(backend, "rope qwen3 q b8 t1024 h16 d128", quick ? 1 : 8, quick ? 128 : 1024, 16, 128, 1e6);
+    rope_row(backend, "rope qwen3 k b8 t1024 h8 d128", quick ? 1 : 8, quick ? 128 : 1024, 8, 128, 1e6);
 }
 
 static void attn(const char *backend)
@@ -279,7 +345,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--max-n") == 0 && i + 1 < argc) max_n = atoi(argv[++i]);
         else if (strcmp(argv[i], "--match") == 0 && i + 1 < argc) match = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp|attn] [--samples N] [--warmup N] "
+            fprintf(stderr, "usage: bench_ops [--backend NAME] [--only ops|cnn|mlp|attn|rows] [--samples N] [--warmup N] "
                             "[--max-n N] [--match TEXT] [--quick]\n");
             return 2;
         }
@@ -290,6 +356,7 @@ int main(int argc, char **argv)
     if (only == NULL || strcmp(only, "ops") == 0) ops(label);
     if (only == NULL || strcmp(only, "mlp") == 0) mlp(label);
     if (only != NULL && strcmp(only, "attn") == 0) attn(label);
+    if (only != NULL && strcmp(only, "rows") == 0) rows(label);
     if (only == NULL || strcmp(only, "cnn") == 0) cnn(label);
     gd_ctx_free(ctx);
     return 0;

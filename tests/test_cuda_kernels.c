@@ -63,6 +63,9 @@ static const tcase cases[] = {
     {"cache_write", GDP_BF16, 0, "n[1,8,64,128] n[1,8,64,128] i64[]<0:1"},
     {"rope", GDP_F32, 1, "n[2,40,3,64] i64[]<7:8 | interleaved=0"},
     {"rope", GDP_BF16, 0, "n[1,20,2,128] i32[]<1000:1001 | interleaved=1 theta=1000000.0 inverse=1"},
+    /* four heads a thread (heads by fours): halves and interleaved pairs, positions per row */
+    {"rope", GDP_BF16, 1, "n[2,40,8,128] i32[]<100:101 | interleaved=0 theta=1000000.0"},
+    {"rope", GDP_F16, 0, "n[3,9,4,64] i32[3]<0:500"},
     /* decode-step products with the RMS norm in front (gemv.cu's prologue): rows summed by
      * shuffles (K <= 2048) and by the tree beyond, shared memory past 48 KiB (the opt-in),
      * K in 16-byte pieces and not; and with the residual added in the epilogue */

@@ -72,52 +72,63 @@ __global__ void rope_table_apply_kernel(const T *x, T *y, const double2 *cs, int
     }
 }
 
-/* As rope_table_apply_kernel, a thread per 16-byte piece of a row: N / 2 adjacent pairs
- * (IL: interleaved, pair i at 2i, 2i + 1), or N pairs i .. i + N - 1 whose halves are the
- * pieces at i and i + D / 2; the table's N / 2 or N entries for them are adjacent too. The
- * scalar kernel made two 2-byte loads and stores and a 16-byte table load per pair. Rows
+/* As rope_table_apply_kernel, a thread per 16-byte piece of HG rows that share a table row
+ * (HG heads of one (b, t)): N / 2 adjacent pairs (IL: interleaved, pair i at 2i, 2i + 1),
+ * or N pairs i .. i + N - 1 whose halves are the pieces at i and i + D / 2; the table's
+ * N / 2 or N entries for them are adjacent too, and are read once for the HG heads. Rows
  * must be whole pieces (D * size a multiple of 16 for IL, of 32 otherwise), x and y
  * 16-byte aligned. The same products, in the same order, as rope_store. The index type I
  * is 32-bit whenever the pieces fit: a 64-bit division by a runtime value is some eighty
  * instructions, three of them a piece had cost more than the piece's arithmetic. */
-template <typename T, int IL, typename I>
-__global__ void rope_table_apply_vec_kernel(const T *x, T *y, const double2 *cs, int per_row, I pieces, I T_, I H,
+template <typename T, int IL, int HG, typename I>
+__global__ void rope_table_apply_vec_kernel(const T *x, T *y, const double2 *cs, int per_row, I items, I T_, I H,
                                             I D)
 {
     cu_pdl_wait();
     constexpr int N = cu_vec<T>::N, P = IL ? N / 2 : N; /* pairs a piece */
     const I half = D / 2, per = half / P;                 /* pieces a row (IL), or a half-row */
-    for (I g = blockIdx.x * (I)blockDim.x + threadIdx.x; g < pieces; g += (I)gridDim.x * blockDim.x) {
-        const I row = g / per, i0 = (g - row * per) * P, bt = row / H;
-        const double2 *c = cs + (int64_t)(per_row ? bt : bt % T_) * half + i0;
-        const T *xr = x + (int64_t)row * D;
-        T *yr = y + (int64_t)row * D;
+    const I groups = H / HG;
+    for (I g = blockIdx.x * (I)blockDim.x + threadIdx.x; g < items; g += (I)gridDim.x * blockDim.x) {
+        const I q = g / per, i0 = (g - q * per) * P, bt = q / groups, h0 = (q - bt * groups) * HG;
+        const double2 *cp = cs + (int64_t)(per_row ? bt : bt % T_) * half + i0;
+        double2 c[P];
+#pragma unroll
+        for (int k = 0; k < P; k++) c[k] = cp[k];
+        const int64_t r0 = ((int64_t)bt * H + h0) * D;
         if (IL) {
-            float v[N];
-            cu_ld16(xr, 2 * i0, v);
-            double o[N];
+            float v[HG][N];
 #pragma unroll
-            for (int k = 0; k < P; k++) {
-                const double2 cc = c[k];
-                const double x0 = v[2 * k], x1 = v[2 * k + 1];
-                o[2 * k] = __dsub_rn(__dmul_rn(x0, cc.x), __dmul_rn(x1, cc.y));
-                o[2 * k + 1] = __dadd_rn(__dmul_rn(x0, cc.y), __dmul_rn(x1, cc.x));
+            for (int j = 0; j < HG; j++) cu_ld16(x + r0 + (int64_t)j * D, 2 * i0, v[j]);
+#pragma unroll
+            for (int j = 0; j < HG; j++) {
+                double o[N];
+#pragma unroll
+                for (int k = 0; k < P; k++) {
+                    const double x0 = v[j][2 * k], x1 = v[j][2 * k + 1];
+                    o[2 * k] = __dsub_rn(__dmul_rn(x0, c[k].x), __dmul_rn(x1, c[k].y));
+                    o[2 * k + 1] = __dadd_rn(__dmul_rn(x0, c[k].y), __dmul_rn(x1, c[k].x));
+                }
+                cu_std16(y + r0 + (int64_t)j * D, 2 * i0, o);
             }
-            cu_std16(yr, 2 * i0, o);
         } else {
-            float a[N], b[N];
-            cu_ld16(xr, i0, a);
-            cu_ld16(xr, i0 + half, b);
-            double oa[N], ob[N];
+            float a[HG][N], b[HG][N];
 #pragma unroll
-            for (int k = 0; k < N; k++) {
-                const double2 cc = c[k];
-                const double x0 = a[k], x1 = b[k];
-                oa[k] = __dsub_rn(__dmul_rn(x0, cc.x), __dmul_rn(x1, cc.y));
-                ob[k] = __dadd_rn(__dmul_rn(x0, cc.y), __dmul_rn(x1, cc.x));
+            for (int j = 0; j < HG; j++) {
+                cu_ld16(x + r0 + (int64_t)j * D, i0, a[j]);
+                cu_ld16(x + r0 + (int64_t)j * D, i0 + half, b[j]);
             }
-            cu_std16(yr, i0, oa);
-            cu_std16(yr, i0 + half, ob);
+#pragma unroll
+            for (int j = 0; j < HG; j++) {
+                double oa[N], ob[N];
+#pragma unroll
+                for (int k = 0; k < N; k++) {
+                    const double x0 = a[j][k], x1 = b[j][k];
+                    oa[k] = __dsub_rn(__dmul_rn(x0, c[k].x), __dmul_rn(x1, c[k].y));
+                    ob[k] = __dadd_rn(__dmul_rn(x0, c[k].y), __dmul_rn(x1, c[k].x));
+                }
+                cu_std16(y + r0 + (int64_t)j * D, i0, oa);
+                cu_std16(y + r0 + (int64_t)j * D, i0 + half, ob);
+            }
         }
     }
 }
@@ -130,25 +141,35 @@ static int rope_vec_ok(const gdp_tensor *x, const gdp_tensor *y, int interleaved
            (D * es) % (interleaved ? 16 : 32) == 0;
 }
 
-template <typename E, int IL, typename I>
+template <typename E, int IL, int HG, typename I>
 static void rope_vec_launch_i(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y,
-                              const double2 *cs, int per_row, int64_t pieces)
+                              const double2 *cs, int per_row, int64_t items)
 {
-    cu_launch(be, rope_table_apply_vec_kernel<E, IL, I>, cu_blocks(be, pieces, 256), 256, 0, s, (const E *)x->data,
-              (E *)y->data, cs, per_row, (I)pieces, (I)x->shape[1], (I)x->shape[2], (I)x->shape[3]);
+    cu_launch(be, rope_table_apply_vec_kernel<E, IL, HG, I>, cu_blocks(be, items, 256), 256, 0, s, (const E *)x->data,
+              (E *)y->data, cs, per_row, (I)items, (I)x->shape[1], (I)x->shape[2], (I)x->shape[3]);
 }
 
-/* The vector kernel over `pieces` pieces, with 32-bit indices when every index fits. */
+template <typename E, int HG>
+static void rope_vec_launch_hg(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y,
+                               const double2 *cs, int per_row, int64_t items, int interleaved)
+{
+    /* g + the grid's stride must not wrap either */
+    const int small = items + (int64_t)cu_blocks(be, items, 256) * 256 < ((int64_t)1 << 32);
+    if (interleaved && small) rope_vec_launch_i<E, 1, HG, uint32_t>(be, s, x, y, cs, per_row, items);
+    else if (interleaved) rope_vec_launch_i<E, 1, HG, int64_t>(be, s, x, y, cs, per_row, items);
+    else if (small) rope_vec_launch_i<E, 0, HG, uint32_t>(be, s, x, y, cs, per_row, items);
+    else rope_vec_launch_i<E, 0, HG, int64_t>(be, s, x, y, cs, per_row, items);
+}
+
+/* The vector kernel over `pieces` pieces, four heads a thread where the heads go by fours
+ * (each table entry is then read once for four rows, not once a row), with 32-bit indices
+ * when every index fits. */
 template <typename E>
 static gdp_status rope_vec_launch(cu_backend *be, cudaStream_t s, const gdp_tensor *x, const gdp_tensor *y,
                                   const double2 *cs, int per_row, int64_t pieces, int interleaved)
 {
-    /* g + the grid's stride must not wrap either */
-    const int small = pieces + (int64_t)cu_blocks(be, pieces, 256) * 256 < ((int64_t)1 << 32);
-    if (interleaved && small) rope_vec_launch_i<E, 1, uint32_t>(be, s, x, y, cs, per_row, pieces);
-    else if (interleaved) rope_vec_launch_i<E, 1, int64_t>(be, s, x, y, cs, per_row, pieces);
-    else if (small) rope_vec_launch_i<E, 0, uint32_t>(be, s, x, y, cs, per_row, pieces);
-    else rope_vec_launch_i<E, 0, int64_t>(be, s, x, y, cs, per_row, pieces);
+    if (x->shape[2] % 4 == 0) rope_vec_launch_hg<E, 4>(be, s, x, y, cs, per_row, pieces / 4, interleaved);
+    else rope_vec_launch_hg<E, 1>(be, s, x, y, cs, per_row, pieces, interleaved);
     return GDP_OK;
 }
 

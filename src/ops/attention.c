@@ -133,6 +133,7 @@ static const char *const rope_cases[] = {
     "f[2,6,3,8] i32[2]<0:50 | interleaved=0", /* a batch prefilled from its own positions */
     "f[1,9,2,64] i64[]<0:100",
     "f[2,20,4,64] | interleaved=0",
+    "f[2,7,8,32] i32[2]<0:50", /* interleaved, heads by fours, a position per sequence */
     "n[2,20,4,64] i32[2]<0:50 | interleaved=0", /* half-precision rows of 16-byte pieces */
     "n[1,9,2,64] | interleaved=1 inverse=1",
     "n[2,6,3,8] | interleaved=0", /* f16/bf16 half-rows of 8 bytes: no whole pieces */
