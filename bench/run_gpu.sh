@@ -3,7 +3,8 @@
 # suite (or only the CUDA tests), the MLP and CNN training steps with and without CUDA
 # graphs, the sweep (docs/ops.md), the CUDA sweep under compute-sanitizer, the benchmarks
 # of gradus beside the PyTorch peer (the attention kernels beside its
-# scaled_dot_product_attention among them), and training on Fashion-MNIST. Logs go to $OUT
+# scaled_dot_product_attention among them, and the row ops of a training step), and training
+# on Fashion-MNIST. Logs go to $OUT
 # (default ./gpu-out).
 #
 #   bench/run_gpu.sh [PEER_DIR] [DATA_DIR]
@@ -126,6 +127,11 @@ for r in rows:
     print(f"| {r['name']} | {r['fwd_lse_ms']:.3f} | {r['bwd_lse_ms']:.3f} | {p['fwd_ms']:.3f} | {p['bwd_ms']:.3f} | "
           f"{r['fwd_lse_ms'] / p['fwd_ms']:.2f}, {r['bwd_lse_ms'] / p['bwd_ms']:.2f} |")
 PY
+  # the memory-bound row ops of a training step (the loss with its gradient, RoPE), with
+  # the bandwidth they reach
+  GRADUS_PLUGIN_PATH="$PWD/build-gpu/plugins" build-gpu/bench_ops --backend cuda --only rows --samples 9 \
+    >"$OUT/rows.jsonl" 2>>"$OUT/bench_err.log"
+  cat "$OUT/rows.jsonl"
   tail -3 "$OUT/bench_err.log"
 fi
 if has train; then
