@@ -557,13 +557,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_dims<D>::dkdv_blocks) tc_dkdv_k
             T *dst = QY + j * 2 * QT * LD;
             tc_load<T, D, QT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst, w.q.vec);
             tc_load<T, D, QT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + QT * LD, w.dy.vec);
-            /* in flight with the tiles: a plain load here would hold the warp until it
-             * lands, in the middle of the round it is meant to overlap */
-            for (int r = threadIdx.x; r < QT; r += TC_THREADS) {
-                const int64_t t = t0 + r;
-                tc_cp4(stat + j * 2 * QT + r, t < a.T ? lse + bh * a.T + t : lse, t < a.T ? 4 : 0);
-                tc_cp4(stat + j * 2 * QT + QT + r, t < a.T ? delta + bh * a.T + t : delta, t < a.T ? 4 : 0);
-            }
+            tc_fetch_stats<QT, TC_THREADS>(stat + j * 2 * QT, lse, delta, bh, t0, a.T);
         };
         if (items > 0) fetch(0, 0, 0);
         /* the item in hand (head ch of the group, query tile ct) and the next one, counted

@@ -62,6 +62,20 @@ static __device__ __forceinline__ void tc_cp4(float *dst, const float *src, int 
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc_smem_addr(dst)), "l"(src), "r"(bytes)
                  : "memory");
 }
+/* The backward's row statistics of query rows [t0, t0 + R) of head bh (lse and delta, each
+ * (B H, T)) into stat[0, R) and stat[R, 2R), NT threads in flight with the tiles: a plain
+ * load would hold the warp until it lands, in the middle of the round it is meant to
+ * overlap. Rows past T are zeros. */
+template <int R, int NT>
+static __device__ __forceinline__ void tc_fetch_stats(float *stat, const float *lse, const float *delta, int64_t bh,
+                                                      int64_t t0, int64_t T)
+{
+    for (int r = threadIdx.x; r < R; r += NT) {
+        const int64_t t = t0 + r;
+        tc_cp4(stat + r, t < T ? lse + bh * T + t : lse, t < T ? 4 : 0);
+        tc_cp4(stat + R + r, t < T ? delta + bh * T + t : delta, t < T ? 4 : 0);
+    }
+}
 static __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* Waits for every group but the last one committed. */
 static __device__ __forceinline__ void tc_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }

@@ -403,11 +403,7 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
             const uint32_t dst = QY + (uint32_t)j * 2 * Dm::qbytes;
             wg_load<T, D, WG_QT, NT>(tc_mat(q, w.q, b, h), w.q.t, t0, a.T, dst);
             wg_load<T, D, WG_QT, NT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + Dm::qbytes);
-            for (int r = threadIdx.x; r < WG_QT; r += NT) {
-                const int64_t t = t0 + r;
-                tc_cp4(stat + j * 2 * WG_QT + r, t < a.T ? lse + bh * a.T + t : lse, t < a.T ? 4 : 0);
-                tc_cp4(stat + j * 2 * WG_QT + WG_QT + r, t < a.T ? delta + bh * a.T + t : delta, t < a.T ? 4 : 0);
-            }
+            tc_fetch_stats<WG_QT, NT>(stat + j * 2 * WG_QT, lse, delta, bh, t0, a.T);
         };
         if (items > 0) fetch(0, 0, 0);
         int64_t ch = 0, ct = 0, nh = nq == 1 ? 1 : 0, nt = nq == 1 ? 0 : 1;
