@@ -76,28 +76,32 @@ static double time_prog(gd_program *p)
     return ts[samples / 2];
 }
 
+/* The next value in [-1, 1) of a xorshift stream. */
+static float next_unit(uint64_t *x)
+{
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return (float)((double)(*x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 static void fill(gd_tensor *t, uint64_t seed)
 {
     int64_t n = gd_tensor_numel(t);
     float *v = malloc(sizeof(float) * (size_t)n);
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < n; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        v[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
+    for (int64_t i = 0; i < n; i++) v[i] = next_unit(&x);
     if (gd_tensor_write(t, v, sizeof(float) * (size_t)n) != GD_OK) die("write");
     free(v);
 }
 
-/* As fill, the values rounded down to bf16 (their top 16 bits). */
+/* As fill, in bf16 (each value's top 16 bits); the stream starts at seed * K, not fill's
+ * seed * K + 1, as the attention rows' inputs always did. */
 static void fill_bf16(gd_tensor *t, uint64_t seed)
 {
     int64_t n = gd_tensor_numel(t);
     uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
     uint64_t x = seed * 0x9E3779B97F4A7C15ull;
     for (int64_t j = 0; j < n; j++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        float f = next_unit(&x);
         uint32_t u;
         memcpy(&u, &f, 4);
         h[j] = (uint16_t)(u >> 16);
