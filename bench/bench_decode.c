@@ -1,13 +1,14 @@
 /* bench_decode.c — the inference engine's speed: prefill and greedy decoding.
  *
  *   bench_decode MODEL [--backend NAME] [--dtype T] [--quantize int8|w8a8] [--batch B] [--prompt N]
- *                [--new N] [--reps N]
+ *                [--new N] [--reps N] [--chain 0|1]
  *
  * Loads MODEL into the engine (a cache of prompt + new positions), then, after one
  * untimed round, times `reps` rounds of: prefill B copies of a prompt of N ids (fixed
  * pseudo-random ids), then `new` decode steps, each token the greedy pick made inside the
- * decode program (gd_lm_engine_next_batch: one id per sequence read back per step, as a
- * generating program does). Prints one JSON line with the median prefill tokens/s and the
+ * decode program: chained on the backend and read back a few steps at a time
+ * (gd_lm_engine_decode, as `gradus generate` does), or with --chain 0 one step per call,
+ * one id per sequence read back each step (gd_lm_engine_next_batch). Prints one JSON line with the median prefill tokens/s and the
  * median decode tokens/s (B x steps per second of the decode phase) over the rounds, and
  * the weight bytes read per decode step, for the bandwidth bound. */
 #include "gradus_lm.h"
@@ -38,6 +39,19 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* the chained steps' callback: each step's tokens become the next step's */
+typedef struct keeper {
+    int32_t *cur;
+    int64_t B;
+} keeper;
+
+static int keep(void *user, const int32_t *next)
+{
+    keeper *k = user;
+    memcpy(k->cur, next, sizeof *next * (size_t)k->B);
+    return 0;
+}
+
 /* the greedy pick: gd_lm_sample's first highest logit (no settings, no scratch) */
 static int32_t argmax(const float *x, int64_t n) { return gd_lm_sample(x, n, NULL, 0, NULL); }
 
@@ -45,11 +59,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_decode MODEL [--backend NAME] [--dtype T] [--prompt N] [--new N] [--reps N] "
-                        "[--batch B] [--quantize int8|w8a8] [--temperature X] [--top-k K] [--top-p P] [--seed S]\n");
+                        "[--batch B] [--quantize int8|w8a8] [--temperature X] [--top-k K] [--top-p P] [--seed S] "
+                        "[--chain 0|1]\n");
         return 2;
     }
     const char *backend = NULL, *dtype = NULL, *quant = "none";
-    int64_t P = 16, N = 128, reps = 5, B = 1;
+    int64_t P = 16, N = 128, reps = 5, B = 1, chain = 1;
     gd_sample_config sc = {0}; /* greedy unless a temperature is given */
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
@@ -63,6 +78,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--top-k") == 0) sc.top_k = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--top-p") == 0) sc.top_p = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--seed") == 0) sc.seed = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--chain") == 0) chain = atoll(argv[i + 1]);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", argv[i]);
             return 2;
@@ -100,9 +116,14 @@ int main(int argc, char **argv)
         if (gd_lm_engine_prefill_batch(e, prompts, lens, &lg) != GD_OK) return die("prefill");
         double t1 = now_s();
         for (int64_t b = 0; b < B; b++) cur[b] = argmax(lg + b * V, V);
-        for (int64_t i = 0; i < N; i++) {
-            if (gd_lm_engine_next_batch(e, cur, &sc, next) != GD_OK) return die("step");
-            memcpy(cur, next, sizeof *cur * (size_t)B);
+        keeper k = {cur, B};
+        if (chain) {
+            if (gd_lm_engine_decode(e, cur, &sc, N, keep, &k) != GD_OK) return die("decode");
+        } else {
+            for (int64_t i = 0; i < N; i++) {
+                if (gd_lm_engine_next_batch(e, cur, &sc, next) != GD_OK) return die("step");
+                keep(&k, next);
+            }
         }
         last = cur[0];
         double t2 = now_s();
@@ -123,10 +144,10 @@ int main(int argc, char **argv)
     int64_t bytes = ec.quantize != GD_LM_FLOAT && cfg->arch == GD_LM_LLAMA ? layers + V * D : weights * es;
     printf("{\"kind\":\"decode\",\"engine\":\"gradus\",\"model\":\"%s\",\"backend\":\"%s\",\"dtype\":\"%s\",\"quantize\":\"%s\",\"batch\":%lld,"
            "\"prompt\":%lld,\"new_tokens\":%lld,\"reps\":%lld,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-           "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d,\"temperature\":%g,\"top_k\":%lld,\"top_p\":%g}\n",
+           "\"weight_bytes\":%lld,\"open_s\":%.2f,\"last\":%d,\"temperature\":%g,\"top_k\":%lld,\"top_p\":%g,\"chained\":%d}\n",
            argv[1], backend != NULL ? backend : "default", gd_dtype_name(dt), quant, (long long)B, (long long)P, (long long)N,
            (long long)reps, pre[reps / 2], dec[reps / 2], (long long)bytes, t_open,
-           (int)last, sc.temperature, (long long)sc.top_k, sc.top_p);
+           (int)last, sc.temperature, (long long)sc.top_k, sc.top_p, (int)(chain != 0));
     gd_lm_engine_free(e);
     free(prompts), free(lens), free(cur), free(next);
     free(prompt);

@@ -7,7 +7,8 @@
  *
  * --match keeps the attention and row-op rows whose name holds TEXT (one shape under a
  * profiler). `rows` times the memory-bound row ops of a transformer step (the loss with its
- * gradient, RoPE) at the presets' shapes, with the bandwidth they reach.
+ * gradient, RoPE) at the presets' shapes, with the bandwidth they reach, and a decode step's
+ * sampling (greedy, temperature, top-k, top-p) over the presets' vocabularies.
  *
  * Method: inputs are written once; each program is run a few times to warm up, then
  * timed in samples of R back-to-back runs between two synchronizations (so launch cost
@@ -18,6 +19,7 @@
  * matmul runs in fp32 (no TF32). */
 #define _POSIX_C_SOURCE 200809L
 #include "gradus_classifier.h"
+#include "gradus_lm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -287,6 +289,29 @@ static void ce_row(const char *backend, const char *name, int64_t N, int64_t V)
     gd_graph_free(g);
 }
 
+/* A decode step's sampling of the next token from bf16 logits (B, V) (values in [-1, 1): a
+ * flat distribution, the slowest case for top-p, which then takes most of the vocabulary). */
+static void sample_row(const char *backend, const char *name, int64_t B, int64_t V, gd_sample_config c)
+{
+    if (match != NULL && strstr(name, match) == NULL) return;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *x = gd_input(g, "logits", GD_BF16, 2, (int64_t[]){B, V});
+    gd_tensor *d = gd_input(g, "draw", GD_I64, 1, (int64_t[]){B});
+    fill_bf16(x, 9);
+    int64_t *draws = malloc(sizeof(int64_t) * (size_t)B);
+    for (int64_t b = 0; b < B; b++) draws[b] = 17 + b;
+    if (gd_tensor_write(d, draws, sizeof(int64_t) * (size_t)B) != GD_OK) die("write");
+    free(draws);
+    gd_tensor *y = gd_sample(x, d, &c);
+    gd_program *p = y != NULL ? gd_compile(g, 1, &y, 0) : NULL;
+    if (p == NULL) die("sample");
+    printf("{\"kind\": \"sample\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g}\n", name, backend,
+           time_prog(p));
+    fflush(stdout);
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
 /* The memory-bound row ops of a transformer's step at the presets' shapes. */
 static void rows(const char *backend)
 {
@@ -296,6 +321,22 @@ static void rows(const char *backend)
     rope_row(backend, "rope stories110m q b16 t1024 h12 d64", quick ? 1 : 16, quick ? 128 : 1024, 12, 64, 1e4);
     rope_row(backend, "rope qwen3 q b8 t1024 h16 d128", quick ? 1 : 8, quick ? 128 : 1024, 16, 128, 1e6);
     rope_row(backend, "rope qwen3 k b8 t1024 h8 d128", quick ? 1 : 8, quick ? 128 : 1024, 8, 128, 1e6);
+    const struct {
+        const char *name;
+        gd_sample_config c;
+    } how[4] = {{"greedy", {.temperature = 0}}, {"t0.8", {.temperature = 0.8, .seed = 1}},
+                {"t0.8 top-k 50", {.temperature = 0.8, .top_k = 50, .seed = 1}},
+                {"t0.8 top-p 0.95", {.temperature = 0.8, .top_p = 0.95, .seed = 1}}};
+    const struct {
+        const char *name;
+        int64_t B, V;
+    } shapes[3] = {{"stories110m b1 v32000", 1, 32000}, {"qwen3 b1 v151936", 1, 151936}, {"stories110m b64 v32000", 64, 32000}};
+    for (int s = 0; s < 3; s++)
+        for (int h = 0; h < 4; h++) {
+            char name[96];
+            snprintf(name, sizeof name, "sample %s %s", shapes[s].name, how[h].name);
+            sample_row(backend, name, quick && shapes[s].B > 1 ? 2 : shapes[s].B, shapes[s].V, how[h].c);
+        }
 }
 
 static void attn(const char *backend)

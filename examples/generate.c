@@ -1,6 +1,7 @@
 /* generate.c — text generation from C with the inference engine: load a model directory
  * (a gradus checkpoint: config.json, model.safetensors, tokenizer.json), prefill a prompt,
- * then sample one token per decode step from the KV cache.
+ * then sample one token per decode step from the KV cache, the steps chained on the backend
+ * and each token printed as it comes back.
  *
  *     generate MODEL_DIR "Once upon a time" [TOKENS]
  */
@@ -14,6 +15,16 @@ static int fail(gd_ctx *ctx, const char *what)
 {
     fprintf(stderr, "generate: %s: %s\n", what, gd_ctx_error(ctx));
     return 1;
+}
+
+/* Prints a token; nonzero (stop) at the end of text. */
+static int print_token(void *tok, const int32_t *next)
+{
+    size_t len = 0;
+    const uint8_t *text = gd_tokenizer_token(tok, next[0], &len);
+    if (text != NULL) fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return next[0] == gd_tokenizer_eos(tok);
 }
 
 int main(int argc, char **argv)
@@ -47,14 +58,11 @@ int main(int argc, char **argv)
     fputs(argv[2], stdout);
     /* the first token from the prompt's logits, the next ones sampled as each step runs */
     int32_t next = gd_lm_sample(logits, V, &sc, (uint64_t)gd_lm_engine_length(engine), scratch);
-    for (int64_t i = 0; i < n_new; i++) {
-        size_t len = 0;
-        const uint8_t *text = gd_tokenizer_token(tok, next, &len);
-        if (text != NULL) fwrite(text, 1, len, stdout);
-        fflush(stdout);
-        if (next == gd_tokenizer_eos(tok) || gd_lm_engine_length(engine) + 1 >= gd_lm_engine_model(engine)->max_seq) break;
-        if (gd_lm_engine_next(engine, next, &sc, &next) != GD_OK) return fail(ctx, "step");
-    }
+    int64_t room = gd_lm_engine_model(engine)->max_seq - gd_lm_engine_length(engine);
+    if (n_new > room) n_new = room;
+    if (n_new > 0 && !print_token(tok, &next) &&
+        gd_lm_engine_decode(engine, &next, &sc, n_new - 1, print_token, tok) != GD_OK)
+        return fail(ctx, "decode");
     putchar('\n');
     free(scratch);
     gd_free_mem(ids);

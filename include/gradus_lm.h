@@ -369,6 +369,12 @@ size_t gd_lm_sample_scratch(int64_t V);
  * back one id per sequence, not a row of logits. The sampling settings are fixed in the
  * node. */
 gd_tensor *gd_sample(gd_tensor *logits, gd_tensor *draw, const gd_sample_config *c);
+/* A decode step's feedback, in place (an update: it runs where a program targets its
+ * outputs, or with GD_COMPILE_UPDATES): ids (B, 1) or (B) take tok (B), the tokens just
+ * sampled, and pos, kv_len (scalars or (B)) and draw (B) each go one further, so the next
+ * run of the step needs nothing from the host. out gets the four new values, in that order. */
+gd_status gd_decode_advance(gd_tensor *tok, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len, gd_tensor *draw,
+                            gd_tensor **out);
 
 typedef struct gd_lm_generate_config {
     int64_t max_tokens;              /* to add after the prompt; 0: 64 (and the model's positions bound it) */
@@ -452,6 +458,17 @@ gd_status gd_lm_engine_step_batch(gd_lm_engine *e, const int32_t *ids, const flo
  * p + b * 2^40 for the token that will take position p (sequence 0 draws as a single
  * sequence does; the others from streams of their own); an idle sequence's is meaningless. */
 gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int32_t *next);
+/* Decodes up to n steps with the sampled tokens fed back on the backend: step 0 appends
+ * ids[b] to sequence b, each later step the token the step before sampled, and every step
+ * samples each sequence's next token as gd_lm_engine_next_batch does (the same draws, so
+ * the same tokens). Nothing passes through the host between steps: a few are queued ahead
+ * and their tokens read back together, then handed to on_step(user, next) in order, B of
+ * them a step. A nonzero return ends decoding after that step; the steps queued past it
+ * are not counted (the sequences' lengths are as if they never ran). Every sequence takes
+ * part in every step; each must have room for n more positions. */
+typedef int (*gd_lm_step_fn)(void *user, const int32_t *next);
+gd_status gd_lm_engine_decode(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int64_t n,
+                              gd_lm_step_fn on_step, void *user);
 /* Tokens in sequence b so far. */
 int64_t gd_lm_engine_length_of(const gd_lm_engine *e, int64_t b);
 void gd_lm_engine_free(gd_lm_engine *e);

@@ -7,6 +7,9 @@
  *   - greedy generation gives the same tokens with and without the cache, and the same on
  *     the reference, the fast CPU backend and the test device (host memory behind copies);
  *   - sampling with a seed gives the same tokens with and without the cache;
+ *   - decoding with the steps chained on the backend gives the tokens of step-by-step
+ *     decoding, in a batch, greedy and sampled, also when a stop cuts it short (and on
+ *     CUDA where there is a device);
  *   - misuse is refused with a message: a step before any prompt, a prompt longer than the
  *     cache, a token outside the vocabulary.
  */
@@ -233,6 +236,100 @@ static void check_batch(gd_ctx *c, const char *dir, const char *what)
     gd_lm_engine_free(e1);
 }
 
+/* gd_lm_engine_decode, the steps chained on the backend: the tokens of a batch equal those of
+ * gd_lm_engine_next_batch step by step (greedy and sampled, across the bursts in which the
+ * steps are queued); a stop from the callback counts only the steps handed out, and
+ * decoding on from there gives the uninterrupted run's tokens. */
+typedef struct collect {
+    int32_t (*toks)[3];
+    int n, stop_at;
+} collect;
+
+static int collect_step(void *user, const int32_t *next)
+{
+    collect *k = user;
+    memcpy(k->toks[k->n], next, sizeof k->toks[0]);
+    return ++k->n == k->stop_at;
+}
+
+static void check_decode(gd_ctx *c, const char *dir, const char *what)
+{
+    enum { NB = 3, STEPS = 30 };
+    static const int64_t plen[NB] = {5, 12, 9};
+    int32_t prompt[NB][12];
+    for (int b = 0; b < NB; b++) prompt_of(prompt[b], plen[b], 300, 40 + (uint64_t)b);
+    const int32_t *pp[NB] = {prompt[0], prompt[1], prompt[2]};
+    gd_lm_engine *e = NULL;
+    gd_lm_engine_config cb = {.batch = NB, .max_len = 48};
+    CHECK(gd_lm_engine_open(c, dir, &cb, &e) == GD_OK, "%s: decode engine: %s", what, gd_ctx_error(c));
+    if (e == NULL) return;
+    const gd_sample_config settings[2] = {{.temperature = 0}, {.temperature = 0.9, .top_k = 30, .seed = 4}};
+    void *scratch = malloc(gd_lm_sample_scratch(300));
+    for (int s = 0; s < 2 && scratch != NULL; s++) {
+        const gd_sample_config *sc = &settings[s];
+        int32_t first[NB], cur[NB], want[STEPS][NB], got[STEPS][NB];
+        const float *lg = NULL;
+        int ok = gd_lm_engine_prefill_batch(e, pp, plen, &lg) == GD_OK;
+        for (int b = 0; ok && b < NB; b++)
+            first[b] = gd_lm_sample(lg + b * 300, 300, sc, (uint64_t)plen[b] + ((uint64_t)b << 40), scratch);
+        memcpy(cur, first, sizeof cur);
+        for (int i = 0; ok && i < STEPS; i++) {
+            ok = gd_lm_engine_next_batch(e, cur, sc, want[i]) == GD_OK;
+            memcpy(cur, want[i], sizeof cur);
+        }
+        /* uninterrupted */
+        collect k = {.toks = got, .stop_at = -1};
+        ok = ok && gd_lm_engine_prefill_batch(e, pp, plen, &lg) == GD_OK &&
+             gd_lm_engine_decode(e, first, sc, STEPS, collect_step, &k) == GD_OK;
+        CHECK(ok && k.n == STEPS && memcmp(got, want, sizeof want) == 0,
+              "%s: decode (temperature %g): %d steps, tokens %s those of step by step: %s", what, sc->temperature, k.n,
+              ok && memcmp(got, want, sizeof want) == 0 ? "equal to" : "differ from", gd_ctx_error(c));
+        CHECK(gd_lm_engine_length_of(e, 0) == 5 + STEPS && gd_lm_engine_length_of(e, 1) == 12 + STEPS,
+              "%s: lengths after decoding %lld, %lld", what, (long long)gd_lm_engine_length_of(e, 0),
+              (long long)gd_lm_engine_length_of(e, 1));
+        /* stopped inside the second burst, then on from there */
+        memset(got, 0, sizeof got);
+        k = (collect){.toks = got, .stop_at = 6};
+        ok = ok && gd_lm_engine_prefill_batch(e, pp, plen, &lg) == GD_OK &&
+             gd_lm_engine_decode(e, first, sc, STEPS, collect_step, &k) == GD_OK;
+        CHECK(ok && k.n == 6 && gd_lm_engine_length_of(e, 2) == 9 + 6, "%s: a stop after 6 steps: %d steps, length %lld",
+              what, k.n, (long long)gd_lm_engine_length_of(e, 2));
+        collect rest = {.toks = got + 6, .stop_at = -1};
+        ok = ok && gd_lm_engine_decode(e, got[5], sc, STEPS - 6, collect_step, &rest) == GD_OK;
+        CHECK(ok && rest.n == STEPS - 6 && memcmp(got, want, sizeof want) == 0,
+              "%s: decoding on after a stop (temperature %g) gives other tokens: %s", what, sc->temperature,
+              gd_ctx_error(c));
+        if (s == 1 && ok) printf("%s: %d decode steps chained on the backend, a batch of 3, greedy and sampled: the "
+                                 "tokens of step-by-step decoding, also across a stop\n", what, STEPS);
+    }
+    free(scratch);
+    int32_t ids[NB] = {1, 2, 3};
+    CHECK(gd_lm_engine_decode(e, ids, &settings[0], 48, collect_step, &(collect){0}) != GD_OK &&
+              strstr(gd_ctx_error(c), "do not fit") != NULL,
+          "%s: decoding past the cache: %s", what, gd_ctx_error(c));
+    CHECK(gd_lm_engine_decode(e, NULL, &settings[0], 1, collect_step, NULL) == GD_ERR_INVALID &&
+              gd_lm_engine_decode(e, ids, &settings[0], 1, NULL, NULL) == GD_ERR_INVALID &&
+              gd_lm_engine_decode(NULL, ids, &settings[0], 1, collect_step, NULL) == GD_ERR_INVALID &&
+              gd_decode_advance(NULL, NULL, NULL, NULL, NULL, NULL) == GD_ERR_INVALID,
+          "%s: NULL arguments to the chained decode", what);
+    gd_lm_engine_free(e);
+}
+
+/* A context on the CUDA backend where this machine has one; NULL otherwise. */
+static gd_ctx *cuda_ctx(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/plugins/libgradus_cuda.so", GD_BUILD_DIR);
+    gd_ctx *c = NULL;
+    if (access(path, R_OK) != 0 || gd_ctx_create(&c, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .plugin_path = ""}) != GD_OK)
+        return NULL;
+    if (gd_plugin_load_file(c, path) != GD_OK || gd_ctx_use_backend(c, "cuda") != GD_OK) {
+        gd_ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 /* int8 weights and W8A8: the engine's tokens equal recomputation's (the cache is exact
  * for quantized projections too) on the reference, the CPU backend and the test device;
  * the quantized logits stay near the float ones. GPT-2's Conv1D weights, stored (in, out),
@@ -428,6 +525,13 @@ int main(void)
         check_batch(ctx, dirs[m], names[m]);
         if (cpu != NULL) check_batch(cpu, dirs[m], "cpu");
         if (td != NULL) check_batch(td, dirs[m], "testdev");
+        check_decode(ctx, dirs[m], names[m]);
+        if (cpu != NULL) check_decode(cpu, dirs[m], "cpu");
+        if (td != NULL) check_decode(td, dirs[m], "testdev");
+        gd_ctx *cu = cuda_ctx(); /* the steps chained inside a captured CUDA graph */
+        if (cu != NULL) check_decode(cu, dirs[m], "cuda");
+        else printf("cuda: skipped (no CUDA device here)\n");
+        gd_ctx_free(cu);
         gd_ctx_free(cpu);
         gd_ctx_free(td);
         gd_free_mem(a);

@@ -495,6 +495,8 @@ static const char *const rope_attrs[] = {"theta", NULL};
 static const gdp_kernel kernels[] = {
     FLOATS3("rope", rope_supports, rope_run_launch, rope_attrs, rope_workspace),
     FLOATS3("cache_write", cache_write_supports, cache_write_run_launch, NULL, NULL),
+    /* i32 too: a decoder's record of the tokens it sampled (the kernel moves 4-byte words) */
+    CU_K("cache_write", GDP_I32, cache_write_supports, cache_write_run_launch, NULL),
     FLOATS3("rope_cache_write", rope_cache_supports, rope_cache_run_launch, rope_attrs, NULL),
 };
 CU_FAMILY(rope_cache, kernels);

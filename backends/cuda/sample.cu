@@ -522,11 +522,70 @@ static gdp_status sample_run(cu_backend *be, const gdp_node *node, cudaStream_t 
 }
 CU_LAUNCHER(sample_run)
 
+/* ---- decode_advance ---------------------------------------------------------------------- */
+
+struct adv_counter {
+    const void *in;
+    void *out;
+    int is64;
+    int64_t n;
+};
+
+// ids' = tok; pos', kv_len', draw' = each plus one (wrapping), element by element, so the
+// outputs may be the inputs themselves (in place)
+__global__ void decode_advance_kernel(const void *tok, int tok64, void *ids, int ids64, int64_t B, adv_counter c0,
+                                      adv_counter c1, adv_counter c2)
+{
+    cu_pdl_wait();
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < B) {
+        const int64_t v = cu_ld_index(tok, tok64, i);
+        if (ids64) ((int64_t *)ids)[i] = v;
+        else ((int32_t *)ids)[i] = (int32_t)v;
+    }
+    const adv_counter cs[3] = {c0, c1, c2};
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        if (i < cs[k].n) {
+            if (cs[k].is64) ((int64_t *)cs[k].out)[i] = (int64_t)((uint64_t)((const int64_t *)cs[k].in)[i] + 1u);
+            else ((int32_t *)cs[k].out)[i] = (int32_t)((uint32_t)((const int32_t *)cs[k].in)[i] + 1u);
+        }
+}
+
+static int decode_advance_supports(void *b, const gdp_node *n)
+{
+    (void)b;
+    if (n->n_in != 5 || n->n_out != 4) return 0;
+    for (int k = 0; k < 5; k++)
+        if (!gdp_is_index(n->in[k]->dtype) || (k > 0 && !gdp_is_contiguous(n->in[k]))) return 0;
+    return n->in[0]->ndim == 1 && (gdp_numel(n->in[0]) == 1 || n->in[0]->stride[0] == 1);
+}
+
+// (tok, ids, pos, kv_len, draw) -> ids', pos', kv_len', draw'
+static gdp_status decode_advance_run(cu_backend *be, const gdp_node *node, cudaStream_t s, gdp_err *err)
+{
+    (void)err;
+    const int64_t B = node->in[0]->shape[0];
+    if (B == 0) return GDP_OK;
+    adv_counter c[3];
+    for (int k = 0; k < 3; k++) {
+        const gdp_tensor *x = node->in[k + 2];
+        c[k] = adv_counter{x->data, node->out[k + 1]->data, x->dtype == GDP_I64, gdp_numel(x)};
+    }
+    const gdp_tensor *tok = node->in[0], *ids = node->out[0];
+    cu_launch(be, decode_advance_kernel, cu_blocks(be, B, 128), 128, 0, s, (const void *)tok->data,
+              (int)(tok->dtype == GDP_I64), ids->data, (int)(ids->dtype == GDP_I64), B, c[0], c[1], c[2]);
+    return GDP_OK;
+}
+CU_LAUNCHER(decode_advance_run)
+
 static const char *const sample_attrs[] = {"temperature", NULL};
 
 static const gdp_kernel kernels[] = {
     CU_KX("sample", GDP_F32, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
     CU_KX("sample", GDP_F16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
     CU_KX("sample", GDP_BF16, GDP_KERNEL_STRIDED, sample_supports, sample_run_launch, sample_attrs, sample_workspace),
+    CU_K("decode_advance", GDP_I32, decode_advance_supports, decode_advance_run_launch, NULL),
+    CU_K("decode_advance", GDP_I64, decode_advance_supports, decode_advance_run_launch, NULL),
 };
 CU_FAMILY(sample, kernels);

@@ -28,6 +28,7 @@
 
 #define ENGINE_PASSES 8  /* chunk, chunk/4, ..., 1: at most this many sizes */
 #define ENGINE_SAMPLERS 4 /* sampling settings kept compiled at once */
+#define ENGINE_AHEAD 16   /* decode steps queued before their tokens are read back */
 
 struct gd_lm_engine {
     gd_ctx *ctx;
@@ -50,11 +51,16 @@ struct gd_lm_engine {
     /* decode steps that sample on the backend (gd_lm_engine_next): the decode pass, then a
      * sample node with the settings fixed, reading the draw number at run time */
     gd_tensor *draw;
+    /* gd_lm_engine_decode: each sequence's sampled tokens (B, max_len, 1), the one sampled
+     * at position p (for p + 1) at index p; read back a few steps at a time */
+    gd_tensor *hist;
+    int32_t *histv;
     int n_samplers, next_sampler;
     struct {
         gd_sample_config c;
         gd_tensor *tok;
         gd_program *prog;
+        gd_program *chain; /* the same, then the tokens recorded and fed to the next step */
     } samplers[ENGINE_SAMPLERS];
 };
 
@@ -67,11 +73,11 @@ void gd_lm_engine_free(gd_lm_engine *e)
 {
     if (e == NULL) return;
     for (int k = 0; k < e->n_pass; k++) gd_program_free(e->prog[k]);
-    for (int k = 0; k < e->n_samplers; k++) gd_program_free(e->samplers[k].prog);
+    for (int k = 0; k < e->n_samplers; k++) gd_program_free(e->samplers[k].prog), gd_program_free(e->samplers[k].chain);
     gd_graph_free(e->g);
     free(e->logits);
     free(e->pass_logits);
-    free(e->lens), free(e->posv), free(e->lenv), free(e->tokv), free(e->drawv);
+    free(e->lens), free(e->posv), free(e->lenv), free(e->tokv), free(e->drawv), free(e->histv);
     free(e);
 }
 
@@ -143,6 +149,9 @@ gd_status gd_lm_engine_open(gd_ctx *ctx, const char *model_dir, const gd_lm_engi
     e->pos = gd_input(e->g, "pos", GD_I32, vec, (int64_t[]){e->B});
     e->kv_len = gd_input(e->g, "kv_len", GD_I32, vec, (int64_t[]){e->B});
     e->draw = gd_input(e->g, "draw", GD_I64, 1, (int64_t[]){e->B});
+    e->hist = gd_state(e->g, "decode.tokens", GD_I32, 3, (int64_t[]){e->B, e->max_len, 1});
+    e->histv = malloc(sizeof *e->histv * B * (size_t)e->max_len);
+    if (e->histv == NULL) st = gd_ctx_fail(ctx, GD_ERR_NOMEM, "out of memory");
     for (int k = 0; k < e->n_pass && st == GD_OK; k++) {
         char name[32];
         snprintf(name, sizeof name, "ids.%lld", (long long)e->size[k]);
@@ -341,7 +350,8 @@ static gd_status sampler_for(gd_lm_engine *e, const gd_sample_config *c, int *wh
         }
     int k = e->n_samplers < ENGINE_SAMPLERS ? e->n_samplers++ : e->next_sampler++ % ENGINE_SAMPLERS;
     gd_program_free(e->samplers[k].prog);
-    e->samplers[k].prog = NULL;
+    gd_program_free(e->samplers[k].chain);
+    e->samplers[k].prog = e->samplers[k].chain = NULL;
     e->samplers[k].c = *c;
     gd_tensor *row = gd_reshape(e->out[e->n_pass - 1], 2, (int64_t[]){e->B, e->cfg.vocab_size});
     gd_tensor *tok = gd_sample(row, e->draw, c);
@@ -395,4 +405,71 @@ gd_status gd_lm_engine_next(gd_lm_engine *e, int32_t id, const gd_sample_config 
                                                    "gd_lm_engine_next_batch", (long long)e->B);
     if (id < 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "token id %d is negative", (int)id);
     return gd_lm_engine_next_batch(e, &id, c, next);
+}
+
+/* Sampler k's step with its feedback: the sampled tokens recorded at each sequence's
+ * position (before the advance, which must come after every reader of the old position),
+ * then fed to the decode pass's ids, with pos, kv_len and draw one further on. Made on
+ * first use. */
+static gd_status chain_for(gd_lm_engine *e, int k)
+{
+    if (e->samplers[k].chain != NULL) return GD_OK;
+    gd_tensor *tok = e->samplers[k].tok, *t[5];
+    t[4] = gd_cache_write(e->hist, gd_reshape(tok, 3, (int64_t[]){e->B, 1, 1}), e->pos);
+    if (t[4] == NULL) return status_or(e->ctx, GD_ERR_INVALID);
+    gd_status st = gd_decode_advance(tok, e->ids[e->n_pass - 1], e->pos, e->kv_len, e->draw, t);
+    if (st != GD_OK) return status_or(e->ctx, st);
+    if ((e->samplers[k].chain = gd_compile(e->g, 5, t, 0)) == NULL) return status_or(e->ctx, GD_ERR_INVALID);
+    return GD_OK;
+}
+
+gd_status gd_lm_engine_decode(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int64_t n,
+                              gd_lm_step_fn on_step, void *user)
+{
+    if (e == NULL) return GD_ERR_INVALID;
+    if (ids == NULL || c == NULL || on_step == NULL)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_decode: NULL argument");
+    if (n < 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_decode: %lld steps", (long long)n);
+    for (int64_t b = 0; b < e->B; b++) {
+        if (e->lens[b] == 0)
+            return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: no prompt yet (prefill first)", (long long)b);
+        gd_status st = check_ids(e, ids + b, 1, e->lens[b]);
+        if (st == GD_OK && e->lens[b] + n > e->max_len)
+            st = gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: %lld steps do not fit: the KV cache holds %lld "
+                             "positions and %lld are used", (long long)b, (long long)n, (long long)e->max_len,
+                             (long long)e->lens[b]);
+        if (st != GD_OK) return st;
+    }
+    if (n == 0) return GD_OK;
+    int k = 0;
+    gd_status st = sampler_for(e, c, &k);
+    if (st == GD_OK) st = chain_for(e, k);
+    size_t B = (size_t)e->B;
+    for (int64_t b = 0; b < e->B; b++) {
+        e->posv[b] = (int32_t)e->lens[b];
+        e->lenv[b] = (int32_t)(e->lens[b] + 1);
+        e->tokv[b] = ids[b];
+        e->drawv[b] = e->posv[b] + 1 + (b << 40); /* as gd_lm_engine_next_batch's */
+    }
+    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    /* The steps queued ahead run while the host hands the previous ones' tokens on; a
+     * stop leaves the steps past it uncounted (what they cached lies past the lengths).
+     * The first bursts are short, so the first tokens come out soon. */
+    int32_t *next = e->tokv; /* free now: the step's ids are on the device */
+    int stop = 0;
+    for (int64_t done = 0, ahead = 4; st == GD_OK && !stop && done < n; done += ahead, ahead *= 2) {
+        if (ahead > ENGINE_AHEAD) ahead = ENGINE_AHEAD;
+        if (ahead > n - done) ahead = n - done;
+        for (int64_t j = 0; j < ahead && st == GD_OK; j++) st = gd_program_run(e->samplers[k].chain);
+        if (st == GD_OK) st = gd_tensor_read(e->hist, e->histv, sizeof *e->histv * B * (size_t)e->max_len);
+        for (int64_t j = 0; j < ahead && st == GD_OK && !stop; j++) {
+            for (int64_t b = 0; b < e->B; b++) next[b] = e->histv[b * e->max_len + e->lens[b]++];
+            e->len = e->lens[0];
+            stop = on_step(user, next);
+        }
+    }
+    return st;
 }

@@ -37,7 +37,20 @@ static int emit(const gd_lm_generate_config *c, int32_t *win, int64_t *len, int3
     return stop;
 }
 
-/* Through the engine: prefill, then a decode step per token but the last. */
+typedef struct emitting {
+    const gd_lm_generate_config *c;
+    int32_t *win;
+    int64_t *len;
+} emitting;
+
+static int emit_step(void *user, const int32_t *next)
+{
+    emitting *m = user;
+    return emit(m->c, m->win, m->len, next[0]);
+}
+
+/* Through the engine: prefill, then a decode step per token but the last, chained on the
+ * backend (gd_lm_engine_decode). */
 static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_config *cfg, int64_t T, int32_t *win,
                                  int64_t *len, gd_lm_generate_config *c)
 {
@@ -54,9 +67,9 @@ static gd_status generate_cached(gd_ctx *ctx, const char *model, const gd_lm_con
     /* the first token from the prompt's logits; each next one sampled on the backend as the
      * decode step runs, so a step reads back one id, not the logits */
     int32_t next = st == GD_OK ? gd_lm_sample(lg, cfg->vocab_size, &c->sample, (uint64_t)*len, scratch) : 0;
-    while (st == GD_OK && *len < T) {
-        if (emit(c, win, len, next) || *len == T) break;
-        st = gd_lm_engine_next(e, next, &c->sample, &next);
+    if (st == GD_OK && *len < T && !emit(c, win, len, next) && *len < T) {
+        emitting m = {c, win, len};
+        st = gd_lm_engine_decode(e, &next, &c->sample, T - *len, emit_step, &m);
     }
     c->decode_s = now_s() - t1;
     gd_lm_engine_free(e);

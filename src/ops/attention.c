@@ -506,6 +506,7 @@ static const char *const cache_write_cases[] = {
     "f[1,3,4,2] f[1,3,4,2] i64[]<0:1",
     "f[4,2,50,64] f[4,2,1,64] i32[4]<0:50", /* a decode step of a batch */
     "f[2,3,2,10,4] f[2,3,2,1,4] i32[2]<0:10",
+    "i32[3,9,1]<1000 i32[3,1,1]<1000 i32[3]<0:9", /* a decoder's record of the tokens it sampled */
     NULL};
 
 /* ---- rope_cache_write: a decode step's RoPE and cache writes in one op ---------------- */

@@ -12,6 +12,7 @@
  * give the same tokens; another backend must follow the same steps. Not differentiable.
  */
 #include "gradus_lm.h"
+#include "attention_ref.h"
 #include "refwalk.h"
 
 static int sample_infer(gd_infer *c)
@@ -94,6 +95,65 @@ gd_tensor *gd_sample(gd_tensor *logits, gd_tensor *draw, const gd_sample_config 
     return gd_op(gd_tensor_graph(logits), "sample", 2, (gd_tensor *[]){logits, draw}, 4, a);
 }
 
+/* ---- decode_advance: a decode step's feedback, on the backend ---------------------------- */
+
+/* (tok (B), ids (B, 1) or (B), pos, kv_len (scalars or [B]), draw (B)) -> ids', pos', kv_len',
+ * draw' in place: the next step's input tokens are the ones just sampled, and its position,
+ * cached length and draw number are one further on. With it at the end of a decode program,
+ * steps follow each other on the device with nothing written by the host between them. */
+static int decode_advance_infer(gd_infer *c)
+{
+    const gd_shape *tok = &c->in[0], *ids = &c->in[1], *draw = &c->in[4];
+    char s1[160], s2[160];
+    if (!gdp_is_index(tok->dtype) || tok->ndim != 1)
+        return gd_infer_fail(c, "tok %s must be [B] of i32 or i64", gd_shape_str(tok, s1, sizeof s1));
+    int64_t B = tok->dim[0];
+    if (!gdp_is_index(ids->dtype) || gd_shape_numel(ids) != B || ids->ndim < 1 || ids->dim[0] != B || ids->ndim > 2)
+        return gd_infer_fail(c, "ids %s must be [%lld] or [%lld, 1] of i32 or i64 (tok is %s)",
+                             gd_shape_str(ids, s1, sizeof s1), (long long)B, (long long)B, gd_shape_str(tok, s2, sizeof s2));
+    if (gd_index_per_row(c, 2, "pos", B) || gd_index_per_row(c, 3, "kv_len", B)) return 1;
+    if (!gdp_is_index(draw->dtype) || draw->ndim != 1 || draw->dim[0] != B)
+        return gd_infer_fail(c, "draw %s must be [%lld] of i32 or i64", gd_shape_str(draw, s1, sizeof s1), (long long)B);
+    for (int k = 0; k < 4; k++) c->out[k] = c->in[k + 1];
+    c->n_out = 4;
+    return 0;
+}
+
+static void add_one(const gdp_tensor *x, const gdp_tensor *y)
+{
+    for (int64_t i = 0, n = gdp_numel(x); i < n; i++)
+        if (x->dtype == GDP_I64) ((int64_t *)y->data)[i] = (int64_t)((uint64_t)((const int64_t *)x->data)[i] + 1u);
+        else ((int32_t *)y->data)[i] = (int32_t)((uint32_t)((const int32_t *)x->data)[i] + 1u);
+}
+
+static gdp_status decode_advance_ref(void *backend, const gdp_node *node, void *stream, gdp_err *err)
+{
+    (void)backend, (void)stream, (void)err;
+    const gdp_tensor *tok = node->in[0], *ids = node->out[0];
+    for (int64_t b = 0, B = tok->shape[0]; b < B; b++) {
+        int64_t v = rw_ld_index(tok, b * tok->stride[0]);
+        if (ids->dtype == GDP_I64) ((int64_t *)ids->data)[b] = v;
+        else ((int32_t *)ids->data)[b] = (int32_t)v;
+    }
+    for (int k = 1; k < 4; k++) add_one(node->in[k + 1], node->out[k]); /* element by element: in place is safe */
+    return GDP_OK;
+}
+
+static const char *const decode_advance_cases[] = {
+    "i32[1]<100 i32[1,1]<100 i32[]<50 i32[]<50 i64[1]<100",  /* one sequence: scalar position and length */
+    "i32[3]<100 i32[3,1]<100 i32[3]<50 i32[3]<50 i64[3]<100", /* a batch, each sequence at its own position */
+    "i64[2]<100 i32[2]<100 i64[2]<50 i32[]<50 i32[2]<100",
+    NULL,
+};
+
+gd_status gd_decode_advance(gd_tensor *tok, gd_tensor *ids, gd_tensor *pos, gd_tensor *kv_len, gd_tensor *draw,
+                            gd_tensor **out)
+{
+    if (tok == NULL || ids == NULL || pos == NULL || kv_len == NULL || draw == NULL || out == NULL) return GD_ERR_INVALID;
+    gd_graph *g = gd_tensor_graph(tok);
+    return gd_op_multi(g, "decode_advance", 5, (gd_tensor *[]){tok, ids, pos, kv_len, draw}, 0, NULL, 4, out);
+}
+
 GD_FAMILY(sample)
 {
     gd_register_op(r, &(gd_op_def){
@@ -103,4 +163,10 @@ GD_FAMILY(sample)
         .ref_workspace = sample_workspace, .ref_strided = 1, .tol = 0,
         .doc = "the next token of each row of logits (B, V): greedy at temperature 0, else temperature, top-k and "
                "top-p as gd_lm_sample, drawing Philox number draw[b] of the seed"});
+    gd_register_op(r, &(gd_op_def){
+        .name = "decode_advance", .min_in = 5, .max_in = 5, .n_out = 4, .attrs = "", .dtypes = 0,
+        .infer = decode_advance_infer, .ref = decode_advance_ref, .cases = decode_advance_cases,
+        .inplace = {1, 2, 3, 4}, .updates = 1, .tol = 0, .ref_strided = 1,
+        .doc = "(tok (B), ids (B, 1), pos, kv_len, draw (B)) -> ids <- tok, and pos, kv_len, draw each plus one, in "
+               "place: a decode step's sampled tokens fed to the next step on the backend"});
 }
