@@ -203,6 +203,28 @@ static inline GDP_HD double gdp_sample_u53(uint64_t seed, uint64_t counter)
     return ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
 }
 
+/* A sampler's sums (weights, and their fractions of the total) in runs: a list of values is
+ * cut into consecutive runs of GDP_SAMPLE_RUN, each run summed from its first value, one
+ * rounded addition at a time; the running sum at value i is R + s, R the sum of the runs
+ * before i's (added one after the other, from 0) and s i's run's sum through i. The total
+ * is the running sum at the last value. Every step is a rounded double addition in a fixed
+ * order, so host and device agree to the bit; the runs let a device sum them in parallel
+ * and add only one value a run in turn (a sum one value at a time over a vocabulary of
+ * 150,000 is that many dependent additions). Running sums only grow with i. */
+#define GDP_SAMPLE_RUN 256
+typedef struct gdp_run_sum {
+    double before, in; /* the runs before, this run so far */
+    int64_t k;         /* values of this run so far */
+} gdp_run_sum;
+/* Adds v as the next value; returns the running sum through it. */
+static inline double gdp_run_sum_add(gdp_run_sum *s, double v)
+{
+    s->in = s->in + v;
+    const double run = s->before + s->in;
+    if (++s->k == GDP_SAMPLE_RUN) s->before = run, s->in = 0, s->k = 0;
+    return run;
+}
+
 /* One IEEE double operation each. Device code names its rounding, since nvcc would fuse a
  * multiply and an add into one fma. Host code gives each operation a statement of its own,
  * which ISO C (-std=c11) does not fuse across; GCC's GNU modes (-std=gnu11, the default) do

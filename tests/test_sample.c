@@ -25,6 +25,23 @@ static int order(const void *a, const void *b)
 
 static int by_id(const void *a, const void *b) { return ((const item *)a)->id - ((const item *)b)->id; }
 
+/* run[i] = the running sum of q through i in runs of GDP_SAMPLE_RUN (gradus_semantics.h),
+ * done the plain way: each run's sum, the sums of the runs before each, then each value's. */
+static void running(const double *q, int64_t n, double *run)
+{
+    int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+    double before = 0;
+    for (int64_t c = 0; c < nr; c++) {
+        double in = 0, sum = 0;
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < n && j < (c + 1) * GDP_SAMPLE_RUN; j++) sum += q[j];
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < n && j < (c + 1) * GDP_SAMPLE_RUN; j++) {
+            in += q[j];
+            run[j] = before + in;
+        }
+        before = before + sum;
+    }
+}
+
 /* The steps of lm_sample.c's comment, done the slow way. */
 static int32_t plain(const float *lg, int64_t V, const gd_sample_config *c, uint64_t counter)
 {
@@ -39,42 +56,43 @@ static int32_t plain(const float *lg, int64_t V, const gd_sample_config *c, uint
     int64_t n = c->top_k > 0 && c->top_k < V ? c->top_k : V;
     float max = s[0].z;
     qsort(s, (size_t)n, sizeof *s, by_id); /* the candidates in id order */
-    double total = 0;
-    for (int64_t i = 0; i < n; i++) total += p[i] = gdp_exp((double)s[i].z - (double)max);
+    double *run = malloc(sizeof *run * (size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = gdp_exp((double)s[i].z - (double)max);
+    running(p, n, run);
+    double total = run[n - 1];
     gdp_philox_out r = gdp_philox4x32(counter, 0x5a3d1e, c->seed);
     double un = ((double)(r.v[0] >> 5) * 67108864.0 + (double)(r.v[1] >> 6)) / 9007199254740992.0;
     int32_t out = -1;
     if (c->top_p > 0 && c->top_p < 1) {
         item *o = malloc(sizeof *o * (size_t)n);
-        double *q = malloc(sizeof *q * (size_t)n);
+        double *q = malloc(sizeof *q * (size_t)n), *f = malloc(sizeof *f * (size_t)n);
+        double *fr = malloc(sizeof *fr * (size_t)n), *qr = malloc(sizeof *qr * (size_t)n);
         memcpy(o, s, sizeof *o * (size_t)n);
         qsort(o, (size_t)n, sizeof *o, order);
-        int64_t k = 0;
-        double frac = 0, mass = 0;
-        for (; k < n; k++) { /* p of o[k]: find it among the id-ordered candidates */
+        for (int64_t k = 0; k < n; k++) { /* p of o[k]: find it among the id-ordered candidates */
             item *hit = bsearch(&o[k], s, (size_t)n, sizeof *s, by_id);
             q[k] = p[hit - s];
-            frac += q[k] / total;
-            if (frac >= c->top_p) {
-                k++;
-                break;
-            }
+            f[k] = q[k] / total;
         }
-        for (int64_t i = 0; i < k; i++) mass += q[i];
-        double u = un * mass, acc = 0;
+        running(f, n, fr);
+        running(q, n, qr);
+        int64_t k = 0;
+        while (k < n && !(fr[k] >= c->top_p)) k++;
+        k = k < n ? k + 1 : n; /* taken: through the first reaching top_p */
+        double u = un * qr[k - 1];
         for (int64_t i = 0; i < k && out < 0; i++)
-            if (u < (acc += q[i])) out = o[i].id;
+            if (u < qr[i]) out = o[i].id;
         if (out < 0) out = o[k - 1].id;
-        free(o);
-        free(q);
+        free(o), free(q), free(f), free(fr), free(qr);
     } else {
-        double u = un * total, acc = 0;
+        double u = un * total;
         for (int64_t i = 0; i < n && out < 0; i++)
-            if (u < (acc += p[i])) out = s[i].id;
+            if (u < run[i]) out = s[i].id;
         if (out < 0) out = s[n - 1].id;
     }
     free(s);
     free(p);
+    free(run);
     return out;
 }
 
@@ -83,6 +101,28 @@ static double unit(void)
 {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* gdp_run_sum_add, the running sums every sampler shares, against the plain runs, bit for
+ * bit; and they are not the sums one value at a time (or the runs would not be checked). */
+static void run_sums(void)
+{
+    enum { N = 5 * GDP_SAMPLE_RUN + 17 };
+    double q[N], plain_run[N];
+    for (int i = 0; i < N; i++) q[i] = unit() * (i % 7 == 0 ? 1e3 : 1.0);
+    running(q, N, plain_run);
+    gdp_run_sum rs = {0};
+    double seq = 0;
+    int same = 1, differ = 0;
+    for (int i = 0; i < N; i++) {
+        same &= gdp_run_sum_add(&rs, q[i]) == plain_run[i];
+        seq += q[i];
+        differ += seq != plain_run[i];
+    }
+    CHECK(same, "gdp_run_sum_add differs from the plain running sums in runs");
+    CHECK(differ > 0, "sums in runs equal the sums one value at a time at all %d values", N);
+    printf("running sums in runs of %d: as the plain steps at %d values, %d of them unlike one value at a time\n",
+           GDP_SAMPLE_RUN, N, differ);
 }
 
 static void against_plain(void)
@@ -199,6 +239,7 @@ static void exp_against_libm(void)
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
+    run_sums();
     against_plain();
     frequencies();
     op_against_host();

@@ -11,28 +11,30 @@
  * (value, id) is a total order on non-NaN values, so the parts give the same token.
  *
  * With a temperature the token must be the reference's to the bit (src/nn/lm_sample.c), so
- * the kernels follow its steps, and its double sums one addition at a time in its orders:
+ * the kernels follow its steps, and its double sums in runs of GDP_SAMPLE_RUN
+ * (gradus_semantics.h): a thread sums a run, one thread adds the runs' sums in turn, and a
+ * running sum is the runs' before it plus its run's through it, found by a thread a run.
  *   1. (a block per row) z = logit / temperature in f32, as a 32-bit key that orders like
  *      "larger z first" (-0 as +0, since the reference compares values); with (key, id)
  *      the order is the reference's. top_k: a radix select finds the k-th key, and the
  *      candidates (keys below it, then the lowest ids of those equal to it) are written in
  *      id order by a block scan. Their weights p = gdp_exp(z - max z) (the exp every backend
- *      shares) in parallel; warp 0 then adds them in id order, each lane holding the same
- *      sum while the warp loads the next 32 values. Without top_p those running sums are
- *      the draw's walk: the token is the first candidate whose running sum exceeds
- *      u = gdp_sample_u53(seed, draw) * total, found in parallel.
- *   2. top_p: the candidates (key << idbits | id, unique) sorted per row (CUB's segmented
- *      radix sort, scratch in the node's workspace).
- *   3. top_p (a block per row): p and p / total per sorted candidate in parallel; warp 0
- *      adds frac += p / total and mass += p in sorted order up to the first that reaches
- *      top_p; the running masses are the walk of u = gdp_sample_u53 * mass.
+ *      shares) in parallel, and their total in runs. Without top_p the token is the first
+ *      candidate whose running sum exceeds u = gdp_sample_u53(seed, draw) * total.
+ *   2. top_p: the candidates (row << (32 + idbits) | key << idbits | id, unique) sorted by
+ *      one radix sort over every row (CUB's, many blocks), scratch in the node's workspace.
+ *      (A batch whose row index does not fit in that key falls back.)
+ *   3. top_p (a block per row): p and p / total per sorted candidate in parallel; their
+ *      running sums in runs; the cut is the first whose running fraction reaches top_p,
+ *      the mass the running p there, and the token the first whose running p exceeds
+ *      u = gdp_sample_u53 * mass.
  * Rows holding NaN logits are the exception: the reference's order is not total there
  * (its quickselect and heap compare NaN as neither ahead nor behind), so their tokens may
  * differ; they are garbage in any case.
  */
 #include "cuda_internal.h"
 
-#include <cub/device/device_segmented_radix_sort.cuh>
+#include <cub/device/device_radix_sort.cuh>
 #include <math.h>
 
 #define SAMPLE_THREADS 512
@@ -154,10 +156,12 @@ struct pick_args {
     int64_t ds;
     uint64_t *cand;          /* (B, n) key << idbits | id, in id order; top-p: then p / total */
     uint64_t *sorted;        /* (B, n) the candidates in order (top-p only) */
-    double *w;               /* (B, n) weights, then their running sums */
+    double *w;               /* (B, n) weights */
+    double *runs;            /* (B, 2, nruns) the runs' sums, then the sums of the runs before each */
+    int64_t nruns;
+    int row_shift;           /* the row's place in a sort key (32 + idbits; top-p only) */
     float *rmax;             /* (B) the largest z of each row (top-p only) */
     double *rtot;            /* (B) the total weight of each row (top-p only) */
-    int *off;                /* (B + 1) row offsets of the sort's segments (top-p only) */
     int32_t *out;
 };
 
@@ -230,41 +234,69 @@ static __device__ uint32_t block_scan(uint32_t v, uint32_t *sh, uint32_t *total)
     return v;
 }
 
-/* The first i < n with u < run[i], or n - 1 when none (NaN sums: none); all threads get it. */
-static __device__ int64_t block_first_above(const double *run, int64_t n, double u, uint32_t *sh)
+/* sums[c] = run c's sum of w[0..n) (one rounded addition at a time from its first value),
+ * a thread a run. */
+static __device__ void run_sums(const double *w, int64_t n, double *sums)
 {
-    uint32_t first = 0xffffffffu;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        if (u < run[i]) {
-            first = (uint32_t)i;
-            break;
-        }
-    first = block_min(first, sh);
-    return first == 0xffffffffu ? n - 1 : (int64_t)first;
+    const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+    for (int64_t c = threadIdx.x; c < nr; c += blockDim.x) {
+        const int64_t e = min(n, (c + 1) * GDP_SAMPLE_RUN);
+        double acc = 0;
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j++) acc = __dadd_rn(acc, w[j]);
+        sums[c] = acc;
+    }
 }
 
-/* Warp 0: acc += w[i] for i = 0, 1, ... n - 1, one addition at a time, as the reference
- * sums; with `keep`, w[i] becomes the running sum through i. Every lane adds the same
- * values in the same order (shuffled from the lane that loaded them) while the next 32
- * are on their way. */
-static __device__ double warp_sum_in_order(double *w, int64_t n, bool keep)
+/* After run_sums: sums[c] becomes the sum of the runs before c, added in turn from 0 (one
+ * thread); every thread gets the total. */
+static __device__ double run_befores(double *sums, int64_t n, double *total_sh)
 {
-    const int lane = threadIdx.x & 31;
-    double acc = 0, next = lane < n ? w[lane] : 0.0;
-    for (int64_t i0 = 0; i0 < n; i0 += 32) {
-        const double cur = next;
-        next = i0 + 32 + lane < n ? w[i0 + 32 + lane] : 0.0;
-        const int m = n - i0 < 32 ? (int)(n - i0) : 32;
-        double mine = 0;
-#pragma unroll
-        for (int l = 0; l < 32; l++) {
-            const double v = __shfl_sync(0xffffffffu, cur, l);
-            if (l < m) acc = __dadd_rn(acc, v);
-            if (l == lane) mine = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+        double acc = 0;
+        for (int64_t c = 0; c < nr; c++) {
+            const double t = sums[c];
+            sums[c] = acc;
+            acc = __dadd_rn(acc, t);
         }
-        if (keep && lane < m) w[i0 + lane] = mine;
+        *total_sh = acc;
     }
-    return acc;
+    __syncthreads();
+    return *total_sh;
+}
+
+/* The first i < n whose running sum of w (befores from run_befores) exceeds t (GE: reaches
+ * it), a thread a run; n when none. All threads get it. */
+template <bool GE>
+static __device__ int64_t run_first(const double *w, int64_t n, const double *befores, double t, uint32_t *sh)
+{
+    uint32_t first = 0xffffffffu;
+    const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+    for (int64_t c = threadIdx.x; c < nr && first == 0xffffffffu; c += blockDim.x) {
+        const int64_t e = min(n, (c + 1) * GDP_SAMPLE_RUN);
+        const double before = befores[c];
+        double acc = 0;
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j++) {
+            acc = __dadd_rn(acc, w[j]);
+            const double run = __dadd_rn(before, acc);
+            if (GE ? run >= t : t < run) {
+                first = (uint32_t)j;
+                break;
+            }
+        }
+    }
+    first = block_min(first, sh);
+    return first == 0xffffffffu ? n : (int64_t)first;
+}
+
+/* The running sum of w through i (< n), with the befores of run_befores. */
+static __device__ double run_at(const double *w, int64_t i, const double *befores)
+{
+    const int64_t c = i / GDP_SAMPLE_RUN;
+    double acc = 0;
+    for (int64_t j = c * GDP_SAMPLE_RUN; j <= i; j++) acc = __dadd_rn(acc, w[j]);
+    return __dadd_rn(befores[c], acc);
 }
 
 /* Step 1 (see the top): the candidates, their weights and total, and without top_p the token. */
@@ -279,6 +311,7 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_candidates_kernel(const T *
     const T *row = x + b * a.s0;
     uint64_t *cand = a.cand + b * n;
     double *w = a.w + b * n;
+    const uint64_t row_key = a.top_p_on ? (uint64_t)b << a.row_shift : 0; /* one sort for every row */
 
     /* the largest z has the smallest key, and is always a candidate */
     uint32_t kmin = 0xffffffffu;
@@ -319,31 +352,28 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_candidates_kernel(const T *
             uint32_t tot, ex = block_scan(mine, sh, &tot) - mine;
             const uint32_t eq_before = run_eq + (ex >> 16);
             if (lt || (eq && eq_before < rank))
-                cand[run_lt + (ex & 0xffffu) + min(eq_before, rank)] = (uint64_t)k << a.idbits | (uint64_t)v;
+                cand[run_lt + (ex & 0xffffu) + min(eq_before, rank)] = row_key | (uint64_t)k << a.idbits | (uint64_t)v;
             run_lt += tot & 0xffffu, run_eq += tot >> 16;
         }
     } else {
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) cand[v] = (uint64_t)logit_key(row, v, a) << a.idbits | (uint64_t)v;
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+            cand[v] = row_key | (uint64_t)logit_key(row, v, a) << a.idbits | (uint64_t)v;
     }
     __syncthreads();
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
         w[j] = gdp_exp((double)key_z((uint32_t)(cand[j] >> a.idbits)) - (double)zmax);
     __syncthreads();
-    if (threadIdx.x < 32) {
-        const double t = warp_sum_in_order(w, n, !a.top_p_on);
-        if (threadIdx.x == 0) total_sh = t;
-    }
-    __syncthreads();
-    const double total = total_sh;
+    double *runs = a.runs + b * 2 * a.nruns;
+    run_sums(w, n, runs);
+    const double total = run_befores(runs, n, &total_sh);
     if (a.top_p_on) {
         if (threadIdx.x == 0) {
-            a.rmax[b] = zmax, a.rtot[b] = total, a.off[b] = (int)(b * n);
-            if (b == a.B - 1) a.off[a.B] = (int)(a.B * n);
+            a.rmax[b] = zmax, a.rtot[b] = total;
         }
         return;
     }
     const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * total;
-    const int64_t j = block_first_above(w, n, u, sh);
+    const int64_t j = min(run_first<false>(w, n, runs, u, sh), n - 1);
     if (threadIdx.x == 0) a.out[b] = (int32_t)(cand[j] & (((uint64_t)1 << a.idbits) - 1));
 }
 
@@ -351,11 +381,11 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_candidates_kernel(const T *
 __global__ void __launch_bounds__(PICK_THREADS) pick_top_p_kernel(pick_args a)
 {
     __shared__ uint32_t sh[32];
-    __shared__ int64_t taken_sh;
-    __shared__ double mass_sh;
+    __shared__ double total_sh;
     const int64_t b = blockIdx.x, n = a.n;
     const uint64_t *sorted = a.sorted + b * n;
     double *p = a.w + b * n, *r = (double *)(a.cand + b * n); /* the unsorted keys are done with */
+    double *rruns = a.runs + b * 2 * a.nruns, *pruns = rruns + a.nruns;
     const float zmax = a.rmax[b];
     const double total = a.rtot[b];
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -364,44 +394,33 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_top_p_kernel(pick_args a)
         r[i] = pi / total;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        /* frac += p / total and mass += p, in order, through the first that brings frac to
-         * top_p; p becomes the running mass (warp_sum_in_order's scheme, two sums) */
-        const int lane = threadIdx.x;
-        double frac = 0, mass = 0, nr = lane < n ? r[lane] : 0.0, np = lane < n ? p[lane] : 0.0;
-        int64_t taken = n;
-        for (int64_t i0 = 0; i0 < n && taken == n; i0 += 32) {
-            const double cr = nr, cp = np;
-            const int64_t nx = i0 + 32 + lane;
-            nr = nx < n ? r[nx] : 0.0, np = nx < n ? p[nx] : 0.0;
-            const int m = n - i0 < 32 ? (int)(n - i0) : 32;
-            double mine = 0;
-#pragma unroll
-            for (int l = 0; l < 32; l++) {
-                const double rv = __shfl_sync(0xffffffffu, cr, l), pv = __shfl_sync(0xffffffffu, cp, l);
-                if (l < m && taken == n) {
-                    frac = __dadd_rn(frac, rv);
-                    mass = __dadd_rn(mass, pv);
-                    if (l == lane) mine = mass;
-                    if (frac >= a.top_p) taken = i0 + l + 1;
-                }
-            }
-            if (i0 + lane < taken && lane < m) p[i0 + lane] = mine;
-        }
-        if (lane == 0) taken_sh = taken, mass_sh = mass;
-    }
-    __syncthreads();
-    const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * mass_sh;
-    const int64_t i = block_first_above(p, taken_sh, u, sh);
+    run_sums(r, n, rruns);
+    run_sums(p, n, pruns);
+    run_befores(rruns, n, &total_sh);
+    run_befores(pruns, n, &total_sh);
+    /* taken: through the first whose running fraction reaches top_p (all when none does) */
+    const int64_t taken = min(run_first<true>(r, n, rruns, a.top_p, sh) + 1, n);
+    const double mass = run_at(p, taken - 1, pruns);
+    const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * mass;
+    const int64_t i = min(run_first<false>(p, taken, pruns, u, sh), taken - 1);
     if (threadIdx.x == 0) a.out[b] = (int32_t)(sorted[i] & (((uint64_t)1 << a.idbits) - 1));
 }
 
 /* The workspace's parts, each at a multiple of CU_WS_ALIGN; `sort_bytes` is CUB's scratch. */
 struct pick_layout {
     int64_t n;
-    int idbits, top_p_on;
-    size_t cand, sorted, w, rmax, rtot, off, sort, sort_bytes, total;
+    int idbits, top_p_on, row_shift, sort_bits; /* sort_bits: the sort key's */
+    int64_t nruns;
+    size_t cand, sorted, w, runs, rmax, rtot, sort, sort_bytes, total;
 };
+
+/* Bits of an index below n (at least `least`). */
+static int bits_for(int64_t n, int least)
+{
+    int bits = least;
+    while (((int64_t)1 << bits) < n) bits++;
+    return bits;
+}
 
 static gdp_status pick_plan(const gdp_node *node, pick_layout *l, gdp_err *err)
 {
@@ -410,22 +429,23 @@ static gdp_status pick_plan(const gdp_node *node, pick_layout *l, gdp_err *err)
     const double tp = gdp_attr_float(&node->attrs, "top_p", 0);
     l->n = k > 0 && k < V ? k : V;
     l->top_p_on = tp > 0 && tp < 1;
-    l->idbits = 1;
-    while (((int64_t)1 << l->idbits) < V) l->idbits++;
+    l->idbits = bits_for(V, 1);
+    l->row_shift = 32 + l->idbits;
+    l->sort_bits = l->row_shift + bits_for(B, 0); /* at most 64: sample_supports */
+    l->nruns = (l->n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
     const size_t rows = (size_t)(B * l->n) * sizeof(uint64_t);
     size_t at = 0;
     l->cand = at, at += cu_ws_round(rows);
     l->w = at, at += cu_ws_round(rows);
-    l->sorted = l->rmax = l->rtot = l->off = l->sort = l->sort_bytes = 0;
+    l->runs = at, at += cu_ws_round((size_t)(B * 2 * l->nruns) * sizeof(double));
+    l->sorted = l->rmax = l->rtot = l->sort = l->sort_bytes = 0;
     if (l->top_p_on) {
         l->sorted = at, at += cu_ws_round(rows);
         l->rmax = at, at += cu_ws_round((size_t)B * sizeof(float));
         l->rtot = at, at += cu_ws_round((size_t)B * sizeof(double));
-        l->off = at, at += cu_ws_round((size_t)(B + 1) * sizeof(int));
-        cudaError_t e = cub::DeviceSegmentedRadixSort::SortKeys(
-            (void *)NULL, l->sort_bytes, (const uint64_t *)NULL, (uint64_t *)NULL, (int)(B * l->n), (int)B,
-            (const int *)NULL, (const int *)NULL, 0, 32 + l->idbits);
-        if (e != cudaSuccess) return cu_check(e, "cub::DeviceSegmentedRadixSort::SortKeys (scratch size)", err);
+        cudaError_t e = cub::DeviceRadixSort::SortKeys((void *)NULL, l->sort_bytes, (const uint64_t *)NULL,
+                                                       (uint64_t *)NULL, (int)(B * l->n), 0, l->sort_bits);
+        if (e != cudaSuccess) return cu_check(e, "cub::DeviceRadixSort::SortKeys (scratch size)", err);
         l->sort = at, at += cu_ws_round(l->sort_bytes);
     }
     l->total = at;
@@ -454,8 +474,10 @@ static int sample_supports(void *b, const gdp_node *n)
     if (!cu_gpu_float(x->dtype) || x->ndim != 2 || x->shape[1] < 1 || x->shape[0] > 0x7fffffff ||
         x->shape[1] > 0x7fffffff)
         return 0;
-    /* sampling's sort counts the keys of all rows in an int */
-    return !(gdp_attr_float(&n->attrs, "temperature", 0) > 0) || x->shape[0] * x->shape[1] <= 0x7fffffff;
+    /* sampling's sort counts the keys of all rows in an int, and top-p's key holds
+     * (row, z, id) in 64 bits */
+    if (!(gdp_attr_float(&n->attrs, "temperature", 0) > 0)) return 1;
+    return x->shape[0] * x->shape[1] <= 0x7fffffff && 32 + bits_for(x->shape[1], 1) + bits_for(x->shape[0], 0) <= 64;
 }
 
 template <typename T>
@@ -476,17 +498,16 @@ static gdp_status pick_run(const gdp_node *node, cudaStream_t s, gdp_err *err)
     a.seed = (uint64_t)gdp_attr_int(&node->attrs, "seed", 0);
     a.draw = d->data, a.draw_i64 = d->dtype == GDP_I64, a.ds = d->stride[0];
     a.cand = (uint64_t *)(ws + l.cand), a.w = (double *)(ws + l.w);
+    a.runs = (double *)(ws + l.runs), a.nruns = l.nruns, a.row_shift = l.row_shift;
     a.sorted = l.top_p_on ? (uint64_t *)(ws + l.sorted) : NULL;
     a.rmax = l.top_p_on ? (float *)(ws + l.rmax) : NULL;
     a.rtot = l.top_p_on ? (double *)(ws + l.rtot) : NULL;
-    a.off = l.top_p_on ? (int *)(ws + l.off) : NULL;
     a.out = (int32_t *)node->out[0]->data;
     pick_candidates_kernel<T><<<(unsigned)a.B, PICK_THREADS, 0, s>>>((const T *)x->data, a);
     if (!l.top_p_on) return GDP_OK;
     size_t bytes = l.sort_bytes;
-    CU_TRY(cub::DeviceSegmentedRadixSort::SortKeys((void *)(ws + l.sort), bytes, (const uint64_t *)a.cand, a.sorted,
-                                                   (int)(a.B * a.n), (int)a.B, (const int *)a.off,
-                                                   (const int *)a.off + 1, 0, 32 + a.idbits, s));
+    CU_TRY(cub::DeviceRadixSort::SortKeys((void *)(ws + l.sort), bytes, (const uint64_t *)a.cand, a.sorted,
+                                          (int)(a.B * a.n), 0, l.sort_bits, s));
     pick_top_p_kernel<<<(unsigned)a.B, PICK_THREADS, 0, s>>>(a);
     return GDP_OK;
 }

@@ -7,13 +7,14 @@
  *   2. each weighs p = exp(z - max z) in double (gdp_exp: the same bits on every machine);
  *      their total is summed in id order;
  *   3. with 0 < top_p < 1, the candidates are taken in order while the running mass (each
- *      p / total, added in that order) stays below top_p, the one reaching it included, and
+ *      p / total, summed in that order) stays below top_p, the one reaching it included, and
  *      the draw walks them in that order; otherwise the draw walks every candidate in id
  *      order;
  *   4. the draw u = gdp_sample_u53(seed, counter) * (mass walked) picks the first whose
  *      running sum exceeds u.
- * The sums follow exactly these orders, one addition at a time: a device kernel reproduces
- * them to pick the same tokens (backends/cuda/sample.cu).
+ * Every sum and running sum is summed in runs of GDP_SAMPLE_RUN (gdp_run_sum in
+ * gradus_semantics.h), in exactly these orders: a device kernel reproduces them to pick
+ * the same tokens (backends/cuda/sample.cu).
  * Work: a selection in O(V) for top-k (not a sort of V), a heap for top-p that stops as soon
  * as the mass is reached, so a peaked distribution costs about one pass over the logits. */
 #include "gradus_lm.h"
@@ -94,36 +95,35 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
     for (int64_t i = 1; i < n; i++)
         if (cs[i].z > max) max = cs[i].z;
     double total = 0;
-    for (int64_t i = 0; i < n; i++) total += p[i] = gdp_exp((double)cs[i].z - (double)max);
+    gdp_run_sum ts = {0};
+    for (int64_t i = 0; i < n; i++) total = gdp_run_sum_add(&ts, p[i] = gdp_exp((double)cs[i].z - (double)max));
     if (c->top_p > 0 && c->top_p < 1) {
         /* candidates in order off a heap until their mass reaches top_p; h[n - k ..) holds
          * the k taken, the first at the end */
         for (int64_t i = 0; i < n; i++) h[i] = (int32_t)i;
         for (int64_t i = n / 2 - 1; i >= 0; i--) sift(cs, h, n, i);
         int64_t left = n;
-        double frac = 0;
+        double mass = 0;
+        gdp_run_sum fs = {0}, ms = {0};
         while (left > 0) {
             int32_t top = h[0];
             h[0] = h[--left];
             h[left] = top;
             sift(cs, h, left, 0);
-            frac += p[top] / total;
+            const double frac = gdp_run_sum_add(&fs, p[top] / total);
+            mass = gdp_run_sum_add(&ms, p[top]);
             if (frac >= c->top_p) break;
         }
-        double mass = 0;
-        for (int64_t i = n - 1; i >= left; i--) mass += p[h[i]];
-        double u = gdp_sample_u53(c->seed, counter) * mass, acc = 0;
-        for (int64_t i = n - 1; i >= left; i--) {
-            acc += p[h[i]];
-            if (u < acc) return cs[h[i]].id;
-        }
+        double u = gdp_sample_u53(c->seed, counter) * mass;
+        gdp_run_sum as = {0};
+        for (int64_t i = n - 1; i >= left; i--)
+            if (u < gdp_run_sum_add(&as, p[h[i]])) return cs[h[i]].id;
         return cs[h[left]].id;
     }
-    double u = gdp_sample_u53(c->seed, counter) * total, acc = 0;
-    for (int64_t i = 0; i < n; i++) {
-        acc += p[i];
-        if (u < acc) return cs[i].id;
-    }
+    double u = gdp_sample_u53(c->seed, counter) * total;
+    gdp_run_sum as = {0};
+    for (int64_t i = 0; i < n; i++)
+        if (u < gdp_run_sum_add(&as, p[i])) return cs[i].id;
     return cs[n - 1].id;
 }
 

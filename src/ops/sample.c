@@ -77,6 +77,10 @@ static const char *const sample_cases[] = {
     "n[2,32000] i32[2]<100000 | temperature=1 top_p=0.9 seed=9",
     "n[2,32000] i64[2]<100000 | temperature=1.5 top_k=2000 top_p=0.5 seed=23",
     "n[4,5000] i64[4]<1000 | temperature=0.5 seed=2",
+    /* runs of the sums (GDP_SAMPLE_RUN) filled exactly, and one value past them */
+    "n[2,512] i64[2]<1000 | temperature=1 top_p=0.99 seed=3",
+    "n[3,768] i64[3]<1000 | temperature=0.9 seed=8",
+    "n[2,513] i32[2]<1000 | temperature=2 top_p=0.999 seed=5",
     "n[1,150000] i64[1]<1000 | temperature=1.2 seed=4",
     "n[1,150000] i64[1]<1000 | temperature=1 top_p=0.3 seed=6",
     /* ties: bf16 logits repeat, so the top-k cut and the top-p order fall on equal values
