@@ -637,8 +637,9 @@ gdp_status gcpu_register_attention(gcpu_regctx *r, gdp_err *err)
     if (s == GDP_OK)
         s = gcpu_reg_floats(r, "attention_grad", GCPU_FLOATS(k_attention_grad, s_attention_grad, ws_attention_grad), 0,
                             NULL, err);
-    /* cache_write moves bytes: one kernel for every float dtype */
-    static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16};
+    /* cache_write moves bytes: one kernel for every float dtype, and i32 (a decoder's record
+     * of its sampled tokens) */
+    static const int32_t dts[] = {GDP_F32, GDP_F16, GDP_BF16, GDP_I32};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0] && s == GDP_OK; d++)
         s = gcpu_reg(r, "cache_write", dts[d], k_cache_write, s_cache_write, NULL, err);
     return s;

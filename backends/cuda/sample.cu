@@ -24,8 +24,9 @@
  *   2. top_p: the candidates (row << (32 + idbits) | key << idbits | id, unique) sorted by
  *      one radix sort over every row (CUB's, many blocks), scratch in the node's workspace.
  *      (A batch whose row index does not fit in that key falls back.)
- *   3. top_p (a block per row): p and p / total per sorted candidate in parallel; their
- *      running sums in runs; the cut is the first whose running fraction reaches top_p,
+ *   3. top_p (a block per row): p per sorted candidate in parallel (step 1's, gathered by
+ *      id), then p / total; their running sums in runs; the cut is the
+ *      first whose running fraction reaches top_p,
  *      the mass the running p there, and the token the first whose running p exceeds
  *      u = gdp_sample_u53 * mass.
  * Rows holding NaN logits are the exception: the reference's order is not total there
@@ -154,7 +155,7 @@ struct pick_args {
     const void *draw;        /* (B) i32 or i64, stride ds */
     int draw_i64;
     int64_t ds;
-    uint64_t *cand;          /* (B, n) key << idbits | id, in id order; top-p: then p / total */
+    uint64_t *cand;          /* (B, n) key << idbits | id, in id order; top-p: then p in sorted order */
     uint64_t *sorted;        /* (B, n) the candidates in order (top-p only) */
     double *w;               /* (B, n) weights */
     double *runs;            /* (B, 2, nruns) the runs' sums, then the sums of the runs before each */
@@ -234,34 +235,75 @@ static __device__ uint32_t block_scan(uint32_t v, uint32_t *sh, uint32_t *total)
     return v;
 }
 
+/* A run's values are read SAMPLE_LOADS at a time before they are added, so that a thread
+ * waits for memory once a group, not once an addition (w comes from L2). */
+#define SAMPLE_LOADS 8
+
+/* acc + w[j] + ... through w[e - 1], one rounded addition at a time. */
+static __device__ __forceinline__ double add_run(double acc, const double *w, int64_t j, int64_t e)
+{
+    for (; j < e; j += SAMPLE_LOADS) {
+        double v[SAMPLE_LOADS];
+#pragma unroll
+        for (int k = 0; k < SAMPLE_LOADS; k++) v[k] = j + k < e ? w[j + k] : 0.0;
+#pragma unroll
+        for (int k = 0; k < SAMPLE_LOADS; k++)
+            if (j + k < e) acc = __dadd_rn(acc, v[k]);
+    }
+    return acc;
+}
+
 /* sums[c] = run c's sum of w[0..n) (one rounded addition at a time from its first value),
  * a thread a run. */
 static __device__ void run_sums(const double *w, int64_t n, double *sums)
 {
     const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+    for (int64_t c = threadIdx.x; c < nr; c += blockDim.x)
+        sums[c] = add_run(0.0, w, c * GDP_SAMPLE_RUN, min(n, (c + 1) * GDP_SAMPLE_RUN));
+}
+
+/* The same for two lists at once (two chains of additions a thread, side by side). */
+static __device__ void run_sums2(const double *w, const double *w2, int64_t n, double *sums, double *sums2)
+{
+    const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
     for (int64_t c = threadIdx.x; c < nr; c += blockDim.x) {
         const int64_t e = min(n, (c + 1) * GDP_SAMPLE_RUN);
-        double acc = 0;
-        for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j++) acc = __dadd_rn(acc, w[j]);
-        sums[c] = acc;
+        double acc = 0, acc2 = 0;
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j += SAMPLE_LOADS) {
+            double v[SAMPLE_LOADS], v2[SAMPLE_LOADS];
+#pragma unroll
+            for (int k = 0; k < SAMPLE_LOADS; k++) v[k] = j + k < e ? w[j + k] : 0.0, v2[k] = j + k < e ? w2[j + k] : 0.0;
+#pragma unroll
+            for (int k = 0; k < SAMPLE_LOADS; k++)
+                if (j + k < e) acc = __dadd_rn(acc, v[k]), acc2 = __dadd_rn(acc2, v2[k]);
+        }
+        sums[c] = acc, sums2[c] = acc2;
     }
 }
 
-/* After run_sums: sums[c] becomes the sum of the runs before c, added in turn from 0 (one
- * thread); every thread gets the total. */
+/* After run_sums: sums[c] becomes the sum of the runs before c, added in turn from 0 by one
+ * thread, from shared memory (the block brings in 1024 runs at a time); every thread gets
+ * the total. */
 static __device__ double run_befores(double *sums, int64_t n, double *total_sh)
 {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
-        double acc = 0;
-        for (int64_t c = 0; c < nr; c++) {
-            const double t = sums[c];
-            sums[c] = acc;
-            acc = __dadd_rn(acc, t);
-        }
-        *total_sh = acc;
+    __shared__ double part[1024];
+    const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
+    double acc = 0;
+    for (int64_t c0 = 0; c0 < nr; c0 += 1024) {
+        const int m = nr - c0 < 1024 ? (int)(nr - c0) : 1024;
+        __syncthreads();
+        for (int i = threadIdx.x; i < m; i += blockDim.x) part[i] = sums[c0 + i];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < m; i++) {
+                const double t = part[i];
+                part[i] = acc;
+                acc = __dadd_rn(acc, t);
+            }
+        __syncthreads();
+        for (int i = threadIdx.x; i < m; i += blockDim.x) sums[c0 + i] = part[i];
     }
+    if (threadIdx.x == 0) *total_sh = acc;
     __syncthreads();
     return *total_sh;
 }
@@ -277,13 +319,17 @@ static __device__ int64_t run_first(const double *w, int64_t n, const double *be
         const int64_t e = min(n, (c + 1) * GDP_SAMPLE_RUN);
         const double before = befores[c];
         double acc = 0;
-        for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j++) {
-            acc = __dadd_rn(acc, w[j]);
-            const double run = __dadd_rn(before, acc);
-            if (GE ? run >= t : t < run) {
-                first = (uint32_t)j;
-                break;
-            }
+        for (int64_t j = c * GDP_SAMPLE_RUN; j < e && first == 0xffffffffu; j += SAMPLE_LOADS) {
+            double v[SAMPLE_LOADS];
+#pragma unroll
+            for (int k = 0; k < SAMPLE_LOADS; k++) v[k] = j + k < e ? w[j + k] : 0.0;
+#pragma unroll
+            for (int k = 0; k < SAMPLE_LOADS; k++)
+                if (j + k < e && first == 0xffffffffu) {
+                    acc = __dadd_rn(acc, v[k]);
+                    const double run = __dadd_rn(before, acc);
+                    if (GE ? run >= t : t < run) first = (uint32_t)(j + k);
+                }
         }
     }
     first = block_min(first, sh);
@@ -294,9 +340,7 @@ static __device__ int64_t run_first(const double *w, int64_t n, const double *be
 static __device__ double run_at(const double *w, int64_t i, const double *befores)
 {
     const int64_t c = i / GDP_SAMPLE_RUN;
-    double acc = 0;
-    for (int64_t j = c * GDP_SAMPLE_RUN; j <= i; j++) acc = __dadd_rn(acc, w[j]);
-    return __dadd_rn(befores[c], acc);
+    return __dadd_rn(befores[c], add_run(0.0, w, c * GDP_SAMPLE_RUN, i + 1));
 }
 
 /* Step 1 (see the top): the candidates, their weights and total, and without top_p the token. */
@@ -383,27 +427,28 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_top_p_kernel(pick_args a)
     __shared__ uint32_t sh[32];
     __shared__ double total_sh;
     const int64_t b = blockIdx.x, n = a.n;
-    const uint64_t *sorted = a.sorted + b * n;
-    double *p = a.w + b * n, *r = (double *)(a.cand + b * n); /* the unsorted keys are done with */
+    const uint64_t *sorted = a.sorted + b * n, idmask = ((uint64_t)1 << a.idbits) - 1;
+    double *w = a.w + b * n;                 /* step 1's weights in id order, then p / total */
+    double *p = (double *)(a.cand + b * n);  /* the weights in sorted order: the unsorted keys are done with */
     double *rruns = a.runs + b * 2 * a.nruns, *pruns = rruns + a.nruns;
     const float zmax = a.rmax[b];
     const double total = a.rtot[b];
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const double pi = gdp_exp((double)key_z((uint32_t)(sorted[i] >> a.idbits)) - (double)zmax);
-        p[i] = pi;
-        r[i] = pi / total;
-    }
+    /* every id a candidate: its weight is step 1's, at its id; else (top-k) computed again */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        p[i] = n == a.V ? w[sorted[i] & idmask]
+                        : gdp_exp((double)key_z((uint32_t)(sorted[i] >> a.idbits)) - (double)zmax);
     __syncthreads();
-    run_sums(r, n, rruns);
-    run_sums(p, n, pruns);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) w[i] = p[i] / total; /* the fractions, sorted */
+    __syncthreads();
+    run_sums2(w, p, n, rruns, pruns);
     run_befores(rruns, n, &total_sh);
     run_befores(pruns, n, &total_sh);
     /* taken: through the first whose running fraction reaches top_p (all when none does) */
-    const int64_t taken = min(run_first<true>(r, n, rruns, a.top_p, sh) + 1, n);
+    const int64_t taken = min(run_first<true>(w, n, rruns, a.top_p, sh) + 1, n);
     const double mass = run_at(p, taken - 1, pruns);
     const double u = gdp_sample_u53(a.seed, draw_of(a, b)) * mass;
     const int64_t i = min(run_first<false>(p, taken, pruns, u, sh), taken - 1);
-    if (threadIdx.x == 0) a.out[b] = (int32_t)(sorted[i] & (((uint64_t)1 << a.idbits) - 1));
+    if (threadIdx.x == 0) a.out[b] = (int32_t)(sorted[i] & idmask);
 }
 
 /* The workspace's parts, each at a multiple of CU_WS_ALIGN; `sort_bytes` is CUB's scratch. */
