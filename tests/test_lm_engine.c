@@ -140,13 +140,20 @@ static int same_tokens(const int32_t *a, int64_t na, const int32_t *b, int64_t n
 /* A batch of three sequences with prompts of different lengths, decoded together (one of
  * them idle for a while): each sequence's logits and sampled tokens equal those of the
  * same sequence decoded alone, on backend c. */
+/* The batch tests' three prompts, of different lengths, drawn from `seed`. */
+enum { NB = 3 };
+static const int64_t plen[NB] = {5, 12, 9};
+static void batch_prompts(int32_t prompt[NB][12], const int32_t *pp[NB], uint64_t seed)
+{
+    for (int b = 0; b < NB; b++) prompt_of(prompt[b], plen[b], 300, seed + (uint64_t)b), pp[b] = prompt[b];
+}
+
 static void check_batch(gd_ctx *c, const char *dir, const char *what)
 {
-    enum { NB = 3, STEPS = 8 };
-    static const int64_t plen[NB] = {5, 12, 9};
+    enum { STEPS = 8 };
     int32_t prompt[NB][12];
-    for (int b = 0; b < NB; b++) prompt_of(prompt[b], plen[b], 300, 20 + (uint64_t)b);
-    const int32_t *pp[NB] = {prompt[0], prompt[1], prompt[2]};
+    const int32_t *pp[NB];
+    batch_prompts(prompt, pp, 20);
     gd_lm_engine *eb = NULL, *e1 = NULL;
     gd_lm_engine_config cb = {.batch = NB, .max_len = 40};
     gd_lm_engine_config c1 = {.max_len = 40};
@@ -241,7 +248,7 @@ static void check_batch(gd_ctx *c, const char *dir, const char *what)
  * steps are queued); a stop from the callback counts only the steps handed out, and
  * decoding on from there gives the uninterrupted run's tokens. */
 typedef struct collect {
-    int32_t (*toks)[3];
+    int32_t (*toks)[NB];
     int n, stop_at;
 } collect;
 
@@ -254,11 +261,10 @@ static int collect_step(void *user, const int32_t *next)
 
 static void check_decode(gd_ctx *c, const char *dir, const char *what)
 {
-    enum { NB = 3, STEPS = 30 };
-    static const int64_t plen[NB] = {5, 12, 9};
+    enum { STEPS = 30 };
     int32_t prompt[NB][12];
-    for (int b = 0; b < NB; b++) prompt_of(prompt[b], plen[b], 300, 40 + (uint64_t)b);
-    const int32_t *pp[NB] = {prompt[0], prompt[1], prompt[2]};
+    const int32_t *pp[NB];
+    batch_prompts(prompt, pp, 40);
     gd_lm_engine *e = NULL;
     gd_lm_engine_config cb = {.batch = NB, .max_len = 48};
     CHECK(gd_lm_engine_open(c, dir, &cb, &e) == GD_OK, "%s: decode engine: %s", what, gd_ctx_error(c));
