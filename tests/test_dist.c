@@ -6,9 +6,12 @@
 #include "gradus_dist.h"
 #include "testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,7 +33,23 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One rank of the job; the exit status says what went wrong (0: all as expected). */
+/* A port no one listens on now: the one the kernel gives a socket bound to port 0 (a fixed
+ * pick could be taken, by another test running beside this one or by an outgoing
+ * connection's ephemeral port). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port > 0 ? port : 30000 + (int)(getpid() % 20000);
+}
+
+/* One rank of the job; the exit status says what went wrong (0: all as expected). The job
+ * where every rank answers has time to spare on a loaded machine; the one where a rank
+ * stops answering checks the 3-second timeout itself. */
 static int rank_main(int rank, int port, int vanish)
 {
     char p[16], r[16];
@@ -43,7 +62,7 @@ static int rank_main(int rank, int port, int vanish)
     gd_ctx *c = NULL;
     if (gd_ctx_create(&c, &(gd_ctx_options){.size = sizeof(gd_ctx_options), .no_plugins = 1}) != GD_OK) return 10;
     gd_dist *d = NULL;
-    gd_dist_options o = {.size = sizeof o, .timeout_s = 3, .bucket_bytes = 64}; /* 16 floats a bucket */
+    gd_dist_options o = {.size = sizeof o, .timeout_s = vanish ? 3 : 30, .bucket_bytes = 64}; /* 16 floats a bucket */
     if (gd_dist_open(c, &o, &d) != GD_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, gd_ctx_error(c));
         return 11;
@@ -144,8 +163,7 @@ int main(void)
 
     fflush(stdout);
     fflush(stderr);
-    int port = 30000 + (int)(getpid() % 20000);
-    job(port, 0, "three ranks");
-    job(port + 1, 1, "a rank that stops answering");
+    job(free_port(), 0, "three ranks");
+    job(free_port(), 1, "a rank that stops answering");
     return tu_finish("test_dist");
 }
