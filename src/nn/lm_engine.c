@@ -366,6 +366,15 @@ static gd_status sampler_for(gd_lm_engine *e, const gd_sample_config *c, int *wh
     return GD_OK;
 }
 
+/* The draw numbers of a staged step: the token sampled will sit at position posv + 1, whose
+ * draw number it takes, as gd_lm_generate's; sequence b draws from its own stream, b * 2^40
+ * further on (sequence 0's is a single sequence's), so that a batch of one prompt gives
+ * different continuations. */
+static void stage_draws(gd_lm_engine *e)
+{
+    for (int64_t b = 0; b < e->B; b++) e->drawv[b] = e->posv[b] + 1 + (b << 40);
+}
+
 gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int32_t *next)
 {
     if (e == NULL) return GD_ERR_INVALID;
@@ -377,10 +386,7 @@ gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_
     int k = 0;
     gd_status st = stage_step(e, ids, r);
     if (st == GD_OK) st = sampler_for(e, c, &k);
-    /* the token sampled will sit at position len + 1: its draw number, as gd_lm_generate's;
-     * sequence b draws from its own stream, b * 2^40 further on (sequence 0's is a single
-     * sequence's), so that a batch of one prompt gives different continuations */
-    for (int64_t b = 0; b < e->B; b++) e->drawv[b] = e->posv[b] + 1 + (b << 40);
+    stage_draws(e);
     size_t B = (size_t)e->B;
     if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
     if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
@@ -449,8 +455,8 @@ gd_status gd_lm_engine_decode(gd_lm_engine *e, const int32_t *ids, const gd_samp
         e->posv[b] = (int32_t)e->lens[b];
         e->lenv[b] = (int32_t)(e->lens[b] + 1);
         e->tokv[b] = ids[b];
-        e->drawv[b] = e->posv[b] + 1 + (b << 40); /* as gd_lm_engine_next_batch's */
     }
+    stage_draws(e);
     if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
     if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
     if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
