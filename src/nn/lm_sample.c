@@ -16,11 +16,13 @@
  * gradus_semantics.h), in exactly these orders: a device kernel reproduces them to pick
  * the same tokens (backends/cuda/sample.cu).
  * Work: a selection in O(V) for top-k (not a sort of V), a heap for top-p that stops as soon
- * as the mass is reached, so a peaked distribution costs about one pass over the logits. */
+ * as the mass is reached, so a peaked distribution costs about one pass over the logits; a
+ * flat one, which the heap would pop most of, is put in order by a radix sort instead. */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct cand {
     float z;
@@ -76,6 +78,36 @@ static void sift(const cand *c, int32_t *h, int64_t n, int64_t i)
     }
 }
 
+/* The order as a key: a smaller key is ahead (a larger z; -0 as +0, which compare equal). */
+static uint32_t order_key(float z)
+{
+    uint32_t u;
+    z = z == 0.0f ? 0.0f : z;
+    memcpy(&u, &z, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* ascending with z */
+    return ~u;
+}
+
+/* o[0..n) = the indices of c in the order: a stable radix sort of the keys, a byte at a
+ * time from the lowest, starting from id order (c is in id order), so equal keys stay in
+ * id order. tmp holds n more. */
+static int32_t *radix_order(const cand *c, int64_t n, int32_t *o, int32_t *tmp)
+{
+    for (int64_t i = 0; i < n; i++) o[i] = (int32_t)i;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int64_t count[257] = {0};
+        for (int64_t i = 0; i < n; i++) count[((order_key(c[o[i]].z) >> shift) & 255u) + 1]++;
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int64_t i = 0; i < n; i++) tmp[count[(order_key(c[o[i]].z) >> shift) & 255u]++] = o[i];
+        int32_t *t = o;
+        o = tmp, tmp = t;
+    }
+    return o; /* four passes: back in the first buffer */
+}
+
+/* Candidates popped off the heap before a row counts as flat (radix_order then). */
+#define HEAP_POPS 1024
+
 int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch)
 {
     int64_t best = 0;
@@ -105,20 +137,38 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
         int64_t left = n;
         double mass = 0;
         gdp_run_sum fs = {0}, ms = {0};
-        while (left > 0) {
+        int reached = 0;
+        while (left > 0 && n - left < HEAP_POPS) {
             int32_t top = h[0];
             h[0] = h[--left];
             h[left] = top;
             sift(cs, h, left, 0);
             const double frac = gdp_run_sum_add(&fs, p[top] / total);
             mass = gdp_run_sum_add(&ms, p[top]);
+            if ((reached = frac >= c->top_p)) break;
+        }
+        double u;
+        gdp_run_sum as = {0};
+        if (reached || left == 0) {
+            u = gdp_sample_u53(c->seed, counter) * mass;
+            for (int64_t i = n - 1; i >= left; i--)
+                if (u < gdp_run_sum_add(&as, p[h[i]])) return cs[h[i]].id;
+            return cs[h[left]].id;
+        }
+        /* flat: every candidate in order (the first HEAP_POPS of which were the ones
+         * popped), the sums going on from there */
+        int32_t *o = radix_order(cs, n, h, h + n);
+        int64_t taken = n - left;
+        while (taken < n) {
+            const int32_t i = o[taken++];
+            const double frac = gdp_run_sum_add(&fs, p[i] / total);
+            mass = gdp_run_sum_add(&ms, p[i]);
             if (frac >= c->top_p) break;
         }
-        double u = gdp_sample_u53(c->seed, counter) * mass;
-        gdp_run_sum as = {0};
-        for (int64_t i = n - 1; i >= left; i--)
-            if (u < gdp_run_sum_add(&as, p[h[i]])) return cs[h[i]].id;
-        return cs[h[left]].id;
+        u = gdp_sample_u53(c->seed, counter) * mass;
+        for (int64_t i = 0; i < taken; i++)
+            if (u < gdp_run_sum_add(&as, p[o[i]])) return cs[o[i]].id;
+        return cs[o[taken - 1]].id;
     }
     double u = gdp_sample_u53(c->seed, counter) * total;
     gdp_run_sum as = {0};
@@ -127,4 +177,4 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
     return cs[n - 1].id;
 }
 
-size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double) + sizeof(int32_t)) + 16; }
+size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double) + 2 * sizeof(int32_t)) + 16; }
