@@ -25,12 +25,11 @@
  *      one radix sort over every row (CUB's, many blocks), scratch in the node's workspace.
  *      (A batch whose row index does not fit in that key falls back.)
  *   3. top_p (a block per row): p per sorted candidate in parallel (step 1's, gathered by
- *      id), then p / total; their running sums in runs; the cut is the
- *      first whose running fraction reaches top_p,
- *      the mass the running p there, and the token the first whose running p exceeds
- *      u = gdp_sample_u53 * mass.
+ *      id), then p / total; their running sums in runs; the cut is the first whose running
+ *      fraction reaches top_p, the mass the running p there, and the token the first whose
+ *      running p exceeds u = gdp_sample_u53 * mass.
  * Rows holding NaN logits are the exception: the reference's order is not total there
- * (its quickselect and heap compare NaN as neither ahead nor behind), so their tokens may
+ * (its quickselect, heap and radix sort do not place NaN alike), so their tokens may
  * differ; they are garbage in any case.
  */
 #include "cuda_internal.h"
