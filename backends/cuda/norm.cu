@@ -6,7 +6,7 @@
  * hidden size) go to a warp each, forward (norm_warp_kernel, 32 rows or more: a training
  * batch) and backward (norm_bwd_warp_kernel): held in registers, read once, the sums warp
  * shuffles in double — a block per row spent its time in the barriers of its block-wide
- * sums. Rows of at most 16 vectors share a warp, 16 or 8 lanes each. Otherwise a block per
+ * sums. Rows of at most 16 vectors share a warp, 8 lanes each. Otherwise a block per
  * row: the statistics are block reductions in double (two passes for the variance, as the
  * reference); rows of up to 2048 are held in registers (norm_row_kernel, also a decode
  * step's few rows), longer ones read again for each pass (norm_fwd_kernel,
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(THREADS) norm_row_kernel(const T *in, const T 
  * l, l + L, ... (NV of them, cu_vec<T>::N elements each) of the row, read and written 16
  * bytes at a time; the sums are the lane's elements in order, then the butterfly, in double.
  * A block per row spent its time in the barriers of its two block-wide sums and moved 2
- * bytes a load. Short rows (a head's q or k under Qwen3's norm) take L = 16 or 8 lanes of
- * one vector each, 32 / L rows a warp, rather than leave most of a warp idle. C a multiple
+ * bytes a load. Short rows (a head's q or k under Qwen3's norm) take L = 8 lanes of one or
+ * two vectors each, 4 rows a warp, rather than leave most of a warp idle. C a multiple
  * of the vector, every row aligned. Few rows (a decode step's) keep norm_row_kernel: its
  * block spreads a row over 256 threads, and the products that take the RMS norm in front
  * (gemv.cu) sum in its order. */
@@ -249,9 +249,10 @@ __global__ void __launch_bounds__(THREADS) norm_warp_kernel(const T *in, const T
     }
 }
 
-/* Lanes a row of C elements gets: a warp, or for rows of 16 vectors or fewer, 16 or 8
- * lanes of one vector each. */
-static int row_lanes(int64_t C, int N) { return C <= 8 * N ? 8 : C <= 16 * N ? 16 : 32; }
+/* Lanes a row of C elements gets: a warp, or for rows of 16 vectors or fewer, 8 lanes of
+ * one or two vectors each. (16 lanes of one vector kept half the bytes in flight a warp:
+ * rows of 128 halves, a head's q or k under Qwen3's norm, waited on memory.) */
+static int row_lanes(int64_t C, int N) { return C <= 16 * N ? 8 : 32; }
 
 template <typename T>
 static void norm_warp_launch(const cu_backend *be, cudaStream_t s, const T *in, const T *res, T *sum, const T *w,
@@ -260,10 +261,10 @@ static void norm_warp_launch(const cu_backend *be, cudaStream_t s, const T *in, 
     constexpr int N = cu_vec<T>::N;
     const int nv = (C + 32 * N - 1) / (32 * N), L = row_lanes(C, N);
     const unsigned g = cu_blocks(be, (rows * L + 31) / 32 * 32, THREADS);
-    if (L == 8)
+    if (L == 8 && C <= 8 * N)
         cu_launch(be, norm_warp_kernel<T, 1, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
-    else if (L == 16)
-        cu_launch(be, norm_warp_kernel<T, 1, 16>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
+    else if (L == 8)
+        cu_launch(be, norm_warp_kernel<T, 2, 8>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
     else if (nv <= 2)
         cu_launch(be, norm_warp_kernel<T, 2, 32>, g, THREADS, 0, s, in, res, sum, w, b, y, rows, C, eps, rms);
     else if (nv <= 4)
@@ -312,11 +313,13 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, const 
  * each lane adds dy * xhat and dy of its columns over the rows its warp takes (in float),
  * the rows of a warp's L-lane groups are added in group order, then the block's warps in
  * warp order, into part[block][0, C) and part[block][C, 2C) for norm_bwd_fold_kernel. The
- * grid is a few blocks an SM (NORM_BWD_BLOCKS_PER_SM), so that a warp takes many rows
- * and part stays small: x and dy are read once, where a column pass read them again. */
+ * grid is as many blocks as an SM holds, up to NORM_BWD_BLOCKS_PER_SM, so that a warp takes
+ * many rows and part stays small: x and dy are read once, where a column pass read them
+ * again. (Four blocks an SM left rows of 128 elements, a row a lane group in flight, waiting
+ * on memory: 16 warps an SM did not hold the bytes in flight that the bandwidth asks for.) */
 #define BWD_THREADS 128 /* 4 warps: with ~100 registers a thread, 4 blocks (16 warps) an SM */
 #define BWD_WARPS (BWD_THREADS / 32)
-#define NORM_BWD_BLOCKS_PER_SM 4
+#define NORM_BWD_BLOCKS_PER_SM 8
 #define NORM_BWD_MAX_C 2048 /* 8 vectors of 8 halves a lane */
 #define NORM_BWD_SLOTS 32   /* a lane's columns whose sums live in shared memory (NV * N): more stay in registers */
 /* Element e of a 16-byte vector of T, widened to float. */
@@ -340,7 +343,7 @@ __global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy,
     /* per-element arithmetic: double for f32 rows, as the reference; float for f16/bf16,
      * whose rounding is 2^8 to 2^11 times coarser (the row sums are double either way) */
     using A = typename std::conditional<sizeof(T) == 2, float, double>::type;
-    __shared__ float acc[2 * NORM_BWD_MAX_C];
+    __shared__ float acc[2 * NV * N * L]; /* the block's column sums: C <= NV N L */
     const int lane = threadIdx.x & 31, l = lane % L;
     float pw[SLOTS ? 1 : NV][N], pb[SLOTS ? 1 : NV][N]; /* this lane's column sums, in registers */
     /* w's vectors of those columns, kept for every row when there is room (16 bytes: f16 and
@@ -361,7 +364,11 @@ __global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy,
     for (int64_t r0 = (blockIdx.x * (int64_t)BWD_WARPS + (threadIdx.x >> 5)) * per; r0 < rows; r0 += step) {
         const int64_t r = r0 + lane / L;
         const bool live = r < rows; /* a lane past the last row still takes part in the shuffles */
-        uint4 xr[NV], dr[NV]; /* the row's vectors as read; g = dy * w is taken where used */
+        /* the row's vectors as read; g = dy * w is taken where used. The residual's are asked
+         * for with them (read after the sums, they were a second memory latency a row), but
+         * for the longest rows, whose registers would spill. */
+        constexpr bool REARLY = NV <= 4;
+        uint4 xr[NV], dr[NV], rr[REARLY ? NV : 1];
         A s1 = 0;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
@@ -369,6 +376,11 @@ __global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy,
             if (!live || k0 >= C) continue;
             xr[j] = *reinterpret_cast<const uint4 *>(x + r * C + k0);
             dr[j] = *reinterpret_cast<const uint4 *>(dy + r * C + k0);
+            if (REARLY && res != NULL) rr[REARLY ? j : 0] = *reinterpret_cast<const uint4 *>(res + r * C + k0);
+        }
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            if (!live || (l + L * j) * N >= C) continue;
 #pragma unroll
             for (int e = 0; e < N; e++) s1 += (A)vec_el<T>(xr[j], e);
         }
@@ -419,7 +431,7 @@ __global__ void __launch_bounds__(BWD_THREADS) norm_bwd_warp_kernel(const T *dy,
                 }
             }
             if (res != NULL) { /* dx as stored, plus the residual stream's gradient: the pair's bits */
-                const uint4 rv = *reinterpret_cast<const uint4 *>(res + r * C + k0);
+                const uint4 rv = REARLY ? rr[REARLY ? j : 0] : *reinterpret_cast<const uint4 *>(res + r * C + k0);
                 float f[N];
 #pragma unroll
                 for (int e = 0; e < N; e++) f[e] = as_stored<T>((float)out[e]) + vec_el<T>(rv, e);
@@ -588,12 +600,39 @@ static gdp_status norm_fwd_run(cu_backend *be, const gdp_node *node, cudaStream_
 }
 CU_LAUNCHER(norm_fwd_run)
 
-/* Blocks of the warp backward: a few an SM (see norm_bwd_warp_kernel), fewer when the rows
- * do not fill them. */
-static int64_t norm_bwd_warp_blocks(const cu_backend *be, int64_t rows, int L)
+/* The warp backward's form for rows of C elements (NV vectors a lane, L lanes a row). */
+template <typename T, typename F> static void norm_bwd_form(int64_t C, F &&f)
 {
+    constexpr int N = cu_vec<T>::N;
+    const int nv = (int)((C + 32 * N - 1) / (32 * N)), L = row_lanes(C, N);
+    if (L == 8 && C <= 8 * N) f(norm_bwd_warp_kernel<T, 1, 8>);
+    else if (L == 8) f(norm_bwd_warp_kernel<T, 2, 8>);
+    else if (nv <= 2) f(norm_bwd_warp_kernel<T, 2, 32>);
+    else if (nv <= 4) f(norm_bwd_warp_kernel<T, 4, 32>);
+    else f(norm_bwd_warp_kernel<T, 8, 32>);
+}
+
+/* Blocks of the warp backward: as many as the SMs hold of the form's kernel (its registers
+ * and shared memory), at most NORM_BWD_BLOCKS_PER_SM an SM, fewer when the rows do not fill
+ * them. A function of the device, the dtype and the shape only: the scratch is declared
+ * with it before the launch. */
+static int64_t norm_bwd_warp_blocks(const cu_backend *be, int32_t dt, int64_t rows, int64_t C)
+{
+    const int N = 16 / (int)gdp_dtype_size(dt), L = row_lanes(C, N);
+    int per_sm = 0;
+    auto occ = [&](auto kern) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, BWD_THREADS, 0) != cudaSuccess) per_sm = 0;
+    };
+    switch (dt) {
+    case GDP_F32: norm_bwd_form<float>(C, occ); break;
+    case GDP_F16: norm_bwd_form<__half>(C, occ); break;
+    default: norm_bwd_form<__nv_bfloat16>(C, occ); break;
+    }
+    (void)cudaGetLastError(); /* a failed query leaves no error behind: the floor below stands */
+    if (per_sm < 1) per_sm = 1;
+    if (per_sm > NORM_BWD_BLOCKS_PER_SM) per_sm = NORM_BWD_BLOCKS_PER_SM;
     const int64_t want = (rows * L + BWD_THREADS - 1) / BWD_THREADS;
-    const int64_t cap = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * NORM_BWD_BLOCKS_PER_SM;
+    const int64_t cap = (int64_t)(be->sm_count > 0 ? be->sm_count : 80) * per_sm;
     return want < 1 ? 1 : want < cap ? want : cap;
 }
 
@@ -614,22 +653,13 @@ static void norm_bwd_launch(cu_backend *be, cudaStream_t s, const gdp_node *node
     const T *w = node->n_in > 2 ? (const T *)node->in[2]->data : NULL;
     const T *res = node->n_in > 3 ? (const T *)node->in[3]->data : NULL;
     T *dx = (T *)node->out[0]->data, *dw = (T *)node->out[1]->data, *db = node->n_out > 2 ? (T *)node->out[2]->data : NULL;
-    constexpr int N = cu_vec<T>::N;
     const unsigned gf = cu_blocks(be, C * 32, THREADS);
     if (norm_bwd_vec(node, C)) {
-        const int nv = (int)((C + 32 * N - 1) / (32 * N)), L = row_lanes(C, N);
-        const int64_t gw = norm_bwd_warp_blocks(be, rows, L);
+        const int64_t gw = norm_bwd_warp_blocks(be, node->in[1]->dtype, rows, C);
         float *part = (float *)ws;
-        if (L == 8)
-            norm_bwd_warp_kernel<T, 1, 8><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
-        else if (L == 16)
-            norm_bwd_warp_kernel<T, 1, 16><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
-        else if (nv <= 2)
-            norm_bwd_warp_kernel<T, 2, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
-        else if (nv <= 4)
-            norm_bwd_warp_kernel<T, 4, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
-        else
-            norm_bwd_warp_kernel<T, 8, 32><<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
+        norm_bwd_form<T>(C, [&](auto kern) {
+            kern<<<(unsigned)gw, BWD_THREADS, 0, s>>>(dy, x, w, res, dx, part, rows, (int)C, eps, rms);
+        });
         norm_bwd_fold_kernel<T, float><<<gf, THREADS, 0, s>>>(part, dw, db, C, gw);
         return;
     }
@@ -651,7 +681,7 @@ static size_t norm_bwd_scratch(const cu_backend *be, const gdp_node *n)
     if (rows == 0) return 0;
     const int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, N = 16 / (int64_t)gdp_dtype_size(x->dtype);
     const size_t cols = (size_t)(2 * rows + 2 * C * chunks) * sizeof(double);
-    const size_t warp = (size_t)(norm_bwd_warp_blocks(be, rows, row_lanes(C, (int)N)) * 2 * C) * sizeof(float);
+    const size_t warp = (size_t)(norm_bwd_warp_blocks(be, x->dtype, rows, C) * 2 * C) * sizeof(float);
     return cols > warp ? cols : warp;
 }
 

@@ -456,6 +456,7 @@ static const char *const rms_norm_cases[] = {
     "n[37,128] n[128]",   /* short rows (a head's q or k): 16 or 32 lanes a row */
     "n[33,32] n[32]",     /* 8 lanes a row, a warp's last rows empty */
     "n[33,256]",          /* two vectors a lane */
+    "n[37,120] n[120]",   /* 8 lanes a row of two vectors, the last lane's second empty */
     NULL,
 };
 
@@ -473,6 +474,7 @@ static const char *const rms_norm_grad_cases[] = {
     /* more rows than a backend's grid has warps, or groups of 8 lanes: several rows a lane */
     "n[2200,136] n[2200,136] n[136]",
     "n[8500,32] n[8500,32] n[32]",
+    "n[2200,120] n[2200,120] n[120]", /* 8 lanes a row of two vectors, the last lane's second empty */
     NULL,
 };
 
@@ -487,6 +489,7 @@ static const char *const norm_grad_add_cases[] = {
     "n[5,2048] n[5,2048] n[2048] n[5,2048]",
     "n[3,2500] n[3,2500] n[2500] n[3,2500]",
     "n[2200,136] n[2200,136] n[136] n[2200,136]",
+    "n[2200,120] n[2200,120] n[120] n[2200,120]",
     NULL,
 };
 
