@@ -253,16 +253,9 @@ static __device__ __forceinline__ double add_run(double acc, const double *w, in
 }
 
 /* sums[c] = run c's sum of w[0..n) (one rounded addition at a time from its first value),
- * a thread a run. */
-static __device__ void run_sums(const double *w, int64_t n, double *sums)
-{
-    const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
-    for (int64_t c = threadIdx.x; c < nr; c += blockDim.x)
-        sums[c] = add_run(0.0, w, c * GDP_SAMPLE_RUN, min(n, (c + 1) * GDP_SAMPLE_RUN));
-}
-
-/* The same for two lists at once (two chains of additions a thread, side by side). */
-static __device__ void run_sums2(const double *w, const double *w2, int64_t n, double *sums, double *sums2)
+ * a thread a run; with TWO, sums2[c] the same of w2, the two chains side by side. */
+template <bool TWO>
+static __device__ void run_sums(const double *w, const double *w2, int64_t n, double *sums, double *sums2)
 {
     const int64_t nr = (n + GDP_SAMPLE_RUN - 1) / GDP_SAMPLE_RUN;
     for (int64_t c = threadIdx.x; c < nr; c += blockDim.x) {
@@ -271,12 +264,19 @@ static __device__ void run_sums2(const double *w, const double *w2, int64_t n, d
         for (int64_t j = c * GDP_SAMPLE_RUN; j < e; j += SAMPLE_LOADS) {
             double v[SAMPLE_LOADS], v2[SAMPLE_LOADS];
 #pragma unroll
-            for (int k = 0; k < SAMPLE_LOADS; k++) v[k] = j + k < e ? w[j + k] : 0.0, v2[k] = j + k < e ? w2[j + k] : 0.0;
+            for (int k = 0; k < SAMPLE_LOADS; k++) {
+                v[k] = j + k < e ? w[j + k] : 0.0;
+                if (TWO) v2[k] = j + k < e ? w2[j + k] : 0.0;
+            }
 #pragma unroll
             for (int k = 0; k < SAMPLE_LOADS; k++)
-                if (j + k < e) acc = __dadd_rn(acc, v[k]), acc2 = __dadd_rn(acc2, v2[k]);
+                if (j + k < e) {
+                    acc = __dadd_rn(acc, v[k]);
+                    if (TWO) acc2 = __dadd_rn(acc2, v2[k]);
+                }
         }
-        sums[c] = acc, sums2[c] = acc2;
+        sums[c] = acc;
+        if (TWO) sums2[c] = acc2;
     }
 }
 
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_candidates_kernel(const T *
         w[j] = gdp_exp((double)key_z((uint32_t)(cand[j] >> a.idbits)) - (double)zmax);
     __syncthreads();
     double *runs = a.runs + b * 2 * a.nruns;
-    run_sums(w, n, runs);
+    run_sums<false>(w, NULL, n, runs, NULL);
     const double total = run_befores(runs, n, &total_sh);
     if (a.top_p_on) {
         if (threadIdx.x == 0) {
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(PICK_THREADS) pick_top_p_kernel(pick_args a)
     __syncthreads();
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) w[i] = p[i] / total; /* the fractions, sorted */
     __syncthreads();
-    run_sums2(w, p, n, rruns, pruns);
+    run_sums<true>(w, p, n, rruns, pruns);
     run_befores(rruns, n, &total_sh);
     run_befores(pruns, n, &total_sh);
     /* taken: through the first whose running fraction reaches top_p (all when none does) */
