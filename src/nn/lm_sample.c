@@ -17,7 +17,8 @@
  * the same tokens (backends/cuda/sample.cu).
  * Work: a selection in O(V) for top-k (not a sort of V), a heap for top-p that stops as soon
  * as the mass is reached, so a peaked distribution costs about one pass over the logits; a
- * flat one, which the heap would pop most of, is put in order by a radix sort instead. */
+ * flat one, which the heap would pop most of, is put in order by a radix sort instead (with
+ * no heap at all when the total shows that HEAP_POPS candidates cannot reach the mass). */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 
@@ -90,19 +91,33 @@ static uint32_t order_key(float z)
 
 /* o[0..n) = the indices of c in the order: a stable radix sort of the keys, a byte at a
  * time from the lowest, starting from id order (c is in id order), so equal keys stay in
- * id order. tmp holds n more. */
-static int32_t *radix_order(const cand *c, int64_t n, int32_t *o, int32_t *tmp)
+ * id order. The keys move with the indices (k, then ktmp: n each), so that a pass reads
+ * them in a row rather than through the indices; a byte every key shares is skipped. tmp
+ * holds n more indices. Returns whichever of o and tmp holds the order. */
+static int32_t *radix_order(const cand *c, int64_t n, int32_t *o, int32_t *tmp, uint32_t *k, uint32_t *ktmp)
 {
-    for (int64_t i = 0; i < n; i++) o[i] = (int32_t)i;
-    for (int shift = 0; shift < 32; shift += 8) {
-        int64_t count[257] = {0};
-        for (int64_t i = 0; i < n; i++) count[((order_key(c[o[i]].z) >> shift) & 255u) + 1]++;
-        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
-        for (int64_t i = 0; i < n; i++) tmp[count[(order_key(c[o[i]].z) >> shift) & 255u]++] = o[i];
+    int64_t count[4][257];
+    memset(count, 0, sizeof count);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t key = order_key(c[i].z);
+        k[i] = key, o[i] = (int32_t)i;
+        for (int d = 0; d < 4; d++) count[d][((key >> (8 * d)) & 255u) + 1]++;
+    }
+    for (int d = 0; d < 4; d++) {
+        const int shift = 8 * d;
+        int64_t *cnt = count[d];
+        if (cnt[((k[0] >> shift) & 255u) + 1] == n) continue; /* one value of this byte: the order stands */
+        for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t at = cnt[(k[i] >> shift) & 255u]++;
+            tmp[at] = o[i], ktmp[at] = k[i];
+        }
         int32_t *t = o;
         o = tmp, tmp = t;
+        uint32_t *kt = k;
+        k = ktmp, ktmp = kt;
     }
-    return o; /* four passes: back in the first buffer */
+    return o;
 }
 
 /* Candidates popped off the heap before a row counts as flat (radix_order then). */
@@ -130,42 +145,49 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
     gdp_run_sum ts = {0};
     for (int64_t i = 0; i < n; i++) total = gdp_run_sum_add(&ts, p[i] = gdp_exp((double)cs[i].z - (double)max));
     if (c->top_p > 0 && c->top_p < 1) {
-        /* candidates in order off a heap until their mass reaches top_p; h[n - k ..) holds
-         * the k taken, the first at the end */
-        for (int64_t i = 0; i < n; i++) h[i] = (int32_t)i;
-        for (int64_t i = n / 2 - 1; i >= 0; i--) sift(cs, h, n, i);
-        int64_t left = n;
         double mass = 0;
         gdp_run_sum fs = {0}, ms = {0};
-        int reached = 0;
-        while (left > 0 && n - left < HEAP_POPS) {
-            int32_t top = h[0];
-            h[0] = h[--left];
-            h[left] = top;
-            sift(cs, h, left, 0);
-            const double frac = gdp_run_sum_add(&fs, p[top] / total);
-            mass = gdp_run_sum_add(&ms, p[top]);
-            if ((reached = frac >= c->top_p)) break;
+        int64_t taken = 0; /* candidates walked in order so far */
+        /* A heap pays when the mass is reached within HEAP_POPS candidates. Each weighs at
+         * most 1 (p = exp(z - max z)), so when HEAP_POPS of them cannot reach top_p of the
+         * total (with room for the roundings) the row is flat and goes straight to the radix
+         * sort: the same candidates in the same order, the same sums. */
+        if (!((double)HEAP_POPS * (1 + 1e-9) < c->top_p * total)) {
+            /* candidates in order off a heap until their mass reaches top_p; h[n - k ..)
+             * holds the k taken, the first at the end */
+            for (int64_t i = 0; i < n; i++) h[i] = (int32_t)i;
+            for (int64_t i = n / 2 - 1; i >= 0; i--) sift(cs, h, n, i);
+            int64_t left = n;
+            int reached = 0;
+            while (left > 0 && n - left < HEAP_POPS) {
+                int32_t top = h[0];
+                h[0] = h[--left];
+                h[left] = top;
+                sift(cs, h, left, 0);
+                const double frac = gdp_run_sum_add(&fs, p[top] / total);
+                mass = gdp_run_sum_add(&ms, p[top]);
+                if ((reached = frac >= c->top_p)) break;
+            }
+            if (reached || left == 0) {
+                const double u = gdp_sample_u53(c->seed, counter) * mass;
+                gdp_run_sum as = {0};
+                for (int64_t i = n - 1; i >= left; i--)
+                    if (u < gdp_run_sum_add(&as, p[h[i]])) return cs[h[i]].id;
+                return cs[h[left]].id;
+            }
+            taken = n - left; /* the radix order's first ones: the sums go on from there */
         }
-        double u;
-        gdp_run_sum as = {0};
-        if (reached || left == 0) {
-            u = gdp_sample_u53(c->seed, counter) * mass;
-            for (int64_t i = n - 1; i >= left; i--)
-                if (u < gdp_run_sum_add(&as, p[h[i]])) return cs[h[i]].id;
-            return cs[h[left]].id;
-        }
-        /* flat: every candidate in order (the first HEAP_POPS of which were the ones
-         * popped), the sums going on from there */
-        int32_t *o = radix_order(cs, n, h, h + n);
-        int64_t taken = n - left;
+        /* flat: every candidate in order, the sums going on from those taken */
+        uint32_t *keys = (uint32_t *)(h + 2 * n);
+        int32_t *o = radix_order(cs, n, h, h + n, keys, keys + n);
         while (taken < n) {
             const int32_t i = o[taken++];
             const double frac = gdp_run_sum_add(&fs, p[i] / total);
             mass = gdp_run_sum_add(&ms, p[i]);
             if (frac >= c->top_p) break;
         }
-        u = gdp_sample_u53(c->seed, counter) * mass;
+        const double u = gdp_sample_u53(c->seed, counter) * mass;
+        gdp_run_sum as = {0};
         for (int64_t i = 0; i < taken; i++)
             if (u < gdp_run_sum_add(&as, p[o[i]])) return cs[o[i]].id;
         return cs[o[taken - 1]].id;
@@ -177,4 +199,7 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
     return cs[n - 1].id;
 }
 
-size_t gd_lm_sample_scratch(int64_t V) { return (size_t)V * (sizeof(cand) + sizeof(double) + 2 * sizeof(int32_t)) + 16; }
+size_t gd_lm_sample_scratch(int64_t V)
+{
+    return (size_t)V * (sizeof(cand) + sizeof(double) + 2 * sizeof(int32_t) + 2 * sizeof(uint32_t)) + 16;
+}
