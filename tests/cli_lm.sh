@@ -85,6 +85,8 @@ check "generate: greedy from text" 0 "^The " "prefill: [0-9]+ tokens .*decode: 8
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen1" 2> /dev/null
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 > "$T/gen2" 2> /dev/null
 must "generate: greedy is repeatable" cmp -s "$T/gen1" "$T/gen2"
+"$G" generate --model "$T/run/latest" --prompt "The " --max-tokens 8 --temperature 0 > "$T/genl" 2> /dev/null
+must "generate: the training directory's latest file stands for the directory" cmp -s "$T/gen1" "$T/genl"
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0 --recompute > "$T/gen3" 2> /dev/null
 must "generate: the same text without the KV cache" cmp -s "$T/gen1" "$T/gen3"
 "$G" generate --model "$T/run" --prompt "The " --max-tokens 8 --temperature 0.9 --seed 3 > "$T/gen4" 2> /dev/null

@@ -51,7 +51,8 @@ int cli_is_one_of(const char *a, const char *const *names);
 int cli_unknown(const char *cmd, const char *a);
 /* The tokenizer for a model: the --tokenizer file when given, else the tokenizer.json of the
  * checkpoint or training directory `model` (dir gets the checkpoint resolved, or the model
- * path when it is a file, as a llama2.c checkpoint). *tok is NULL when there is none and
+ * path when it is a file, as a llama2.c checkpoint; a training directory's `latest` file
+ * stands for the directory). *tok is NULL when there is none and
  * none was asked for. 0 with the reason printed (an unreadable tokenizer, an unknown model). */
 int cli_model_tokenizer(gd_ctx *ctx, const char *cmd, const char *model, const char *tokenizer, char *dir, size_t cap,
                         gd_tokenizer **tok);

@@ -20,12 +20,29 @@ int cli_unknown(const char *cmd, const char *a)
     return 2;
 }
 
+/* Whether `model` is a training directory's `latest` file (the name of its newest checkpoint):
+ * then parent gets that directory, which is what the user meant. */
+static int latest_pointer(const char *model, char *parent, size_t cap)
+{
+    const char *slash = strrchr(model, '/'), *base = slash != NULL ? slash + 1 : model;
+    if (strcmp(base, "latest") != 0) return 0;
+    FILE *f = fopen(model, "r");
+    char head[8] = "";
+    const int named = f != NULL && fgets(head, sizeof head, f) != NULL && strncmp(head, "ckpt-", 5) == 0;
+    if (f != NULL) fclose(f);
+    if (!named) return 0;
+    snprintf(parent, cap, "%.*s", slash != NULL ? (int)(slash - model) : 1, slash != NULL ? model : ".");
+    if (parent[0] == '\0') snprintf(parent, cap, "/");
+    return 1;
+}
+
 int cli_model_tokenizer(gd_ctx *ctx, const char *cmd, const char *model, const char *tokenizer, char *dir, size_t cap,
                         gd_tokenizer **tok)
 {
     *tok = NULL;
     struct stat sb;
-    char path[4400];
+    char path[4400], parent[4200];
+    if (latest_pointer(model, parent, sizeof parent)) model = parent;
     if (stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) { /* a llama2.c checkpoint: no tokenizer.json */
         snprintf(dir, cap, "%s", model);
         path[0] = '\0';
