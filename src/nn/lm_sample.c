@@ -125,10 +125,12 @@ static int32_t *radix_order(const cand *c, int64_t n, int32_t *o, int32_t *tmp, 
 
 int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, uint64_t counter, void *scratch)
 {
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (logits[v] > logits[best]) best = v;
-    if (c == NULL || !(c->temperature > 0)) return (int32_t)best; /* greedy */
+    if (c == NULL || !(c->temperature > 0)) { /* greedy */
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        return (int32_t)best;
+    }
     cand *cs = scratch;
     double *p = (double *)(cs + V);
     int32_t *h = (int32_t *)(p + V);
