@@ -247,25 +247,18 @@ static inline GDP_HD double gdp_pow2_(int k)
     return d;
 }
 
-/* exp(x) in double, bit for bit the same on every machine (within about 2 ulp of the true
- * value). A sampler sums such weights in double and compares the sums with a draw, and the
- * C library's exp and a GPU's differ in the last bit often enough that a token could
- * change. x = k ln2 + r with |r| <= ln2/2 (ln2 in two parts, the first with 21 trailing
- * zero bits so that k * its first part is exact), exp(r) by its Taylor series up to
- * r^13/13! (the rest below 1e-17 relative), then times 2^k. */
-static inline GDP_HD double gdp_exp(double x)
+/* gdp_exp's steps, shared by its two forms below: r = x - kd ln2 (ln2 in two parts, the first
+ * with 21 trailing zero bits so that kd times it is exact), then exp(r) by its Taylor series
+ * up to r^13/13! (the rest below 1e-17 relative). */
+static inline GDP_HD double gdp_exp_reduce_(double x, double kd)
 {
-    if (x != x) return x;
-    if (x > 709.782712893384) return gdp_pow2_(1023) * 2.0; /* overflows to +inf */
-    if (x < -745.2) return 0.0;
-    double t = GDP_DMUL_(x, 1.4426950408889634);
-    t = GDP_DADD_(t, 0.5);
-    const double kd = floor(t);
-    const int k = (int)kd;
-    t = GDP_DMUL_(kd, -0.6931471803691238); /* exact */
+    double t = GDP_DMUL_(kd, -0.6931471803691238); /* exact */
     double r = GDP_DADD_(x, t);
     t = GDP_DMUL_(kd, -1.9082149292705877e-10);
-    r = GDP_DADD_(r, t);
+    return GDP_DADD_(r, t);
+}
+static inline GDP_HD double gdp_exp_poly_(double r)
+{
     /* Horner, highest power first: q = q * r + 1/n! */
     double q = 1.6059043836821613e-10;
     q = GDP_DMUL_(q, r);
@@ -293,7 +286,24 @@ static inline GDP_HD double gdp_exp(double x)
     q = GDP_DMUL_(q, r);
     q = GDP_DADD_(q, 1.0);
     q = GDP_DMUL_(q, r);
-    q = GDP_DADD_(q, 1.0);
+    return GDP_DADD_(q, 1.0);
+}
+
+/* exp(x) in double, bit for bit the same on every machine (within about 2 ulp of the true
+ * value). A sampler sums such weights in double and compares the sums with a draw, and the
+ * C library's exp and a GPU's differ in the last bit often enough that a token could
+ * change. x = k ln2 + r with |r| <= ln2/2, k = floor(x log2(e) + 1/2), exp(r) as above, then
+ * times 2^k. */
+static inline GDP_HD double gdp_exp(double x)
+{
+    if (x != x) return x;
+    if (x > 709.782712893384) return gdp_pow2_(1023) * 2.0; /* overflows to +inf */
+    if (x < -745.2) return 0.0;
+    double t = GDP_DMUL_(x, 1.4426950408889634);
+    t = GDP_DADD_(t, 0.5);
+    const double kd = floor(t);
+    const int k = (int)kd;
+    double q = gdp_exp_poly_(gdp_exp_reduce_(x, kd));
     /* times 2^k in at most two exact-or-once-rounded steps: k runs from -1075 to 1024 */
     if (k > 1023) {
         q = GDP_DMUL_(q, gdp_pow2_(1023));
@@ -304,6 +314,29 @@ static inline GDP_HD double gdp_exp(double x)
         return GDP_DMUL_(q, gdp_pow2_(-54));
     }
     return GDP_DMUL_(q, gdp_pow2_(k));
+}
+
+/* gdp_exp(x) for x in [GDP_EXP_RANGE_LO, 0], the range of a sampler's weights exp(z - max z)
+ * but for the smallest, the same operations in the same order without a branch: floor(t)
+ * from t rounded to an integer by adding and taking away 1.5 * 2^52, less one where that
+ * rounded up; 2^k from k + 1023 in the low bits of kd + 2^52 + 1023, moved into the exponent.
+ * A host loop of these can run several at once in vector registers (when built with
+ * -fno-trapping-math). Outside the range the result means nothing: use gdp_exp. */
+#define GDP_EXP_RANGE_LO (-708.0)
+static inline GDP_HD double gdp_exp_in_range(double x)
+{
+    double t = GDP_DMUL_(x, 1.4426950408889634);
+    t = GDP_DADD_(t, 0.5);
+    const double rnd = GDP_DADD_(GDP_DADD_(t, 6755399441055744.0), -6755399441055744.0);
+    const double kd = GDP_DADD_(rnd, rnd > t ? -1.0 : 0.0);
+    const double q = gdp_exp_poly_(gdp_exp_reduce_(x, kd));
+    const double e = GDP_DADD_(kd, 4503599627371519.0); /* 2^52 + 1023 + k */
+    uint64_t b;
+    memcpy(&b, &e, sizeof b);
+    b <<= 52;
+    double p2;
+    memcpy(&p2, &b, sizeof p2);
+    return GDP_DMUL_(q, p2);
 }
 
 #ifdef __cplusplus

@@ -2,7 +2,7 @@
  * against a plain implementation of the documented steps (a full sort), token for token
  * over many draws and vocabularies; the frequencies of draws against the probabilities
  * they should follow; the sample op on the reference against the host function; gdp_exp
- * (the sampler's weights) against the C library's exp. */
+ * (the sampler's weights) against the C library's exp, and its branch-free form against it. */
 #include "gradus_lm.h"
 #include "gradus_semantics.h"
 #include "testutil.h"
@@ -236,6 +236,32 @@ static void exp_against_libm(void)
     printf("gdp_exp: %d values within %.2f ulp of exp\n", n, worst);
 }
 
+/* gdp_exp_in_range, the sampler's weights without branches, against gdp_exp bit for bit over
+ * its range: random values at three scales, the ends, and the points where k changes (x
+ * log2(e) + 1/2 an integer, and the doubles either side). */
+static void exp_in_range(void)
+{
+    int differ = 0, n = 0;
+    for (int i = 0; i < 600000; i++, n++) {
+        const double u = unit(), x = -u * (i % 3 == 0 ? -GDP_EXP_RANGE_LO : i % 3 == 1 ? 4.0 : 1e-6);
+        const double a = gdp_exp_in_range(x), b = gdp_exp(x);
+        if (memcmp(&a, &b, sizeof a) != 0 && differ++ < 5) CHECK(0, "x %.17g: in range %.17g, gdp_exp %.17g", x, a, b);
+    }
+    for (int k = -1021; k <= 0; k++) {
+        const double c = (k - 0.5) / 1.4426950408889634, xs[5] = {c, nextafter(c, -INFINITY), nextafter(c, 0),
+                                                                   k == 0 ? 0.0 : c, GDP_EXP_RANGE_LO};
+        for (int j = 0; j < 5; j++, n++) {
+            if (!(xs[j] >= GDP_EXP_RANGE_LO && xs[j] <= 0)) continue;
+            const double a = gdp_exp_in_range(xs[j]), b = gdp_exp(xs[j]);
+            if (memcmp(&a, &b, sizeof a) != 0 && differ++ < 5)
+                CHECK(0, "x %.17g: in range %.17g, gdp_exp %.17g", xs[j], a, b);
+        }
+    }
+    const double z = gdp_exp_in_range(-0.0), one = gdp_exp_in_range(0.0);
+    CHECK(z == 1 && one == 1, "gdp_exp_in_range(-0) %g, (0) %g", z, one);
+    printf("gdp_exp_in_range: %d values as gdp_exp to the bit, %d differ\n", n, differ);
+}
+
 int main(void)
 {
     if (!tu_open_ctx()) return 1;
@@ -244,5 +270,6 @@ int main(void)
     frequencies();
     op_against_host();
     exp_against_libm();
+    exp_in_range();
     return tu_finish("test_sample");
 }

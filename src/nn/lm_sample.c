@@ -120,6 +120,19 @@ static int32_t *radix_order(const cand *c, int64_t n, int32_t *o, int32_t *tmp, 
     return o;
 }
 
+/* p[i] = gdp_exp((double)cs[i].z - max) for i < n: gdp_exp_in_range where it holds, a
+ * loop without branches that the compiler runs several at once in vector registers (this
+ * file is built with -fno-trapping-math for that; no result changes), then gdp_exp for the
+ * few below its range (-inf logits among them). */
+static void weights(const cand *cs, int64_t n, float max, double *p)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = gdp_exp_in_range((double)cs[i].z - (double)max);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = (double)cs[i].z - (double)max;
+        if (!(x >= GDP_EXP_RANGE_LO)) p[i] = gdp_exp(x);
+    }
+}
+
 /* Candidates popped off the heap before a row counts as flat (radix_order then). */
 #define HEAP_POPS 1024
 
@@ -145,7 +158,8 @@ int32_t gd_lm_sample(const float *logits, int64_t V, const gd_sample_config *c, 
         if (cs[i].z > max) max = cs[i].z;
     double total = 0;
     gdp_run_sum ts = {0};
-    for (int64_t i = 0; i < n; i++) total = gdp_run_sum_add(&ts, p[i] = gdp_exp((double)cs[i].z - (double)max));
+    weights(cs, n, max, p);
+    for (int64_t i = 0; i < n; i++) total = gdp_run_sum_add(&ts, p[i]);
     if (c->top_p > 0 && c->top_p < 1) {
         double mass = 0;
         gdp_run_sum fs = {0}, ms = {0};
