@@ -259,55 +259,30 @@ static void rope_row(const char *backend, const char *name, int64_t B, int64_t T
     gd_graph_free(g);
 }
 
-/* A norm's forward over bf16 rows (R, C): rms_norm (x, w), or add_layer_norm and add_rms_norm
- * (x, r, w: the residual add in front, its sum stored too). GB/s counts the rows read and
- * written. */
+/* A norm over bf16 rows (R, C), as a training step runs it. Forward: rms_norm (x, w), or
+ * add_layer_norm and add_rms_norm (x, r, w: the residual add in front, its sum stored too).
+ * Backward: rms_norm_grad (dy, x, w), or rms_norm_grad_add and layer_norm_grad_add (dy, x, w,
+ * r: the residual stream's gradient added to dx). GB/s counts the rows read and written (the
+ * weight's and bias's gradients are C elements). */
 static void norm_row(const char *backend, const char *name, const char *op, int64_t R, int64_t C)
 {
     if (match != NULL && strstr(name, match) == NULL) return;
-    gd_graph *g = gd_graph_new(ctx);
-    gd_tensor *x = gd_input(g, "x", GD_BF16, 2, (int64_t[]){R, C});
-    gd_tensor *r = gd_input(g, "r", GD_BF16, 2, (int64_t[]){R, C});
-    gd_tensor *w = gd_input(g, "w", GD_BF16, 1, (int64_t[]){C});
-    fill_bf16(x, 31), fill_bf16(r, 32), fill_bf16(w, 33);
-    const int add = strncmp(op, "add_", 4) == 0;
-    gd_tensor *outs[2];
-    gd_attr eps = gd_attr_f("eps", 1e-5);
-    if (gd_op_multi(g, op, add ? 3 : 2, add ? (gd_tensor *[]){x, r, w} : (gd_tensor *[]){x, w}, 1, &eps, add ? 2 : 1,
-                    outs) != GD_OK)
-        die(op);
-    gd_program *p = gd_compile(g, add ? 2 : 1, outs, 0);
-    if (p == NULL) die("compile");
-    double t = time_prog(p), bytes = 2.0 * (double)(R * C) * (add ? 4.0 : 2.0);
-    printf("{\"kind\": \"norm\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n", name,
-           backend, t, bytes / t * 1e-6);
-    fflush(stdout);
-    gd_program_free(p);
-    gd_graph_free(g);
-}
-
-/* A norm's backward over bf16 rows (R, C), as a training step runs it: `op` is one of
- * rms_norm_grad (dy, x, w), rms_norm_grad_add and layer_norm_grad_add (dy, x, w, r: the
- * residual stream's gradient added to dx). GB/s counts the rows read (dy, x, and r) and dx
- * written; the weight's (and bias's) gradients are C elements. */
-static void norm_bwd_row(const char *backend, const char *name, const char *op, int64_t R, int64_t C)
-{
-    if (match != NULL && strstr(name, match) == NULL) return;
+    const int grad = strstr(op, "_grad") != NULL, add = strstr(op, "add") != NULL, layer = strstr(op, "layer") != NULL;
     gd_graph *g = gd_graph_new(ctx);
     gd_tensor *dy = gd_input(g, "dy", GD_BF16, 2, (int64_t[]){R, C});
     gd_tensor *x = gd_input(g, "x", GD_BF16, 2, (int64_t[]){R, C});
     gd_tensor *w = gd_input(g, "w", GD_BF16, 1, (int64_t[]){C});
     gd_tensor *r = gd_input(g, "r", GD_BF16, 2, (int64_t[]){R, C});
     fill_bf16(dy, 21), fill_bf16(x, 22), fill_bf16(w, 23), fill_bf16(r, 24);
-    const int add = strstr(op, "_add") != NULL, layer = strncmp(op, "layer", 5) == 0;
-    gd_tensor *outs[3];
+    gd_tensor *fwd[3] = {x, add ? r : w, w}, *bwd[4] = {dy, x, w, r}, *outs[3];
+    const int n_in = grad ? (add ? 4 : 3) : (add ? 3 : 2), n_out = grad ? (layer ? 3 : 2) : (add ? 2 : 1);
     gd_attr eps = gd_attr_f("eps", 1e-5);
-    if (gd_op_multi(g, op, add ? 4 : 3, (gd_tensor *[]){dy, x, w, r}, 1, &eps, layer ? 3 : 2, outs) != GD_OK) die(op);
-    gd_program *p = gd_compile(g, layer ? 3 : 2, outs, 0);
+    if (gd_op_multi(g, op, n_in, grad ? bwd : fwd, 1, &eps, n_out, outs) != GD_OK) die(op);
+    gd_program *p = gd_compile(g, n_out, outs, 0);
     if (p == NULL) die("compile");
-    double t = time_prog(p), bytes = 2.0 * (double)(R * C) * (add ? 4.0 : 3.0);
-    printf("{\"kind\": \"norm_grad\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n", name,
-           backend, t, bytes / t * 1e-6);
+    double t = time_prog(p), bytes = 2.0 * (double)(R * C) * (add ? 4.0 : grad ? 3.0 : 2.0);
+    printf("{\"kind\": \"%s\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n",
+           grad ? "norm_grad" : "norm", name, backend, t, bytes / t * 1e-6);
     fflush(stdout);
     gd_program_free(p);
     gd_graph_free(g);
@@ -378,11 +353,11 @@ static void rows(const char *backend)
     norm_row(backend, "norm gpt2 add_layer_norm 16384x768", "add_layer_norm", quick ? 64 : 16384, 768);
     norm_row(backend, "norm qwen3 add_rms_norm 8192x1024", "add_rms_norm", quick ? 64 : 8192, 1024);
     norm_row(backend, "norm qwen3 q rms_norm 131072x128", "rms_norm", quick ? 64 : 131072, 128);
-    norm_bwd_row(backend, "norm_grad gpt2 layer_norm_grad_add 16384x768", "layer_norm_grad_add", quick ? 64 : 16384, 768);
-    norm_bwd_row(backend, "norm_grad stories110m rms_norm_grad_add 16384x768", "rms_norm_grad_add", quick ? 64 : 16384, 768);
-    norm_bwd_row(backend, "norm_grad qwen3 rms_norm_grad_add 8192x1024", "rms_norm_grad_add", quick ? 64 : 8192, 1024);
-    norm_bwd_row(backend, "norm_grad qwen3 q rms_norm_grad 131072x128", "rms_norm_grad", quick ? 64 : 131072, 128);
-    norm_bwd_row(backend, "norm_grad qwen3 k rms_norm_grad 65536x128", "rms_norm_grad", quick ? 64 : 65536, 128);
+    norm_row(backend, "norm_grad gpt2 layer_norm_grad_add 16384x768", "layer_norm_grad_add", quick ? 64 : 16384, 768);
+    norm_row(backend, "norm_grad stories110m rms_norm_grad_add 16384x768", "rms_norm_grad_add", quick ? 64 : 16384, 768);
+    norm_row(backend, "norm_grad qwen3 rms_norm_grad_add 8192x1024", "rms_norm_grad_add", quick ? 64 : 8192, 1024);
+    norm_row(backend, "norm_grad qwen3 q rms_norm_grad 131072x128", "rms_norm_grad", quick ? 64 : 131072, 128);
+    norm_row(backend, "norm_grad qwen3 k rms_norm_grad 65536x128", "rms_norm_grad", quick ? 64 : 65536, 128);
     const struct {
         const char *name;
         gd_sample_config c;
