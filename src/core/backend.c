@@ -223,10 +223,30 @@ size_t gd_ref_workspace(const gd_op_def *op, const gdp_node *node)
     return total;
 }
 
+/* dst = src element by element, as gd_ref_store(dst, i, gd_ref_load(src, i)) converts each.
+ * Contiguous tensors (every f32 copy, most operands) skip the layout check an element, and
+ * the widening of halves and their rounding back, the common pairs, run as plain loops. */
 static void convert(const gdp_tensor *src, const gdp_tensor *dst)
 {
-    int64_t n = gdp_numel(src);
-    for (int64_t i = 0; i < n; i++) gd_ref_store(dst, i, gd_ref_load(src, i));
+    const int64_t n = gdp_numel(src);
+    if (!gdp_is_contiguous(src) || !gdp_is_contiguous(dst)) {
+        for (int64_t i = 0; i < n; i++) gd_ref_store(dst, i, gd_ref_load(src, i));
+        return;
+    }
+    const uint16_t *hs = src->data;
+    const float *fs = src->data;
+    uint16_t *hd = dst->data;
+    float *fd = dst->data;
+    if (dst->dtype == GDP_F32 && src->dtype == GDP_BF16)
+        for (int64_t i = 0; i < n; i++) fd[i] = gdp_bf16_to_f32(hs[i]);
+    else if (dst->dtype == GDP_F32 && src->dtype == GDP_F16)
+        for (int64_t i = 0; i < n; i++) fd[i] = gdp_f16_to_f32(hs[i]);
+    else if (dst->dtype == GDP_BF16 && src->dtype == GDP_F32)
+        for (int64_t i = 0; i < n; i++) hd[i] = gdp_f32_to_bf16(fs[i]);
+    else if (dst->dtype == GDP_F16 && src->dtype == GDP_F32)
+        for (int64_t i = 0; i < n; i++) hd[i] = gdp_f32_to_f16(fs[i]);
+    else
+        for (int64_t i = 0; i < n; i++) gd_ref_store_at(dst, i, gd_ref_load_at(src, i));
 }
 
 gd_status gd_ref_launch(gd_ctx *ctx, const gd_op_def *op, const gdp_node *node)
