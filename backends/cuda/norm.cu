@@ -317,7 +317,7 @@ __global__ void norm_bwd_rows_kernel(const T *dy, const T *x, const T *w, const 
  * many rows and part stays small: x and dy are read once, where a column pass read them
  * again. (Four blocks an SM left rows of 128 elements, a row a lane group in flight, waiting
  * on memory: 16 warps an SM did not hold the bytes in flight that the bandwidth asks for.) */
-#define BWD_THREADS 128 /* 4 warps: with ~100 registers a thread, 4 blocks (16 warps) an SM */
+#define BWD_THREADS 128 /* 4 warps a block; as many blocks an SM as its registers allow */
 #define BWD_WARPS (BWD_THREADS / 32)
 #define NORM_BWD_BLOCKS_PER_SM 8
 #define NORM_BWD_MAX_C 2048 /* 8 vectors of 8 halves a lane */
@@ -621,14 +621,16 @@ static int64_t norm_bwd_warp_blocks(const cu_backend *be, int32_t dt, int64_t ro
     const int N = 16 / (int)gdp_dtype_size(dt), L = row_lanes(C, N);
     int per_sm = 0;
     auto occ = [&](auto kern) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, BWD_THREADS, 0) != cudaSuccess) per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, BWD_THREADS, 0) != cudaSuccess) {
+            per_sm = 0;
+            (void)cudaGetLastError(); /* the failed query's error only: the floor below stands */
+        }
     };
     switch (dt) {
     case GDP_F32: norm_bwd_form<float>(C, occ); break;
     case GDP_F16: norm_bwd_form<__half>(C, occ); break;
     default: norm_bwd_form<__nv_bfloat16>(C, occ); break;
     }
-    (void)cudaGetLastError(); /* a failed query leaves no error behind: the floor below stands */
     if (per_sm < 1) per_sm = 1;
     if (per_sm > NORM_BWD_BLOCKS_PER_SM) per_sm = NORM_BWD_BLOCKS_PER_SM;
     const int64_t want = (rows * L + BWD_THREADS - 1) / BWD_THREADS;
