@@ -286,14 +286,20 @@ gd_status gd_lm_engine_prefill(gd_lm_engine *e, const int32_t *ids, int64_t n, c
 }
 
 /* Stages one decode step: row b adds ids[b], or idles when it is negative. */
+/* Whether sequence b may take decode token ids[b]: it has a prompt, and the id is valid. */
+static gd_status check_step(gd_lm_engine *e, const int32_t *ids, int64_t b)
+{
+    if (e->lens[b] == 0)
+        return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: no prompt yet (prefill first)", (long long)b);
+    return check_ids(e, ids + b, 1, e->lens[b]);
+}
+
 static gd_status stage_step(gd_lm_engine *e, const int32_t *ids, const int32_t **rows)
 {
     for (int64_t b = 0; b < e->B; b++) {
         rows[b] = NULL;
         if (ids[b] < 0) continue;
-        if (e->lens[b] == 0)
-            return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: no prompt yet (prefill first)", (long long)b);
-        gd_status st = check_ids(e, ids + b, 1, e->lens[b]);
+        gd_status st = check_step(e, ids, b);
         if (st != GD_OK) return st;
         rows[b] = ids + b;
     }
@@ -375,6 +381,18 @@ static void stage_draws(gd_lm_engine *e)
     for (int64_t b = 0; b < e->B; b++) e->drawv[b] = e->posv[b] + 1 + (b << 40);
 }
 
+/* A staged decode step's inputs onto the backend: ids, positions, lengths, and the draw
+ * numbers when the step samples (a greedy pick reads none: a copy less each step). */
+static gd_status write_step(gd_lm_engine *e, int draws)
+{
+    const size_t B = (size_t)e->B;
+    gd_status st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
+    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
+    if (st == GD_OK && draws) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    return st;
+}
+
 gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_sample_config *c, int32_t *next)
 {
     if (e == NULL) return GD_ERR_INVALID;
@@ -388,11 +406,7 @@ gd_status gd_lm_engine_next_batch(gd_lm_engine *e, const int32_t *ids, const gd_
     if (st == GD_OK) st = sampler_for(e, c, &k);
     stage_draws(e);
     size_t B = (size_t)e->B;
-    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
-    /* greedy picks read no draw number: a copy less each step */
-    if (st == GD_OK && c->temperature > 0) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    if (st == GD_OK) st = write_step(e, c->temperature > 0);
     if (st == GD_OK) st = gd_program_run(e->samplers[k].prog);
     if (st == GD_OK) st = gd_tensor_read(e->samplers[k].tok, next, sizeof *next * B);
     if (st == GD_OK) {
@@ -437,9 +451,7 @@ gd_status gd_lm_engine_decode(gd_lm_engine *e, const int32_t *ids, const gd_samp
         return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_decode: NULL argument");
     if (n < 0) return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "gd_lm_engine_decode: %lld steps", (long long)n);
     for (int64_t b = 0; b < e->B; b++) {
-        if (e->lens[b] == 0)
-            return gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: no prompt yet (prefill first)", (long long)b);
-        gd_status st = check_ids(e, ids + b, 1, e->lens[b]);
+        gd_status st = check_step(e, ids, b);
         if (st == GD_OK && e->lens[b] + n > e->max_len)
             st = gd_ctx_fail(e->ctx, GD_ERR_INVALID, "sequence %lld: %lld steps do not fit: the KV cache holds %lld "
                              "positions and %lld are used", (long long)b, (long long)n, (long long)e->max_len,
@@ -457,10 +469,7 @@ gd_status gd_lm_engine_decode(gd_lm_engine *e, const int32_t *ids, const gd_samp
         e->tokv[b] = ids[b];
     }
     stage_draws(e);
-    if (st == GD_OK) st = gd_tensor_write(e->ids[e->n_pass - 1], e->tokv, sizeof *e->tokv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->pos, e->posv, sizeof *e->posv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->kv_len, e->lenv, sizeof *e->lenv * B);
-    if (st == GD_OK) st = gd_tensor_write(e->draw, e->drawv, sizeof *e->drawv * B);
+    if (st == GD_OK) st = write_step(e, 1); /* the chain advances the draw numbers even when greedy */
     /* The steps queued ahead run while the host hands the previous ones' tokens on; a
      * stop leaves the steps past it uncounted (what they cached lies past the lengths).
      * The first bursts are short, so the first tokens come out soon. */
