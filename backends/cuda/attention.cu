@@ -655,6 +655,47 @@ __global__ void __launch_bounds__(256) attn_delta_kernel(const T *dy, att_stride
     }
 }
 
+/* The same for views whose rows are 16-byte aligned (s.vec) with D a multiple of a vector's
+ * elements: L = D / cu_vec<T>::N lanes a row, a vector each, the block's 256 / L rows
+ * consecutive in t of one (b, h) = blockIdx.y. A warp a row had moved 2 bytes a load and
+ * divided 64-bit indices a row, which held it near a third of the memory's rate. */
+template <typename T, int L>
+__global__ void __launch_bounds__(256) attn_delta_vec_kernel(const T *dy, att_strides wd, const T *y, att_strides wy,
+                                                             float *delta, int H, int64_t T_)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int b = (int)blockIdx.y / H, h = (int)blockIdx.y % H, c = threadIdx.x % L;
+    const int64_t t = (int64_t)blockIdx.x * (256 / L) + threadIdx.x / L;
+    float acc = 0.0f;
+    if (t < T_) {
+        float fd[N], fy[N];
+        cu_ld16(dy, b * wd.b + h * wd.h + t * wd.t + c * N, fd);
+        cu_ld16(y, b * wy.b + h * wy.h + t * wy.t + c * N, fy);
+#pragma unroll
+        for (int k = 0; k < N; k++) acc = fmaf(fd[k], fy[k], acc);
+    }
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(CU_FULL_MASK, acc, o);
+    if (t < T_ && c == 0) delta[(int64_t)blockIdx.y * T_ + t] = acc;
+}
+
+/* delta[r] for the B * H * T query rows: the vector kernel where the views allow it. */
+template <typename T>
+static void attn_delta(const cu_backend *be, cudaStream_t s, const T *dy, const att_strides &wd, const T *y,
+                       const att_strides &wy, float *delta, const att_dims &a)
+{
+    constexpr int N = cu_vec<T>::N;
+    const int64_t rows = a.B * a.H * a.T, L = a.D / N;
+    if (wd.vec && wy.vec && a.D % N == 0 && (L == 8 || L == 16 || L == 32) && a.B * a.H <= 65535) {
+        const dim3 grid((unsigned)((a.T + 256 / L - 1) / (256 / L)), (unsigned)(a.B * a.H));
+        if (L == 8) attn_delta_vec_kernel<T, 8><<<grid, 256, 0, s>>>(dy, wd, y, wy, delta, (int)a.H, a.T);
+        else if (L == 16) attn_delta_vec_kernel<T, 16><<<grid, 256, 0, s>>>(dy, wd, y, wy, delta, (int)a.H, a.T);
+        else attn_delta_vec_kernel<T, 32><<<grid, 256, 0, s>>>(dy, wd, y, wy, delta, (int)a.H, a.T);
+        return;
+    }
+    attn_delta_kernel<T><<<att_grid(be, (rows + 7) / 8), 256, 0, s>>>(dy, wd, y, wy, delta, a.H, a.T, rows, (int)a.D);
+}
+
 /* delta per query row, then the stored dS. */
 static size_t attention_grad_lse_stats(const gdp_node *n)
 {
@@ -688,9 +729,8 @@ static gdp_status attention_grad_lse_run(cu_backend *be, const gdp_node *node, c
     }
     const int64_t rows = a.B * a.H * a.T;
     if (rows == 0) return GDP_OK;
-    CU_FLOAT_SWITCH(dt, T, (attn_delta_kernel<T><<<att_grid(be, (rows + 7) / 8), 256, 0, s>>>(
-                               (const T *)in[3]->data, w.dy, (const T *)node->in[4]->data, wy, delta, a.H, a.T, rows,
-                               (int)a.D)));
+    CU_FLOAT_SWITCH(dt, T, (attn_delta<T>(be, s, (const T *)in[3]->data, w.dy, (const T *)node->in[4]->data, wy,
+                                           delta, a)));
     if (cu_attn_tc_ok(be, dt, a, 1, in, 4)) {
         cu_attn_tc_bwd(be, s, dt, in[3]->data, in[0]->data, in[1]->data, in[2]->data, lse, delta,
                        node->out[0]->data, node->out[1]->data, node->out[2]->data,

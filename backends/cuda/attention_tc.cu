@@ -35,12 +35,13 @@
  *      head of its group in ascending order, recomputes P^T and dP^T = V dO^T, and
  *      accumulates dV += P^T dO and dK += dS^T Q; it also stores dS^T, rounded as its
  *      products use it, into the node's scratch (B H S rows of T, up to 1 GiB);
- *   3. dq: a block of 64 query rows walks the stored dS^T and K in tiles of 64 keys and
- *      accumulates dQ += dS K, one product instead of the three of recomputing S, dP and
- *      dS (Qwen3's step 1.6% faster, GPT-2's the same: the store and the read of dS cost
- *      what the recomputation did there). Problems whose dS would not fit, or with
- *      GRADUS_CUDA_ATTN_DS=0, run dq first the recomputing way: a block of 64 query rows
- *      walks the key tiles, recomputes P = exp(S - lse), dP = dO V^T, dS = P (dP - delta).
+ *   3. dq: a block of 128 query rows (8 warps) walks the stored dS^T and K in tiles of
+ *      64 keys and accumulates dQ += dS K, one product instead of the three of
+ *      recomputing S, dP and dS (Qwen3's step 1.6% faster, GPT-2's the same: the store
+ *      and the read of dS cost what the recomputation did there). Problems whose dS
+ *      would not fit, or with GRADUS_CUDA_ATTN_DS=0, run dq first the recomputing way: a
+ *      block of 64 query rows walks the key tiles, recomputes P = exp(S - lse),
+ *      dP = dO V^T, dS = P (dP - delta).
  * Every output element is written once by one lane, after sums in a fixed order, so the
  * results are deterministic. P and dS are rounded to the input dtype before their
  * products, as FlashAttention does; the sweep's half-precision tolerance covers that.
@@ -61,8 +62,12 @@
 #define TC_BQ 64       /* query rows per block (forward, dq) and key rows per block (dk, dv) */
 #define TC_BK 64       /* key rows per tile of the forward */
 #define TC_THREADS 128 /* 4 warps of 16 rows */
-#define TC_DS_KT 64          /* keys per tile of dq from the stored dS */
-#define TC_DS_LD (TC_BQ + 8) /* halves between rows of a dS^T tile in shared memory */
+#define TC_DS_KT 64    /* keys per tile of dq from the stored dS */
+/* 64-row query groups a block of dq from the stored dS. Two (8 warps) read each K tile once
+ * for 128 query rows: the pass is bound by its L2 traffic, dS and K tiles alike. Measured on
+ * the H200 (the whole backward, bf16, causal): GPT-2's shape 0.3961 ms with one, 0.3914 with
+ * two; Qwen3's 0.3632 and 0.3547. */
+#define TC_DQS_MQ 2
 
 /* W (wide): the forward's two 16-row tiles a warp and the dk/dv pass's query tiles of 64
  * for heads of 128 as well, where the device grants the shared memory they need (102 and
@@ -91,9 +96,14 @@ template <int D, bool W = true> struct tc_dims {
      * thread) without spilling, and GPT-2's step ran 0.9% faster than at two (240 a thread);
      * heads of 128 would spill more. */
     static constexpr int dkdv_blocks = D == 64 ? 3 : 1;
-    /* dq from the stored dS: two buffers of a dS^T tile (TC_DS_KT keys of 64 queries) and of
-     * the K tile beside it */
-    static constexpr size_t dqs_smem = 2 * TC_DS_KT * ((size_t)TC_DS_LD * 2 + rows);
+};
+
+/* dq from the stored dS, MQ (1 or 2) groups of 64 query rows a block (4 MQ warps): two
+ * buffers of a dS^T tile (TC_DS_KT keys of BQ queries, rows LDS halves apart) and of the K
+ * tile beside it. */
+template <int D, int MQ> struct tc_dqs_dims {
+    static constexpr int BQ = 64 * MQ, NT = TC_THREADS * MQ, LDS = BQ + 8;
+    static constexpr size_t smem = 2 * TC_DS_KT * ((size_t)LDS * 2 + tc_dims<D>::rows);
 };
 
 /* ---- the matrix instructions ---------------------------------------------------------------- */
@@ -171,27 +181,27 @@ static __device__ __forceinline__ void tc_ldb_cols(uint32_t *b, const T *X, int 
  * shared tile (rows LD apart); rows past len are zeros. With `vec` (every row 16-byte
  * aligned: the host checked the view's base and strides) 16 bytes at a time, in flight
  * until the group is waited for; otherwise element by element, done on return. */
-template <typename T, int D, int R>
+template <typename T, int D, int R, int NT = TC_THREADS>
 static __device__ __forceinline__ void tc_load(const T *src, int64_t rs, int64_t first, int64_t len, T *sh, bool vec)
 {
     constexpr int V = D / 8, LD = tc_dims<D>::LD;
     if (vec) {
-        static_assert(R * V % TC_THREADS == 0 && TC_THREADS % V == 0, "whole rounds of the block's threads");
-        /* thread x moves column chunk x % V of rows x / V, x / V + TC_THREADS / V, ...: the
-         * trip count is known, so the loop unrolls and the addresses step by a constant */
-        constexpr int step = TC_THREADS / V;
+        static_assert(R * V % NT == 0 && NT % V == 0, "whole rounds of the block's threads");
+        /* thread x moves column chunk x % V of rows x / V, x / V + NT / V, ...: the trip
+         * count is known, so the loop unrolls and the addresses step by a constant */
+        constexpr int step = NT / V;
         const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 8;
         const int64_t row0 = first + r0;
         const T *p = src + row0 * rs + c;
         T *d = sh + r0 * LD + c;
 #pragma unroll
-        for (int k = 0; k < R * V / TC_THREADS; k++) {
+        for (int k = 0; k < R * V / NT; k++) {
             const bool in = row0 + k * step < len;
             tc_cp16(d + k * step * LD, in ? p + k * step * rs : src, in ? 16 : 0);
         }
         return;
     }
-    for (int i = threadIdx.x; i < R * D; i += TC_THREADS) {
+    for (int i = threadIdx.x; i < R * D; i += NT) {
         const int r = i / D, c = i - r * D;
         const int64_t row = first + r;
         cu_st(sh, r * LD + c, row < len ? cu_ld(src, row * rs + c) : 0.0f); /* exact for f16/bf16 */
@@ -653,49 +663,51 @@ static __device__ __forceinline__ uint32_t tc_keep(uint32_t u, bool lo, bool hi)
     return u & ((lo ? 0xffffu : 0u) | (hi ? 0xffff0000u : 0u));
 }
 
-/* dQ = scale dS K for 64 query rows of a head a block: dS^T tiles (TC_DS_KT keys of the
- * block's queries, from the dk/dv pass's store, rows tp apart) and K tiles stream through
+/* dQ = scale dS K for BQ = 64 MQ query rows of a head a block: dS^T tiles (TC_DS_KT keys of
+ * the block's queries, from the dk/dv pass's store, rows tp apart) and K tiles stream through
  * shared memory, two buffers each, and each warp multiplies its 16 rows, the keys in
  * ascending order as the recomputing dq kernel sums them. Elements the dk/dv pass never
  * stored are loaded but never count: a key hidden from its query is masked to zero before
  * the product, and a query row past T (up to tp) feeds only its own row of dQ, which is not
- * stored. */
-template <typename T, int D>
-__global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64_t tp, const T *k, T *dq, att_dims a,
-                                                              att_views w)
+ * stored. A warp whose rows see none of a tile's keys skips its products. */
+template <typename T, int D, int MQ>
+__global__ void __launch_bounds__(TC_THREADS * MQ, 4 / MQ) tc_dq_ds_kernel(const T *ds, int64_t tp, const T *k, T *dq,
+                                                                   att_dims a, att_views w)
 {
     extern __shared__ __align__(128) unsigned char tc_smem[];
-    typedef tc_dims<D> Dm;
-    constexpr int LD = Dm::LD, KT = TC_DS_KT, V = TC_BQ / 8;
-    T *St = (T *)tc_smem, *Kt = St + 2 * KT * TC_DS_LD; /* buffer j: St + j KT TC_DS_LD, Kt + j KT LD */
+    typedef tc_dqs_dims<D, MQ> Dm;
+    constexpr int LD = tc_dims<D>::LD, KT = TC_DS_KT, BQ = Dm::BQ, NT = Dm::NT, LDS = Dm::LDS, V = BQ / 8;
+    T *St = (T *)tc_smem, *Kt = St + 2 * KT * LDS; /* buffer j: St + j KT LDS, Kt + j KT LD */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = (lane & 3) * 2;
-    const int64_t qtiles = (a.T + TC_BQ - 1) / TC_BQ, group = a.H / a.Hkv;
+    const int64_t qtiles = (a.T + BQ - 1) / BQ, group = a.H / a.Hkv;
     for (int64_t tile = blockIdx.x; tile < a.B * a.H * qtiles; tile += gridDim.x) {
         int64_t bh, qi;
         tc_order(tile, a.B * a.H, qtiles, true, bh, qi);
-        const int64_t t0 = qi * TC_BQ, b = bh / a.H, h = bh % a.H;
+        const int64_t t0 = qi * BQ, b = bh / a.H, h = bh % a.H;
         const T *kb = tc_mat(k, w.k, b, h / group), *db = ds + bh * a.S * tp;
         a.L = att_len(a, b);
-        const int64_t t_last = (t0 + TC_BQ < a.T ? t0 + TC_BQ : a.T) - 1;
+        const int64_t t_last = (t0 + BQ < a.T ? t0 + BQ : a.T) - 1;
         const int64_t n_max = att_visible(a, t_last), tiles = (n_max + KT - 1) / KT;
-        const int64_t ta = t0 + warp * 16 + g, tb = ta + 8;
+        const int64_t w0 = t0 + warp * 16, ta = w0 + g, tb = ta + 8;
         const int64_t na = ta < a.T ? att_visible(a, ta) : 0, nb = tb < a.T ? att_visible(a, tb) : 0;
-        const int64_t full = tc_warp_sees(a, t0 + warp * 16);
+        const int64_t full = tc_warp_sees(a, w0);
+        /* keys the warp's last row sees: tiles from there on are the warp's zeros */
+        const int64_t seen = w0 < a.T ? att_visible(a, w0 + 15 < a.T ? w0 + 15 : a.T - 1) : 0;
         auto fetch = [&](int64_t it, int j) {
             const int64_t kt = it * KT;
-            /* as tc_load: thread x moves chunk x % V of rows x / V + k (TC_THREADS / V) */
-            constexpr int step = TC_THREADS / V;
-            static_assert(KT * V % TC_THREADS == 0 && TC_THREADS % V == 0, "whole rounds of the block's threads");
+            /* as tc_load: thread x moves chunk x % V of rows x / V + k (NT / V) */
+            constexpr int step = NT / V;
+            static_assert(KT * V % NT == 0 && NT % V == 0, "whole rounds of the block's threads");
             const int r0 = threadIdx.x / V, c = (threadIdx.x % V) * 8;
             const bool cin = t0 + c < tp;
             const T *src = db + (kt + r0) * tp + t0 + c;
-            T *sd = St + j * KT * TC_DS_LD + r0 * TC_DS_LD + c;
+            T *sd = St + j * KT * LDS + r0 * LDS + c;
 #pragma unroll
-            for (int i = 0; i < KT * V / TC_THREADS; i++) {
+            for (int i = 0; i < KT * V / NT; i++) {
                 const bool in = cin && kt + r0 + i * step < a.S;
-                tc_cp16(sd + i * step * TC_DS_LD, in ? src + i * step * tp : db, in ? 16 : 0);
+                tc_cp16(sd + i * step * LDS, in ? src + i * step * tp : db, in ? 16 : 0);
             }
-            tc_load<T, D, KT>(kb, w.k.t, kt, a.S, Kt + j * KT * LD, w.k.vec);
+            tc_load<T, D, KT, NT>(kb, w.k.t, kt, a.S, Kt + j * KT * LD, w.k.vec);
         };
         __syncthreads();
         if (tiles > 0) fetch(0, 0);
@@ -705,16 +717,17 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64
         for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
         for (int64_t it = 0; it < tiles; it++) {
             const int64_t kt = it * KT;
-            const T *Ss = St + (it & 1) * KT * TC_DS_LD, *Ks = Kt + (it & 1) * KT * LD;
+            const T *Ss = St + (it & 1) * KT * LDS, *Ks = Kt + (it & 1) * KT * LD;
             __syncthreads();
             if (it + 1 < tiles) fetch(it + 1, (int)((it + 1) & 1));
             tc_commit();
             tc_wait_prev();
             __syncthreads();
+            if (kt >= seen) continue; /* the barriers above are the whole block's */
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++) {
                 uint32_t af[4];
-                tc_lda_t<T, TC_DS_LD>(af, Ss, warp * 16, kk * 16);
+                tc_lda_t<T, LDS>(af, Ss, warp * 16, kk * 16);
                 if (kt + KT > full) { /* keys hidden from some row of the warp: zeros there */
                     const int64_t s0 = kt + kk * 16 + c2, s1 = s0 + 8;
                     af[0] = tc_keep(af[0], s0 < na, s0 + 1 < na), af[1] = tc_keep(af[1], s0 < nb, s0 + 1 < nb);
@@ -730,7 +743,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_dq_ds_kernel(const T *ds, int64
             }
         }
         tc_wait_all();
-        tc_store<T, D>(acc, a.scale, dq + att_dq_row(a, b, h, 0), t0 + warp * 16, a.T, a.grad_bthd ? a.H * D : D);
+        tc_store<T, D>(acc, a.scale, dq + att_dq_row(a, b, h, 0), w0, a.T, a.grad_bthd ? a.H * D : D);
     }
 }
 
@@ -751,7 +764,7 @@ static size_t tc_need(int backward)
     size_t n = Dm::fwd_smem;
     if (backward && Dm::dq_smem > n) n = Dm::dq_smem;
     if (backward && Dm::dkdv_smem > n) n = Dm::dkdv_smem;
-    if (backward && Dm::dqs_smem > n) n = Dm::dqs_smem;
+    if (backward && tc_dqs_dims<D, TC_DQS_MQ>::smem > n) n = tc_dqs_dims<D, TC_DQS_MQ>::smem;
     return n;
 }
 
@@ -805,9 +818,11 @@ static void tc_bwd(cudaStream_t s, const void *dy, const void *q, const void *k,
     else if (kt > 0)
         tc_dkdv_kernel<T, D, W><<<tc_grid(kt), TC_THREADS, Dm::dkdv_smem, s>>>(
             (const T *)dy, (const T *)q, (const T *)k, (const T *)v, lse, delta, (T *)dk, (T *)dv, (T *)ds, tp, a, w);
-    if (ds != NULL && qt > 0) /* dq from the dS the pass above stored */
-        tc_dq_ds_kernel<T, D><<<tc_grid(qt), TC_THREADS, Dm::dqs_smem, s>>>((const T *)ds, tp, (const T *)k,
-                                                                             (T *)dq, a, w);
+    if (ds != NULL && qt > 0) { /* dq from the dS the pass above stored */
+        typedef tc_dqs_dims<D, TC_DQS_MQ> Q;
+        tc_dq_ds_kernel<T, D, TC_DQS_MQ><<<tc_grid(a.B * a.H * ((a.T + Q::BQ - 1) / Q::BQ)), Q::NT, Q::smem, s>>>(
+            (const T *)ds, tp, (const T *)k, (T *)dq, a, w);
+    }
 }
 
 template <typename T>
@@ -858,7 +873,7 @@ static void tc_open_one(const cu_backend *be)
     cu_smem_opt_in(be, (const void *)tc_fwd_kernel<T, D, W>, Dm::fwd_smem);
     cu_smem_opt_in(be, (const void *)tc_dq_kernel<T, D>, Dm::dq_smem);
     cu_smem_opt_in(be, (const void *)tc_dkdv_kernel<T, D, W>, Dm::dkdv_smem);
-    cu_smem_opt_in(be, (const void *)tc_dq_ds_kernel<T, D>, Dm::dqs_smem);
+    cu_smem_opt_in(be, (const void *)tc_dq_ds_kernel<T, D, TC_DQS_MQ>, tc_dqs_dims<D, TC_DQS_MQ>::smem);
 }
 
 void cu_attention_tc_open(cu_backend *be)
