@@ -288,6 +288,25 @@ static void norm_row(const char *backend, const char *name, const char *op, int6
     gd_graph_free(g);
 }
 
+/* A bias's gradient: the column sums of a bf16 (R, C) gradient into bf16 (C), as the
+ * backward of a linear with a bias runs them. GB/s counts the read. */
+static void bias_sum_row(const char *backend, const char *name, int64_t R, int64_t C)
+{
+    if (match != NULL && strstr(name, match) == NULL) return;
+    gd_graph *g = gd_graph_new(ctx);
+    gd_tensor *dz = gd_input(g, "dz", GD_BF16, 2, (int64_t[]){R, C});
+    fill_bf16(dz, 25);
+    gd_tensor *db = gd_sum(dz, 1, (int64_t[]){0}, 0);
+    gd_program *p = db != NULL ? gd_compile(g, 1, &db, 0) : NULL;
+    if (p == NULL) die("sum");
+    double t = time_prog(p), bytes = 2.0 * (double)(R * C);
+    printf("{\"kind\": \"bias_sum\", \"name\": \"%s\", \"backend\": \"%s\", \"ms\": %.6g, \"gbps\": %.4g}\n", name,
+           backend, t, bytes / t * 1e-6);
+    fflush(stdout);
+    gd_program_free(p);
+    gd_graph_free(g);
+}
+
 /* The loss over bf16 logits (N, V) and its gradient, as a training step runs them (one node
  * on a backend that fuses the pair). GB/s counts one read and one write of the logits. */
 static void ce_row(const char *backend, const char *name, int64_t N, int64_t V)
@@ -358,6 +377,9 @@ static void rows(const char *backend)
     norm_row(backend, "norm_grad qwen3 rms_norm_grad_add 8192x1024", "rms_norm_grad_add", quick ? 64 : 8192, 1024);
     norm_row(backend, "norm_grad qwen3 q rms_norm_grad 131072x128", "rms_norm_grad", quick ? 64 : 131072, 128);
     norm_row(backend, "norm_grad qwen3 k rms_norm_grad 65536x128", "rms_norm_grad", quick ? 64 : 65536, 128);
+    bias_sum_row(backend, "bias_sum gpt2 16384x768", quick ? 64 : 16384, 768);
+    bias_sum_row(backend, "bias_sum gpt2 16384x2304", quick ? 64 : 16384, 2304);
+    bias_sum_row(backend, "bias_sum gpt2 16384x3072", quick ? 64 : 16384, 3072);
     const struct {
         const char *name;
         gd_sample_config c;
