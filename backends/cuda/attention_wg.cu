@@ -15,12 +15,17 @@
  *
  * Tried and not kept: the forward software-pipelined as FlashAttention-3 does it (the next
  * tile's S = Q K^T issued with this tile's P V, its softmax run while P V does, three stages
- * of K and V). ptxas serialized its bf16 products (warning C7513: registers of a product's
- * operands defined while it runs) and it ran slower (Qwen3's shape: 0.148 against 0.141
- * ms). What sets the warning off is
- * the row sums of the rounded P (tc_unpack of the packed pairs) in that loop: with the sums
- * taken of P before its rounding, ptxas compiles it unserialized (234 registers, no spills),
- * a form not yet timed.
+ * of K and V). A first form ran slower (Qwen3's shape: 0.148 against 0.141 ms): ptxas
+ * serialized its products (warning C7513) for the row sums of the rounded P, read back from
+ * the packed registers while a product read them. A second form summed P before rounding,
+ * issued the scores of a tile past the last one rather than branch around them (a product
+ * under a branch ptxas cannot prove uniform is serialized too: warning C7520), and at heads
+ * of 128 took key tiles of 64 so that two tiles' P fit beside the output: ptxas compiled it
+ * unserialized, and it too ran slower (GPT-2's shape 0.144 against 0.136 ms, Qwen3's 0.151
+ * against 0.140). Two blocks an SM at heads of 64 already overlap one block's softmax with
+ * the other's products; the extra tile of scores, the copies between the two P and the
+ * spills at 255 registers cost more than the rest gave. The dk/dv pass takes the same
+ * schedule at heads of 64 (below).
  *
  * The design, FlashAttention-2's with wgmma:
  *   - a block of NW warpgroups owns 64 NW query rows of one head (64 a warpgroup, 16 a
@@ -102,6 +107,8 @@ static __device__ __forceinline__ void wg_load(const T *src, int64_t rs, int64_t
 static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* Waits for every group of products but the last one committed. */
+static __device__ __forceinline__ void wg_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 /* The accumulators are the asynchronous products' outputs: these empty statements, after the
  * wait and before the issue, keep the compiler from moving their other reads and writes
  * across. */
@@ -356,19 +363,34 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
 
 #define WG_QT 64 /* query rows a tile of the dk/dv pass */
 
+#define WG_DS_LDW (WG_QT / 2 + 4) /* words between a staged dS^T row's starts: 16 bytes of padding */
+
 template <int D, int NW> struct wg_bwd_dims {
+    /* Pipelined at heads of 64 (below); at 128 a thread's dK and dV take 128 registers, and
+     * two items' P^T and dS^T do not fit beside them. */
+    static constexpr bool pipe = D == 64;
+    static constexpr int stages = pipe ? 3 : 2; /* buffers of Q, dO, lse and delta */
     static constexpr uint32_t kbytes = NW * 64 * D * 2, qbytes = WG_QT * D * 2;
-    /* K and V (128 rows), two buffers of Q and dO (64 rows), then two of lse and delta; 1 KiB
-     * of slack for the alignment */
-    static constexpr size_t smem = 2 * (size_t)kbytes + 4 * (size_t)qbytes + 4 * WG_QT * sizeof(float) + 1024;
+    /* each warp's 16 rows of dS^T on their way out */
+    static constexpr size_t dsbytes = (size_t)NW * 4 * 16 * WG_DS_LDW * 4;
+    /* K and V (64 NW rows), the buffers of Q and dO (64 rows), then of lse and delta, the
+     * staged dS^T; 1 KiB of slack for the alignment */
+    static constexpr size_t smem =
+        2 * (size_t)kbytes + 2 * stages * (size_t)qbytes + 2 * stages * WG_QT * sizeof(float) + dsbytes + 1024;
 };
 
 /* attention_tc.cu's tc_dkdv_kernel on wgmma: a block of NW warpgroups owns 64 NW key rows of
- * one kv head (64 a warpgroup) and walks the query tiles of every query head of its group.
- * Per tile and warpgroup: S^T = K Q^T and dP^T = V dO^T (m64n64, K and V the A operands, Q
- * and dO the B, all from shared memory), P^T and dS^T in registers as tc_dkdv_kernel makes
- * them (and dS^T stored for dq), then dV += P^T dO and dK += dS^T Q (m64nD, P^T and dS^T the
- * register A operands, dO and Q read transposed). */
+ * one kv head (64 a warpgroup) and walks the query tiles of every query head of its group
+ * (its items). Per item and warpgroup: S^T = K Q^T and dP^T = V dO^T (m64n64, K and V the A
+ * operands, Q and dO the B, all from shared memory), P^T and dS^T in registers as
+ * tc_dkdv_kernel makes them (and dS^T stored for dq), then dV += P^T dO and dK += dS^T Q
+ * (m64nD, P^T and dS^T the register A operands, dO and Q read transposed). At heads of 64 the
+ * items are pipelined: the next item's S^T and dP^T are issued before this item's dV and dK
+ * products, and its P^T and dS^T are made while those run, from three buffers of Q and dO;
+ * at 128, dK and dV alone take half a thread's registers, and the items go one after another
+ * from two. Measured only together with the staged stores of dS^T (store_ds): the backward at
+ * GPT-2's shape went from 0.391 to 0.366 ms with both, Qwen3's (heads of 128, the stores alone)
+ * from 0.353 to 0.335; what each part gives at heads of 64 is still to be measured (pipe). */
 template <typename T, int D, int NW>
 __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
     wg_dkdv_kernel(const T *dy, const T *q, const T *k, const T *v, const float *lse, const float *delta, T *dk, T *dv,
@@ -380,7 +402,9 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
     constexpr int NT = NW * 128, BS = NW * 64; /* threads; key rows a block */
     const uint32_t Ks = (tc_smem_addr(wg_smem) + 1023) & ~1023u, Vs = Ks + Dm::kbytes, QY = Vs + Dm::kbytes;
     /* buffer j: Q at QY + 2 j qbytes, dO after; lse and delta at stat + 2 j WG_QT */
-    float *stat = (float *)(wg_smem + (QY + 4 * Dm::qbytes - tc_smem_addr(wg_smem)));
+    float *stat = (float *)(wg_smem + (QY + 2 * Dm::stages * Dm::qbytes - tc_smem_addr(wg_smem)));
+    /* this warp's staging rows of dS^T */
+    uint32_t *dsw = (uint32_t *)(stat + 2 * Dm::stages * WG_QT) + ((threadIdx.x >> 5) * 16 * WG_DS_LDW);
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
               c2 = (lane & 3) * 2;
     const int64_t stiles = (a.S + BS - 1) / BS, group = a.H / a.Hkv;
@@ -405,28 +429,18 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
             wg_load<T, D, WG_QT, NT>(tc_mat(dy, w.dy, b, h), w.dy.t, t0, a.T, dst + Dm::qbytes);
             tc_fetch_stats<WG_QT, NT>(stat + j * 2 * WG_QT, lse, delta, bh, t0, a.T);
         };
-        if (items > 0) fetch(0, 0, 0);
-        int64_t ch = 0, ct = 0, nh = nq == 1 ? 1 : 0, nt = nq == 1 ? 0 : 1;
-        tc_commit();
         float dK[D / 2], dV[D / 2], s[32], dp[32];
 #pragma unroll
         for (int n = 0; n < D / 2; n++) dK[n] = dV[n] = 0.0f;
 #pragma unroll
         for (int n = 0; n < 32; n++) s[n] = dp[n] = 0.0f;
-        for (int64_t i = 0; i < items; i++) {
-            const int64_t t0 = (qt0 + ct) * WG_QT;
-            const uint32_t Qs = QY + (uint32_t)(i & 1) * 2 * Dm::qbytes, Ys = Qs + Dm::qbytes;
-            const float *ls = stat + (i & 1) * 2 * WG_QT, *dl = ls + WG_QT;
-            __syncthreads();
-            if (i + 1 < items) fetch(nh, nt, (int)((i + 1) & 1));
-            tc_commit();
-            tc_wait_prev();
-            wg_proxy_fence();
-            __syncthreads();
-            /* S^T = K Q^T, dP^T = V dO^T: the warpgroup's 64 keys against the tile's 64 queries */
-            wg_hold<32>(s);
-            wg_hold<32>(dp);
-            wg_fence();
+        /* item i: query tile i % nq of head i / nq of the group, in buffer i % stages */
+        auto qbuf = [&](int64_t i) { return QY + (uint32_t)(i % Dm::stages) * 2 * Dm::qbytes; };
+        auto fetch_item = [&](int64_t i) { fetch(i / nq, i % nq, (int)(i % Dm::stages)); };
+        /* S^T = K Q^T, dP^T = V dO^T of item i, issued: the warpgroup's 64 keys against the
+         * tile's 64 queries */
+        auto scores = [&](int64_t i) {
+            const uint32_t Qs = qbuf(i), Ys = Qs + Dm::qbytes;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
                 const uint32_t in = (uint32_t)(kk & 3) * 32, ca = (uint32_t)(kk >> 2) * BS * 128 + wg * 64 * 128 + in,
@@ -434,10 +448,11 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
                 wg_ss64(s, wg_desc(Ks + ca, 16, 1024), wg_desc(Qs + cb, 16, 1024), kk > 0, q);
                 wg_ss64(dp, wg_desc(Vs + ca, 16, 1024), wg_desc(Ys + cb, 16, 1024), kk > 0, q);
             }
-            wg_commit();
-            wg_wait_all();
-            wg_hold<32>(s);
-            wg_hold<32>(dp);
+        };
+        /* P^T and dS^T of item i from s and dp, rounded into pf and df */
+        auto probs = [&](int64_t i, uint32_t (*pf)[4], uint32_t (*df)[4]) {
+            const int64_t t0 = (qt0 + i % nq) * WG_QT;
+            const float *ls = stat + (i % Dm::stages) * 2 * WG_QT, *dl = ls + WG_QT;
             /* s[4 j + e]: key rows sa (e < 2) and sb, queries t0 + 8 j + c2 + (e & 1) */
 #pragma unroll
             for (int j = 0; j < WG_QT / 8; j++) { /* P^T, in s's place (lse in log2 units) */
@@ -457,7 +472,6 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
                     if (sb >= v1) s[4 * j + 3] = 0.0f;
                 }
             }
-            uint32_t pf[WG_QT / 16][4], df[WG_QT / 16][4];
 #pragma unroll
             for (int j = 0; j < WG_QT / 8; j++) {
                 const int r = j * 8 + c2;
@@ -467,34 +481,125 @@ __global__ void __launch_bounds__(NW * 128, NW == 1 ? 2 : 1)
                 df[j / 2][(j & 1) * 2 + 1] =
                     tc_pack(s[4 * j + 2] * (dp[4 * j + 2] - dl[r]), s[4 * j + 3] * (dp[4 * j + 3] - dl[r + 1]), q);
             }
-            /* dV += P^T dO, dK += dS^T Q over the tile's queries in steps of 16 */
-            wg_hold<D / 2>(dV);
-            wg_hold<D / 2>(dK);
-            wg_fence();
+        };
+        /* dV += P^T dO, dK += dS^T Q over item i's queries in steps of 16, issued */
+        auto grads = [&](int64_t i, uint32_t (*pf)[4], uint32_t (*df)[4]) {
+            const uint32_t Qs = qbuf(i), Ys = Qs + Dm::qbytes;
 #pragma unroll
             for (int kk = 0; kk < WG_QT / 16; kk++) {
                 wg_rs<D>(dV, pf[kk], wg_desc(Ys + (uint32_t)kk * 16 * 128, WG_QT * 128, 1024), q);
                 wg_rs<D>(dK, df[kk], wg_desc(Qs + (uint32_t)kk * 16 * 128, WG_QT * 128, 1024), q);
             }
-            wg_commit();
-            if (ds != NULL) { /* dS^T as it is, for dq (tc_dq_ds_kernel): rows s of (b, h), tp apart */
-                T *dr = ds + (b * a.H + hk * group + ch) * a.S * tp;
-                T *dra = dr + sa * tp + t0 + c2, *drb = dr + sb * tp + t0 + c2;
-                const int64_t tl = a.T - t0 - c2;
+        };
+        /* dS^T of item i as it is, for dq (tc_dq_ds_kernel): rows s of (b, h), tp apart.
+         * Through shared memory, so that each row's 128 bytes leave in whole 16-byte pieces,
+         * eight lanes a row: stored straight from the fragments, a lane's 4 bytes a row an
+         * instruction made every L2 sector two partial writes. The staging rows are 16 bytes
+         * longer than the data: the fragments' writes (8 rows by 4 lanes) then fall in 32
+         * different banks. */
+        auto store_ds = [&](int64_t i, uint32_t (*df)[4]) {
+            const int64_t t0 = (qt0 + i % nq) * WG_QT, h = hk * group + i / nq;
+            const int qd = lane & 3;
 #pragma unroll
-                for (int j = 0; j < WG_QT / 8; j++) {
-                    if (j * 8 >= tl) continue;
-                    if (sa < a.S) *reinterpret_cast<uint32_t *>(dra + j * 8) = df[j / 2][(j & 1) * 2];
-                    if (sb < a.S) *reinterpret_cast<uint32_t *>(drb + j * 8) = df[j / 2][(j & 1) * 2 + 1];
-                }
+            for (int j = 0; j < WG_QT / 8; j++) {
+                dsw[g * WG_DS_LDW + j * 4 + qd] = df[j / 2][(j & 1) * 2];
+                dsw[(g + 8) * WG_DS_LDW + j * 4 + qd] = df[j / 2][(j & 1) * 2 + 1];
             }
+            __syncwarp();
+            /* rows 4 r + lane / 8, 16-byte piece lane % 8 (tp >= t + 8 wherever t < T) */
+            const int64_t srow = w0 + (lane >> 3), t = t0 + (lane & 7) * 8;
+            T *dp0 = ds + ((b * a.H + h) * a.S + srow) * tp + t;
+            const uint32_t *sp = dsw + (lane >> 3) * WG_DS_LDW + (lane & 7) * 4;
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                if (srow + r * 4 < a.S && t < a.T)
+                    *reinterpret_cast<uint4 *>(dp0 + r * 4 * tp) = *reinterpret_cast<const uint4 *>(sp + r * 4 * WG_DS_LDW);
+            __syncwarp(); /* the next item's fragments overwrite the rows */
+        };
+        uint32_t pf[WG_QT / 16][4], df[WG_QT / 16][4];
+        if (items > 0) fetch_item(0);
+        tc_commit();
+        if constexpr (!Dm::pipe) {
+            /* one item after another */
+            for (int64_t i = 0; i < items; i++) {
+                __syncthreads();
+                if (i + 1 < items) fetch_item(i + 1);
+                tc_commit();
+                tc_wait_prev();
+                wg_proxy_fence();
+                __syncthreads();
+                wg_hold<32>(s);
+                wg_hold<32>(dp);
+                wg_fence();
+                scores(i);
+                wg_commit();
+                wg_wait_all();
+                wg_hold<32>(s);
+                wg_hold<32>(dp);
+                probs(i, pf, df);
+                wg_hold<D / 2>(dV);
+                wg_hold<D / 2>(dK);
+                wg_fence();
+                grads(i, pf, df);
+                wg_commit();
+                if (ds != NULL) store_ds(i, df);
+                wg_wait_all();
+                wg_hold<D / 2>(dV);
+                wg_hold<D / 2>(dK);
+                wg_hold_a<WG_QT / 16>(pf);
+                wg_hold_a<WG_QT / 16>(df);
+            }
+        } else {
+            /* item i + 1's S^T and dP^T issued before item i's gradient products, and its P^T
+             * and dS^T made while the tensor cores do those; buffers refilled two items ahead.
+             * The last item issues the scores of an item past the end too (of a buffer that
+             * holds an earlier item) and ignores them: products under a branch ptxas cannot
+             * prove uniform are serialized (its warning C7520). */
+            uint32_t pg[WG_QT / 16][4], dg[WG_QT / 16][4];
+            if (items > 1) fetch_item(1);
+            tc_commit();
+            tc_wait_prev(); /* K, V and item 0 */
+            wg_proxy_fence();
+            __syncthreads();
+            wg_hold<32>(s);
+            wg_hold<32>(dp);
+            wg_fence();
+            scores(0);
+            wg_commit();
             wg_wait_all();
-            wg_hold<D / 2>(dV);
-            wg_hold<D / 2>(dK);
-            wg_hold_a<WG_QT / 16>(pf);
-            wg_hold_a<WG_QT / 16>(df);
-            ch = nh, ct = nt;
-            if (++nt == nq) nt = 0, nh++;
+            wg_hold<32>(s);
+            wg_hold<32>(dp);
+            if (items > 0) probs(0, pf, df);
+            for (int64_t i = 0; i < items; i++) {
+                tc_wait_all(); /* item i + 1, asked for an item ago */
+                wg_proxy_fence();
+                __syncthreads(); /* ... landed for every thread, and item i - 1's buffer is read */
+                if (i + 2 < items) fetch_item(i + 2);
+                tc_commit();
+                wg_hold<32>(s);
+                wg_hold<32>(dp);
+                wg_hold<D / 2>(dV);
+                wg_hold<D / 2>(dK);
+                wg_fence();
+                scores(i + 1);
+                wg_commit();
+                grads(i, pf, df);
+                wg_commit();
+                if (ds != NULL) store_ds(i, df);
+                wg_wait_one(); /* the scores, committed first */
+                wg_hold<32>(s);
+                wg_hold<32>(dp);
+                if (i + 1 < items) probs(i + 1, pg, dg);
+                wg_wait_all();
+                wg_hold<D / 2>(dV);
+                wg_hold<D / 2>(dK);
+                wg_hold_a<WG_QT / 16>(pf);
+                wg_hold_a<WG_QT / 16>(df);
+#pragma unroll
+                for (int n = 0; n < WG_QT / 16; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) pf[n][e] = pg[n][e], df[n][e] = dg[n][e];
+            }
         }
         tc_wait_all();
         const int64_t ld = a.grad_bthd ? a.Hkv * D : D;
