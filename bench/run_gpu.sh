@@ -49,7 +49,7 @@ if has test; then
 fi
 if has cudatest; then
   log cudatest
-  for t in test_cuda_device test_cuda_kernels; do
+  for t in test_cuda_device test_cuda_mixed test_cuda_kernels; do
     build-gpu/$t >"$OUT/$t.log" 2>&1
     echo "$t: exit $? ($(grep -c '^FAIL' "$OUT/$t.log") FAIL lines)"
     grep '^FAIL' "$OUT/$t.log" | head -8

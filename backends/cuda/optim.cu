@@ -301,7 +301,7 @@ CU_LAUNCHER(clip_coef_run)
  * a table of up to MT_MAX tensors goes as the kernel's argument (SGD's: blockIdx.y picks
  * the tensor; AdamW's: the table kernel a single update runs too). Each element goes
  * through the same function as in the single kernels, so the bits are the same
- * (test_cuda_device compares a step with CUDA graphs on and off). */
+ * (test_cuda_mixed compares a step with CUDA graphs on and off). */
 
 typedef struct mt_sgd {
     const float *p, *g, *b;
