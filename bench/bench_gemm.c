@@ -2,7 +2,9 @@
  * built with it) and a naive triple loop, on square sizes.
  *
  *   bench_gemm [--sizes 512,1024,2048] [--reps 7] [--warmup 2] [--threads N]
- *              [--naive-max 1024] [--trans] [--min]
+ *              [--naive-max 1024] [--trans | --layout nn|nt|tn|tt] [--min]
+ *
+ * --layout says which operands are stored transposed (A^T, B^T); --trans is tt.
  *
  * Method (printed with the numbers): C = A*B with A, B filled from a fixed-seed generator,
  * every implementation timed on the same buffers in one process, CLOCK_MONOTONIC around
@@ -91,7 +93,7 @@ static double time_impl(gcpu_gemm_impl impl, int ta, int tb, int64_t n, const fl
 int main(int argc, char **argv)
 {
     int64_t sizes[16] = {512, 1024, 2048};
-    int n_sizes = 3, reps = 7, warmup = 2, threads = 0, trans = 0;
+    int n_sizes = 3, reps = 7, warmup = 2, threads = 0, ta = 0, tb = 0;
     int64_t naive_max = 1024;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
@@ -109,9 +111,14 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--min") == 0) {
             use_min = 1;
         } else if (strcmp(argv[i], "--trans") == 0) {
-            trans = 1;
+            ta = tb = 1;
+        } else if (strcmp(argv[i], "--layout") == 0 && i + 1 < argc && strlen(argv[i + 1]) == 2 &&
+                   strchr("nt", argv[i + 1][0]) != NULL && strchr("nt", argv[i + 1][1]) != NULL) {
+            ta = argv[i + 1][0] == 't';
+            tb = argv[i + 1][1] == 't';
+            i++;
         } else {
-            fprintf(stderr, "usage: %s [--sizes a,b,..] [--reps N] [--warmup N] [--threads N] [--naive-max N] [--trans] [--min]\n",
+            fprintf(stderr, "usage: %s [--sizes a,b,..] [--reps N] [--warmup N] [--threads N] [--naive-max N] [--trans | --layout nn|nt|tn|tt] [--min]\n",
                     argv[0]);
             return 2;
         }
@@ -119,7 +126,7 @@ int main(int argc, char **argv)
     if (reps < 1) reps = 1;
     int T = gcpu_pool_set_threads(threads);
     int blas = gcpu_gemm_have_blas();
-    printf("bench_gemm: f32 C = A%s * B%s, square, row-major\n", trans ? "^T" : "", trans ? "^T" : "");
+    printf("bench_gemm: f32 C = A%s * B%s, square, row-major\n", ta ? "^T" : "", tb ? "^T" : "");
     printf("method: same buffers for every implementation, CLOCK_MONOTONIC per call, %s of %d runs after %d "
            "warm-up runs, 0.3 s pause before each implementation; naive: one run; GFLOP/s = 2n^3/t\n",
            use_min ? "best" : "median", reps, warmup);
@@ -138,12 +145,12 @@ int main(int argc, char **argv)
         fill(A, n * n, 1);
         fill(B, n * n, 2);
         double flops = 2.0 * n * n * n;
-        double t_own = time_impl(GCPU_GEMM_OWN, trans, trans, n, A, B, C, warmup, reps);
-        double t_blas = blas ? time_impl(GCPU_GEMM_BLAS, trans, trans, n, A, B, R, warmup, reps) : -1;
+        double t_own = time_impl(GCPU_GEMM_OWN, ta, tb, n, A, B, C, warmup, reps);
+        double t_blas = blas ? time_impl(GCPU_GEMM_BLAS, ta, tb, n, A, B, R, warmup, reps) : -1;
         double t_naive = -1;
         if (n <= naive_max) {
             double t0 = now_s();
-            naive(trans, trans, n, n, n, A, B, R);
+            naive(ta, tb, n, n, n, A, B, R);
             t_naive = now_s() - t0;
         }
         /* check own against whichever other result we have */

@@ -7,7 +7,7 @@
  *       pack op(B)[pc.., jc..] into NR-wide micro-panels
  *       for ic over M in MC rows          A block (MC x KC) packed, stays in L2
  *         pack op(A)[ic.., pc..] into MR-tall micro-panels
- *         for jr over NR micro-panels     one B micro-panel (KC x NR) stays in L1
+ *         for jr over NR micro-panels     one B micro-panel (KC x NR), from L1 or L2
  *           for ir over MR micro-panels
  *             micro-kernel: C[ir.., jr..] (MR x NR) += A panel * B panel
  *
@@ -37,10 +37,14 @@
 #include <pthread.h>
 #endif
 
-/* Block sizes: KC*NR*4 bytes of B micro-panel should sit in L1 with room to spare, MC*KC*4
- * of A in L2, KC*NC*4 of B in L2/L3. Measured on the machines we have (bench_gemm). */
+/* Block sizes, measured with bench_gemm on the machines we have. Each K block reads and
+ * writes all of its C tiles once more (the micro-kernel adds into C), so KC sets C's
+ * traffic: at KC = 256 a core moved about 2.7 GB/s of C at its FMA peak, and products of
+ * 2048 and up ran 15% below it. KC = 512 halves that. The B micro-panel (KC*NR*4 bytes,
+ * 64 KiB with the AVX-512 kernel) then no longer sits in L1; it streams from L2 with the
+ * A micro-panels, and costs less than the C traffic did. MC*KC*4 of A stays in L2. */
 #ifndef GCPU_KC
-#define GCPU_KC 256
+#define GCPU_KC 512
 #endif
 #ifndef GCPU_MC
 #define GCPU_MC (GCPU_MR * 16)
@@ -99,13 +103,20 @@ static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc, 
                 }
             }
         } else {
-            /* B stored (N, K): column j of op(B) is row j of B, contiguous in k */
-            for (int j = 0; j < GCPU_NR; j++) {
-                if (j < n) {
-                    const float *s = B + (n0 + jr + j) * ldb + k0;
-                    for (int64_t k = 0; k < kc; k++) d[k * GCPU_NR + j] = s[k];
-                } else {
-                    for (int64_t k = 0; k < kc; k++) d[k * GCPU_NR + j] = 0.0f;
+            /* B stored (N, K): column j of op(B) is row j of B, contiguous in k. Read in
+             * runs of 16 k a row, so that both the rows' lines and the panel's stay in L1
+             * (the panel, KC*NR*4 bytes, is larger than L1: a column at a time over all of
+             * kc would miss on every store). */
+            const float *rows[GCPU_NR];
+            for (int j = 0; j < GCPU_NR; j++) rows[j] = B + (n0 + jr + (j < n ? j : 0)) * ldb + k0;
+            for (int64_t kk = 0; kk < kc; kk += 16) {
+                const int64_t ke = kc - kk < 16 ? kc : kk + 16;
+                for (int j = 0; j < GCPU_NR; j++) {
+                    const float *s = rows[j];
+                    if (j < n)
+                        for (int64_t k = kk; k < ke; k++) d[k * GCPU_NR + j] = s[k];
+                    else
+                        for (int64_t k = kk; k < ke; k++) d[k * GCPU_NR + j] = 0.0f;
                 }
             }
         }
@@ -143,10 +154,19 @@ static void edge_tile(int64_t kc, const float *a, const float *b, float *c, int6
 #endif
 }
 
+static int64_t round_up(int64_t x, int64_t q)
+{
+    return (x + q - 1) / q * q;
+}
+
 static int gemm_rect(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int tid)
 {
-    float *pa = gcpu_scratch(tid, GCPU_SLOT_GEMM_A, sizeof(float) * GCPU_MC * GCPU_KC);
-    float *pb = gcpu_scratch(tid, GCPU_SLOT_GEMM_B, sizeof(float) * GCPU_KC * GCPU_NC);
+    /* packing buffers as large as this rectangle's blocks need, not the block sizes */
+    const int64_t kb = g->K < GCPU_KC ? g->K : GCPU_KC;
+    const int64_t mb = round_up(m1 - m0 < GCPU_MC ? m1 - m0 : GCPU_MC, GCPU_MR);
+    const int64_t nb = round_up(n1 - n0 < GCPU_NC ? n1 - n0 : GCPU_NC, GCPU_NR);
+    float *pa = gcpu_scratch(tid, GCPU_SLOT_GEMM_A, sizeof(float) * (size_t)(mb * kb));
+    float *pb = gcpu_scratch(tid, GCPU_SLOT_GEMM_B, sizeof(float) * (size_t)(kb * nb));
     if (pa == NULL || pb == NULL) return GDP_ERR_NOMEM;
     for (int64_t jc = n0; jc < n1; jc += GCPU_NC) {
         int64_t nc = n1 - jc < GCPU_NC ? n1 - jc : GCPU_NC;
@@ -186,11 +206,6 @@ static void gemm_task(void *ctx, int64_t begin, int64_t end, int tid)
         if (m0 >= m1 || n0 >= n1) continue;
         if (gemm_rect(g, m0, m1, n0, n1, tid) != GDP_OK) atomic_store(&g->failed, 1);
     }
-}
-
-static int64_t round_up(int64_t x, int64_t q)
-{
-    return (x + q - 1) / q * q;
 }
 
 /* Picks the grid: T rectangles (or fewer) whose largest one is cheapest, counting the

@@ -34,7 +34,12 @@ static inline void gcpu_ukernel(int64_t kc, const float *restrict a, const float
 {
     __m512 acc[GCPU_MR][2];
 #pragma GCC unroll 16
-    for (int i = 0; i < GCPU_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < GCPU_MR; i++) {
+        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        /* C's tile, read by the epilogue: asked for now, it arrives during the k loop */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
         _mm_prefetch((const char *)(b + 8 * GCPU_NR), _MM_HINT_T0);
@@ -135,7 +140,10 @@ static inline void gcpu_ukernel(int64_t kc, const float *restrict a, const float
 {
     __m256 acc[GCPU_MR][2];
 #pragma GCC unroll 8
-    for (int i = 0; i < GCPU_MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int i = 0; i < GCPU_MR; i++) {
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile, as above */
+    }
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 8
