@@ -327,13 +327,16 @@ static void ce_grad_rows(void *ctx, int64_t begin, int64_t end, int tid)
         }
         const float *x = ce_row(j, r, tid);
         if (x == NULL) return;
-        /* f32 dx may be x itself (the op's `reuse`): x[v] is read before the row is written */
+        /* f32 dx may be x itself (the op's `reuse`): x[v] is read before the row is written,
+         * and exp_sum reads each x[k] before it stores exp(x[k] - m) in its place. The
+         * softmax is those exponentials over their sum: one exponential an element, not two. */
         float *dx = j->dxh != NULL ? (float *)x + j->C : j->dx + r * j->C;
-        double lse = logsumexp(x, j->K), sc = j->scale;
-        const float xv = x[v];
-        for (int64_t k = 0; k < j->K; k++) dx[k] = (float)((double)gcpu_expf((float)((double)x[k] - lse)) * sc);
+        const float xv = x[v], m = row_max(x, j->K);
+        const double sum = exp_sum(x, j->K, m, dx), sc = j->scale;
+        const float f = (float)(sc / sum);
+        for (int64_t k = 0; k < j->K; k++) dx[k] *= f;
         for (int64_t k = j->K; k < j->C; k++) dx[k] = 0.0f; /* not classes */
-        dx[v] = (float)(((double)gcpu_expf((float)((double)xv - lse)) - 1.0) * sc);
+        dx[v] = (float)(((double)gcpu_expf(xv - m) / sum - 1.0) * sc);
         if (j->dxh != NULL) { /* rounded to nearest even, as the half kernels round */
             uint16_t *h = j->dxh + r * j->C;
             if (j->half_dt == GDP_BF16)
