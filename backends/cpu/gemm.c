@@ -59,28 +59,34 @@
 /* op(A)[m0 .. m0+mc, k0 .. k0+kc] into MR-tall micro-panels, zero-padded to a multiple of MR. */
 static void pack_a(int ta, const float *A, int64_t lda, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float *dst)
 {
+    if (ta) {
+        /* A stored (K, M): row k holds the block's mc values in one run. Read each such row
+         * once, k outermost, into every panel: panel by panel, a panel's kc rows are lda
+         * apart (a page apart for a wide A: a logits gradient's 32,000 columns), and every
+         * panel walked them all again. */
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = A + (k0 + k) * lda + m0;
+            for (int64_t ir = 0; ir < mc; ir += GCPU_MR) {
+                const int m = (int)(mc - ir < GCPU_MR ? mc - ir : GCPU_MR);
+                float *dk = dst + ir * kc + k * GCPU_MR;
+                for (int i = 0; i < m; i++) dk[i] = s[ir + i];
+                for (int i = m; i < GCPU_MR; i++) dk[i] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t ir = 0; ir < mc; ir += GCPU_MR) {
         int m = (int)(mc - ir < GCPU_MR ? mc - ir : GCPU_MR);
         float *d = dst + ir * kc;
-        if (!ta) {
-            /* rows of A are contiguous in k: gather MR of them per k step */
-            const float *rows[GCPU_MR];
-            for (int i = 0; i < GCPU_MR; i++) rows[i] = A + (m0 + ir + (i < m ? i : 0)) * lda + k0;
-            if (m == GCPU_MR) {
-                for (int64_t k = 0; k < kc; k++)
-                    for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = rows[i][k];
-            } else {
-                for (int64_t k = 0; k < kc; k++)
-                    for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = i < m ? rows[i][k] : 0.0f;
-            }
+        /* rows of A are contiguous in k: gather MR of them per k step */
+        const float *rows[GCPU_MR];
+        for (int i = 0; i < GCPU_MR; i++) rows[i] = A + (m0 + ir + (i < m ? i : 0)) * lda + k0;
+        if (m == GCPU_MR) {
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = rows[i][k];
         } else {
-            /* A stored (K, M): each k step is a contiguous run of m values */
-            for (int64_t k = 0; k < kc; k++) {
-                const float *s = A + (k0 + k) * lda + m0 + ir;
-                float *dk = d + k * GCPU_MR;
-                for (int i = 0; i < m; i++) dk[i] = s[i];
-                for (int i = m; i < GCPU_MR; i++) dk[i] = 0.0f;
-            }
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < GCPU_MR; i++) d[k * GCPU_MR + i] = i < m ? rows[i][k] : 0.0f;
         }
     }
 }
