@@ -12,7 +12,9 @@
 # transformers eager only (about half of peer's time); profile: where a decode step's time
 # goes on stories110m (the plan with its segments and fallbacks, GRADUS_TRACE=1; Chrome
 # traces with CUDA graphs on and off, GRADUS_PROFILE) at batch 1 and 64; cpu: stories15m decoded
-# on the CPU backend with every host core and with 2.
+# on the CPU backend with every host core and with 2; timeline: each kernel of a replayed decode
+# step, as CUPTI timed it (bench/inject/cupti_trace.c, bench/kernel_timeline.py), stories110m and Qwen3 at
+# batch 1 (and TIMELINE_BATCH).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 PEER=${1:-.peers}
@@ -95,6 +97,27 @@ if has profile; then
   GRADUS_PROFILE="$OUT/prof-graphs.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
   GRADUS_CUDA_GRAPHS=0 GRADUS_PROFILE="$OUT/prof-nodes.json" $B/bench_decode "$M" --backend cuda --prompt 16 --new 32 --reps 1
   GRADUS_CUDA_GRAPHS=0 $B/bench_decode "$M" --backend cuda --prompt 16 --new 128 --reps 3
+fi
+if has timeline; then # each kernel of a replayed decode step, as CUPTI timed it (bench/inject/cupti_trace.c)
+  log timeline
+  make_models
+  # CUPTI's headers and library: the toolkit's extras, else wherever they were installed
+  # (PyTorch's wheels bring a copy)
+  roots=("$(dirname "$(command -v nvcc)")/.." /usr/local /usr/lib "$(python3 -c 'import site; print(site.getsitepackages()[0])')")
+  inc=$(dirname "$(find "${roots[@]}" -name cupti.h -path '*include*' 2>/dev/null | head -1)")
+  lib=$(dirname "$(find "$inc/.." "${roots[@]}" -name 'libcupti.so*' 2>/dev/null | head -1)")
+  krec=$(grep -oh 'CUpti_ActivityKernel[0-9]*' "$inc"/cupti_activity*.h | sort -uV | tail -1)
+  so=$(ls "$lib"/libcupti.so* | head -1)
+  cc -shared -fPIC -O2 -DKREC="$krec" -I"$inc" bench/inject/cupti_trace.c "$so" -Wl,-rpath,"$lib" \
+    -o "$WORK/cupti_trace.so" || exit 1
+  for m in stories110m qwen3-0.6b-shape; do
+    for b in 1 ${TIMELINE_BATCH:-}; do
+      $B/bench_decode "$WORK/$m" --backend cuda --batch $b --prompt 16 --new 128 --reps 1
+      CUPTI_TRACE_OUT="$WORK/k.csv" CUDA_INJECTION64_PATH="$WORK/cupti_trace.so" \
+        $B/bench_decode "$WORK/$m" --backend cuda --batch $b --prompt 16 --new 128 --reps 1
+      python3 bench/kernel_timeline.py "$WORK/k.csv" --top 24 | tee "$OUT/timeline-$m-b$b.txt"
+    done
+  done
 fi
 if has cpu; then # stories15m decoding on the host's cores, all of them and 2
   log cpu
