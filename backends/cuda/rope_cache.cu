@@ -386,27 +386,34 @@ __global__ void rope_cache_norm_kernel(const T *q, const T *k, const T *v, const
     }
     if (blockIdx.x == 0) rope_check_pos(pos, pos64, step, B, S, T_, bad);
     if (row >= rows) return;
-    const int64_t offset = cu_ld_index(pos, pos64, b * step);
     const int64_t h = hh < H ? hh : (hh - H) % Hkv;
-    const int64_t dst = ((b * Hkv + h) * S + offset + t) * D;
-    const bool fits = offset >= 0 && offset <= S - T_;
-    if (hh >= H + Hkv) { /* v: into its cache */
-        if (fits)
-            for (int64_t j = lane; j < D; j += 32) vc[dst + j] = v[(bt * Hkv + h) * D + j];
-        return;
-    }
+    const bool is_v = hh >= H + Hkv;
+    /* a q or k row's elements asked for before the position, which they do not depend on:
+     * the two latencies pass together */
     const T *x = hh < H ? q + (bt * H + h) * D : k + (bt * Hkv + h) * D;
-    double2 cs[ROPE_NORM_PAIRS];
-#pragma unroll
-    for (int u = 0; u < ROPE_NORM_PAIRS; u++)
-        cs[u] = lane + 32 * u < half ? rope_cs_f(t, offset, f[u], 1.0) : make_double2(1.0, 0.0);
-    double x0[ROPE_NORM_PAIRS], x1[ROPE_NORM_PAIRS], ss = 0.0;
+    double x0[ROPE_NORM_PAIRS], x1[ROPE_NORM_PAIRS];
 #pragma unroll
     for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
         const int64_t i = lane + 32 * u;
         x0[u] = x1[u] = 0.0;
-        if (i >= half) continue;
+        if (is_v || i >= half) continue;
         x0[u] = (double)cu_ld(x, rope_j0(i, interleaved)), x1[u] = (double)cu_ld(x, rope_j1(i, D, interleaved));
+    }
+    const int64_t offset = cu_ld_index(pos, pos64, b * step);
+    const int64_t dst = ((b * Hkv + h) * S + offset + t) * D;
+    const bool fits = offset >= 0 && offset <= S - T_;
+    if (is_v) { /* v: into its cache */
+        if (fits)
+            for (int64_t j = lane; j < D; j += 32) vc[dst + j] = v[(bt * Hkv + h) * D + j];
+        return;
+    }
+    double2 cs[ROPE_NORM_PAIRS];
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++)
+        cs[u] = lane + 32 * u < half ? rope_cs_f(t, offset, f[u], 1.0) : make_double2(1.0, 0.0);
+    double ss = 0.0;
+#pragma unroll
+    for (int u = 0; u < ROPE_NORM_PAIRS; u++) {
         ss += x0[u] * x0[u];
         ss += x1[u] * x1[u];
     }
