@@ -99,6 +99,7 @@ typedef struct cu_backend {
     int tc_attn_wide;        /* heads of 128 on attention_tc.cu's wide tiles (GRADUS_CUDA_ATTN_WIDE=0: narrow) */
     int attn_lse;            /* the graph pass keeps attention's lse for its backward (GRADUS_CUDA_ATTN_LSE=0: off) */
     int attn_ds;             /* the tensor-core backward stores dS for dq (GRADUS_CUDA_ATTN_DS=0: off) */
+    int norm_fuse;           /* decode products take the RMS norm in front (GRADUS_CUDA_NORM_FUSE=0: off) */
     int capture_logged;      /* said once that a segment could not be captured */
     int sm90;                /* the code the driver loaded is sm_90's (probe kernel) */
     int pdl;                 /* cu_launch may start a kernel early (GRADUS_CUDA_PDL=0: off) */

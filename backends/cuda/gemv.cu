@@ -512,7 +512,7 @@ static size_t gw_smem_cap(const cu_backend *be)
  * products; the graph pass asks before it fuses a norm into linear_qkv or linear_swiglu. */
 int cu_gemv_norm_fits(const cu_backend *be, int64_t R, int64_t K, int32_t dt)
 {
-    if (!cu_gpu_float(dt) || R < 1 || R > GEMV_MAX_ROWS || K < 1) return 0;
+    if (!cu_gpu_float(dt) || R < 1 || R > GEMV_MAX_ROWS || K < 1 || (be != NULL && !be->norm_fuse)) return 0;
     return K <= (int64_t)(gw_smem_cap(be) / gdp_dtype_size(dt)) &&
            gw_norm_smem(R, K, gdp_dtype_size(dt)) <= gw_smem_cap(be);
 }

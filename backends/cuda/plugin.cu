@@ -13,6 +13,8 @@
  *   GRADUS_CUDA_ATTN_DS=0  the tensor-core attention backward recomputes dS for dq rather
  *                          than storing it from the dk/dv pass (what problems too long for
  *                          the stored dS do anyway)
+ *   GRADUS_CUDA_NORM_FUSE=0 the graph pass leaves a decode step's RMS norms as nodes of their
+ *                          own rather than in front of the products that read them (gemv.cu)
  *   GRADUS_CUDA_GRAPHS=0   no CUDA graphs: the executor declines, the host launches node
  *                          by node (GRADUS_EXECUTOR=0 turns executors off host-side)
  *   GRADUS_CUDNN=0         convolutions as im2col + cuBLAS even where cuDNN was built in
@@ -204,6 +206,8 @@ static gdp_status open_backend(const gdp_host *host, cu_backend **out, gdp_err *
     be->attn_lse = !(lse != NULL && strcmp(lse, "0") == 0);
     const char *ds = setting(host, "GRADUS_CUDA_ATTN_DS");
     be->attn_ds = !(ds != NULL && strcmp(ds, "0") == 0);
+    const char *nf = setting(host, "GRADUS_CUDA_NORM_FUSE");
+    be->norm_fuse = !(nf != NULL && strcmp(nf, "0") == 0);
 
     gdp_status s = cu_check(cudaSetDevice(dev), "cudaSetDevice", err);
     cudaDeviceProp prop;
